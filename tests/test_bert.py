@@ -1,0 +1,218 @@
+"""Our BertModel against Hugging Face's BertModel with the same weights, and loading errors."""
+
+import json
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import save_file
+
+from base_bert import BertConfig, hf_to_ours, resolve_model_dir
+from bert import BertModel, attention, mean_pool
+
+ATOL = 1e-5
+
+
+def hf_config(cfg: BertConfig) -> transformers.BertConfig:
+    d = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
+    return transformers.BertConfig(**d, attn_implementation="eager")
+
+
+def batch(vocab_size, B=4, T=19, seed=0):
+    """Random ids with padding in two rows and both token types."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab_size, (B, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    mask[3, 4:] = 0
+    ids[mask == 0] = 0
+    types = torch.zeros_like(ids)
+    types[:, 7:] = 1
+    types[mask == 0] = 0
+    return ids, mask, types
+
+
+def max_diff(ours, ref, mask):
+    keep = mask.bool()  # padded positions are not compared: they are never used
+    return (
+        (ours["last_hidden_state"] - ref.last_hidden_state)[keep].abs().max().item(),
+        (ours["pooler_output"] - ref.pooler_output).abs().max().item(),
+    )
+
+
+@pytest.fixture(scope="module")
+def minilm_pair():
+    ours = BertModel.from_pretrained("minilm").eval()
+    ref = transformers.BertModel.from_pretrained(
+        str(resolve_model_dir("minilm")), attn_implementation="eager"
+    ).eval()
+    return ours, ref
+
+
+def test_embedded_checkpoint_equals_hf(minilm_pair):
+    ours, ref = minilm_pair
+    ids, mask, types = batch(ours.config.vocab_size)
+    with torch.no_grad():
+        hidden, pooled = max_diff(ours(ids, mask, types), ref(ids, mask, types), mask)
+    assert hidden <= ATOL and pooled <= ATOL, (hidden, pooled)
+
+
+def test_random_tiny_config_equals_hf(tiny_config):
+    torch.manual_seed(0)
+    ref = transformers.BertModel(hf_config(tiny_config)).eval()
+    ours = BertModel(tiny_config).eval()
+    # a plain name mapping is all it takes: no key is missing or left over
+    mapped = {hf_to_ours(k): v for k, v in ref.state_dict().items() if hf_to_ours(k)}
+    assert set(mapped) == set(ours.state_dict())
+    ours.load_state_dict(mapped)
+    ids, mask, types = batch(tiny_config.vocab_size)
+    with torch.no_grad():
+        hidden, pooled = max_diff(ours(ids, mask, types), ref(ids, mask, types), mask)
+    assert hidden <= ATOL and pooled <= ATOL, (hidden, pooled)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_sdpa_path_equals_manual(tiny_config, training):
+    torch.manual_seed(0)
+    manual = BertModel(tiny_config)
+    sdpa = BertModel(BertConfig(**{**tiny_config.to_dict(), "attention": "sdpa"}))
+    sdpa.load_state_dict(manual.state_dict())
+    if training:  # dropout off but autograd on: gradients must agree too
+        for m in (manual, sdpa):
+            m.train()
+            for mod in m.modules():
+                if isinstance(mod, torch.nn.Dropout):
+                    mod.p = 0.0
+            m.encoder["layer"][0].attention["self"].dropout_p = 0.0
+            m.encoder["layer"][1].attention["self"].dropout_p = 0.0
+    else:
+        manual.eval()
+        sdpa.eval()
+    ids, mask, types = batch(tiny_config.vocab_size)
+    a, b = manual(ids, mask, types), sdpa(ids, mask, types)
+    keep = mask.bool()
+    assert (a["last_hidden_state"] - b["last_hidden_state"])[keep].abs().max() <= ATOL
+    if training:
+        a["pooler_output"].sum().backward()
+        b["pooler_output"].sum().backward()
+        for (n, p), q in zip(manual.named_parameters(), sdpa.parameters(), strict=True):
+            assert torch.allclose(p.grad, q.grad, atol=ATOL), n
+
+
+def test_sdpa_equals_manual_on_embedded_checkpoint(minilm_pair):
+    ours, _ = minilm_pair
+    sdpa = BertModel.from_pretrained("minilm", attention="sdpa").eval()
+    ids, mask, types = batch(ours.config.vocab_size, seed=1)
+    with torch.no_grad():
+        a, b = ours(ids, mask, types), sdpa(ids, mask, types)
+    assert (a["last_hidden_state"] - b["last_hidden_state"])[mask.bool()].abs().max() <= ATOL
+
+
+def test_attention_function_against_loop():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)  # (B=2, nh=2, T=5, hs=4) each
+    mask = torch.zeros(2, 1, 1, 5)
+    mask[1, ..., 3:] = torch.finfo(torch.float32).min
+    out, probs = attention(q, k, v, mask)
+    for b in range(2):
+        for h in range(2):
+            T_b = 5 if b == 0 else 3
+            for i in range(5):
+                s = torch.tensor([q[b, h, i] @ k[b, h, j] / 2.0 for j in range(T_b)])
+                w = torch.softmax(s, dim=0)
+                ref = sum(w[j] * v[b, h, j] for j in range(T_b))
+                assert torch.allclose(out[b, h, i], ref, atol=1e-6)
+                assert probs[b, h, i, T_b:].sum() == 0
+
+
+def test_gradients_reach_every_parameter(tiny_config):
+    torch.manual_seed(0)
+    model = BertModel(tiny_config).train()
+    ids, mask, types = batch(tiny_config.vocab_size)
+    out = model(ids, mask, types)
+    (out["last_hidden_state"].pow(2).mean() + out["pooler_output"].sum()).backward()
+    for name, p in model.named_parameters():
+        if name == "embeddings.word_embeddings.weight":
+            assert p.grad[ids.unique()].abs().sum() > 0
+        else:
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_mean_pool_ignores_padding():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])  # (1, 3, 2)
+    mask = torch.tensor([[1, 1, 0]])
+    assert torch.equal(mean_pool(hidden, mask), torch.tensor([[2.0, 3.0]]))
+
+
+def save_hf_checkpoint(path, cfg, state, fmt="safetensors"):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    if fmt == "safetensors":
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"))
+    else:
+        torch.save(state, path / "pytorch_model.bin")
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_loads_local_folder_with_prefix_and_old_names(tmp_path, tiny_config, fmt):
+    torch.manual_seed(0)
+    src = BertModel(tiny_config)
+    state = {}
+    for k, v in src.state_dict().items():  # as task checkpoints and old TF ports store them
+        k = "bert." + k.replace("LayerNorm.weight", "LayerNorm.gamma")
+        state[k.replace("LayerNorm.bias", "LayerNorm.beta")] = v
+    state["cls.predictions.bias"] = torch.zeros(tiny_config.vocab_size)  # pretraining head: ignored
+    save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state, fmt)
+    loaded = BertModel.from_pretrained(str(tmp_path / "ckpt"))
+    for (n, a), b in zip(src.state_dict().items(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(a, b), n
+
+
+def test_missing_and_unexpected_keys_are_reported(tmp_path, tiny_config):
+    state = BertModel(tiny_config).state_dict()
+    state.pop("pooler.dense.weight")
+    state["encoder.layer.9.extra"] = torch.zeros(1)
+    save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state)
+    with pytest.warns(UserWarning) as record:
+        BertModel.from_pretrained(str(tmp_path / "ckpt"))
+    text = " ".join(str(r.message) for r in record)
+    assert "pooler.dense.weight" in text and "encoder.layer.9.extra" in text
+
+
+def test_shape_mismatch_names_tensor_and_shapes(tmp_path, tiny_config):
+    state = BertModel(tiny_config).state_dict()
+    bigger = BertConfig(**{**tiny_config.to_dict(), "intermediate_size": 128})
+    save_hf_checkpoint(tmp_path / "ckpt", bigger, state)
+    with pytest.raises(
+        ValueError, match=r"intermediate\.dense\.bias. has shape \(64,\).*shape \(128,\)"
+    ):
+        BertModel.from_pretrained(str(tmp_path / "ckpt"))
+
+
+def test_unknown_model_offline_says_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="not-a-real-model.*offline.*minilm"):
+        BertModel.from_pretrained("not-a-real-model")
+
+
+def test_missing_local_path_says_what_was_looked_for(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        BertModel.from_pretrained(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        BertModel.from_pretrained(str(tmp_path / "empty"))
+
+
+def test_bad_ids_and_lengths(tiny_config):
+    model = BertModel(tiny_config)
+    with pytest.raises(ValueError, match=r"\[0, 100\).*max 100"):
+        model(torch.tensor([[1, 100]]))
+    with pytest.raises(ValueError, match="longer than the position table"):
+        model(torch.ones(1, 65, dtype=torch.long))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="multiple"):
+        BertConfig(hidden_size=30, num_attention_heads=4)
+    with pytest.raises(ValueError, match="attention"):
+        BertConfig(attention="flash")
