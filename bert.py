@@ -82,12 +82,12 @@ class BertLayer(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        H, I = config.hidden_size, config.intermediate_size
+        H, inner = config.hidden_size, config.intermediate_size
         self.attention = nn.ModuleDict(
             {"self": SelfAttention(config), "output": AddNorm(H, config)}
         )
-        self.intermediate = nn.ModuleDict({"dense": nn.Linear(H, I)})
-        self.output = AddNorm(I, config)
+        self.intermediate = nn.ModuleDict({"dense": nn.Linear(H, inner)})
+        self.output = AddNorm(inner, config)
 
     def forward(self, x, mask):
         a = self.attention["output"](self.attention["self"](x, mask), x)  # (B, T, H)
