@@ -1,0 +1,271 @@
+"""AdamW written by hand, and PCGrad gradient surgery for multitask training.
+
+AdamW: Adam (Kingma & Ba, 2015, "Adam: A Method for Stochastic Optimization") with
+decoupled weight decay (Loshchilov & Hutter, 2019, "Decoupled Weight Decay
+Regularization"). One step for a parameter p with gradient g, at step t:
+
+    m_t = beta1 * m_{t-1} + (1 - beta1) * g          first moment (momentum)
+    v_t = beta2 * v_{t-1} + (1 - beta2) * g^2        second moment (per-coordinate scale)
+    m_hat = m_t / (1 - beta1^t),  v_hat = v_t / (1 - beta2^t)   (only if correct_bias)
+    p <- p - lr * weight_decay * p                   decay uses p before the Adam update
+    p <- p - lr * m_hat / (sqrt(v_hat) + eps)
+
+This is torch.optim.AdamW's arithmetic (eps added to the bias-corrected sqrt(v_hat)), so the
+two agree to float rounding; `correct_bias=False` skips the bias correction as the CS224n
+minBERT handout's AdamW does.
+
+PCGrad: Yu et al., 2020, "Gradient Surgery for Multi-Task Learning". When two task gradients
+conflict (negative dot product), each is projected onto the normal plane of the other before
+they are summed. It lives here because it changes the gradient the optimizer sees:
+
+    grads = []
+    for task in tasks:
+        optimizer.zero_grad()
+        task_loss(task).backward()
+        grads.append(flatten_grads(params))     # (P,)
+    write_flat_grads(params, pcgrad(grads))
+    optimizer.step()
+"""
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+
+
+def _check_hyperparameters(group: dict, where: str) -> None:
+    """Raise a ValueError naming the bad hyperparameter and the group it came from."""
+    lr, betas, eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    if not lr >= 0.0:
+        raise ValueError(f"AdamW {where}: lr must be >= 0, got {lr}")
+    if not isinstance(betas, tuple | list) or len(betas) != 2:
+        raise ValueError(f"AdamW {where}: betas must be a pair (beta1, beta2), got {betas}")
+    for name, beta in zip(("beta1", "beta2"), betas, strict=True):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"AdamW {where}: {name} must be in [0, 1), got {beta}")
+    if not eps >= 0.0:
+        raise ValueError(f"AdamW {where}: eps must be >= 0, got {eps}")
+    if not weight_decay >= 0.0:
+        raise ValueError(f"AdamW {where}: weight_decay must be >= 0, got {weight_decay}")
+
+
+class AdamW(torch.optim.Optimizer):
+    """Adam with decoupled weight decay; per-parameter state: step, exp_avg, exp_avg_sq.
+
+    Every hyperparameter can be set per parameter group. `foreach=True` runs the same math
+    with torch._foreach_* ops over all tensors of a group at once (fewer kernel launches);
+    the default loop over parameters is the one to read.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float = 1e-3,  # step size
+        betas: tuple[float, float] = (0.9, 0.999),  # decay rates of the two moment averages
+        eps: float = 1e-6,  # added to sqrt(v_hat) so the step stays finite
+        weight_decay: float = 0.0,  # decoupled decay: p <- p - lr * weight_decay * p
+        correct_bias: bool = True,  # divide the moments by (1 - beta^t), as Adam does
+        foreach: bool = False,  # vectorised update over a group's tensors; same numbers
+    ):
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            correct_bias=correct_bias,
+            foreach=foreach,
+        )
+        _check_hyperparameters(defaults, "defaults")
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        # The base class fills a group's missing options from the defaults; check the result.
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        _check_hyperparameters(group, f"parameter group {len(self.param_groups) - 1}")
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """Update every parameter that has a gradient; return closure()'s loss if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group_index, group in enumerate(self.param_groups):
+            params = []
+            for param_index, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(
+                        f"AdamW: parameter {param_index} of group {group_index} has a sparse "
+                        "gradient, which AdamW does not support; use torch.optim.SparseAdam "
+                        "or an embedding with sparse=False"
+                    )
+                params.append(p)
+            if group["foreach"]:
+                self._foreach_update(group, params)
+            else:
+                self._loop_update(group, params)
+        return loss
+
+    def _state(self, p: torch.Tensor) -> dict:
+        """Per-parameter state, created on the first step: a step count and two moments."""
+        state = self.state[p]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    def _bias_corrections(self, group: dict, step: int) -> tuple[float, float]:
+        """(1 - beta1^t, 1 - beta2^t), or (1, 1) when bias correction is off."""
+        if not group["correct_bias"]:
+            return 1.0, 1.0
+        beta1, beta2 = group["betas"]
+        return 1.0 - beta1**step, 1.0 - beta2**step
+
+    def _loop_update(self, group: dict, params: list[torch.Tensor]) -> None:
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        for p in params:
+            grad = p.grad
+            state = self._state(p)
+            state["step"] += 1
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+
+            # m_t = beta1 * m_{t-1} + (1 - beta1) * g
+            exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+            # v_t = beta2 * v_{t-1} + (1 - beta2) * g^2
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+
+            # m_hat = m_t / bias1 and v_hat = v_t / bias2 (both 1 without correction)
+            bias1, bias2 = self._bias_corrections(group, state["step"])
+
+            # p <- p - lr * weight_decay * p, before the Adam step (decoupled decay)
+            p.mul_(1.0 - lr * group["weight_decay"])
+
+            # p <- p - lr * m_hat / (sqrt(v_hat) + eps); bias1 is folded into the step size
+            denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
+            p.addcdiv_(exp_avg, denom, value=-lr / bias1)
+
+    def _foreach_update(self, group: dict, params: list[torch.Tensor]) -> None:
+        """The same update as _loop_update, one torch._foreach_* call per line of math."""
+        if not params:
+            return
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        states = [self._state(p) for p in params]
+        grads = [p.grad for p in params]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        for s in states:
+            s["step"] += 1
+        # Step counts can differ inside a group (a parameter without a gradient is skipped),
+        # so the bias corrections are per tensor.
+        biases = [self._bias_corrections(group, s["step"]) for s in states]
+
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+
+        torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])
+
+        denoms = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denoms, [math.sqrt(bias2) for _, bias2 in biases])
+        torch._foreach_add_(denoms, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denoms, [-lr / bias1 for bias1, _ in biases])
+
+
+def project_conflicting(
+    grads: list[torch.Tensor], generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
+    """PCGrad's per-task projection (Yu et al., 2020, Algorithm 1).
+
+    Args:
+        grads: T task gradients, each a flat vector of shape (P,).
+        generator: source of the random order in which each task visits the others.
+    Returns:
+        T projected gradients, each (P,): one copy per task, the inputs are left untouched.
+
+    For task i, a copy g_i is projected off each other task's ORIGINAL gradient g_j, in a
+    random order (a fresh permutation of range(T) per task, skipping i), whenever they
+    conflict: if g_i . g_j < 0, g_i <- g_i - (g_i . g_j) / ||g_j||^2 * g_j.
+    """
+    if not grads:
+        raise ValueError("pcgrad: expected at least one task gradient, got an empty list")
+    shape = grads[0].shape
+    for t, g in enumerate(grads):
+        if g.dim() != 1 or g.shape != shape:
+            raise ValueError(
+                f"pcgrad: every task gradient must be a flat vector of the same shape (P,); "
+                f"task 0 has shape {tuple(shape)}, task {t} has shape {tuple(g.shape)}"
+            )
+    num_tasks = len(grads)
+    projected = []
+    for i in range(num_tasks):
+        g_i = grads[i].clone()
+        order = torch.randperm(num_tasks, generator=generator).tolist()
+        for j in order:
+            if j == i:
+                continue
+            g_j = grads[j]
+            dot = torch.dot(g_i, g_j)
+            # A zero g_j gives dot == 0, so there is never a division by ||g_j||^2 = 0.
+            if dot < 0:
+                g_i.sub_(g_j, alpha=(dot / torch.dot(g_j, g_j)).item())
+        projected.append(g_i)
+    return projected
+
+
+def pcgrad(grads: list[torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
+    """Gradient surgery: the sum of the projected task gradients.
+
+    Args:
+        grads: T task gradients, each a flat vector of shape (P,).
+        generator: source of the random projection order (same seed, same result).
+    Returns:
+        (P,) the combined gradient to hand to the optimizer.
+    """
+    projected = project_conflicting(grads, generator)
+    total = projected[0]  # sum in place into the first copy: no (T, P) stack
+    for g in projected[1:]:
+        total.add_(g)
+    return total
+
+
+def flatten_grads(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """Concatenate the .grad of every parameter into one (P,) vector; None counts as zeros."""
+    chunks = []
+    for index, p in enumerate(params):
+        if p.grad is None:
+            chunks.append(torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        elif p.grad.is_sparse:
+            raise RuntimeError(f"flatten_grads: parameter {index} has a sparse gradient")
+        else:
+            chunks.append(p.grad.reshape(-1))
+    if not chunks:
+        raise ValueError("flatten_grads: got no parameters")
+    return torch.cat(chunks)  # (P,)
+
+
+def write_flat_grads(params: Iterable[torch.Tensor], flat: torch.Tensor) -> None:
+    """Write a (P,) vector back into the .grad of each parameter, in flatten_grads' order.
+
+    Every parameter gets a gradient, so one that no task used gets zeros (and AdamW then
+    still decays it); pass only the parameters that should take part.
+    """
+    params = list(params)
+    total = sum(p.numel() for p in params)
+    if flat.dim() != 1 or flat.numel() != total:
+        raise ValueError(
+            f"write_flat_grads: expected a flat vector of {total} values (the parameters' "
+            f"total size), got shape {tuple(flat.shape)}"
+        )
+    offset = 0
+    for p in params:
+        chunk = flat[offset : offset + p.numel()].view_as(p)
+        if p.grad is None:
+            p.grad = chunk.clone()
+        else:
+            p.grad.copy_(chunk)
+        offset += p.numel()
