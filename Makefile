@@ -29,6 +29,10 @@ check: venv
 demo: venv
 	$(PY) demo.py
 
+# Fill data/ from the public CS224n handout when online; say what is missing otherwise.
+data: venv
+	$(PY) datasets.py --data_dir data
+
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

@@ -1,0 +1,576 @@
+"""Data: the CS224n default final project files, read once, tokenized once, batched by length.
+
+Reference: the CS224n "minBERT" default final project handout (Stanford, 2023-2024), whose
+`datasets.py` reads each tab-separated file with `csv.DictReader`; we parse the same way so
+that every sentence is the handout's, minus the lowercasing, which our uncased tokenizer does.
+SNLI (Bowman et al., 2015) is read for supervised SimCSE (Gao et al., 2021).
+
+Tasks and files (`task_file`): 'sst' ids-sst-*, 'cfimdb' ids-cfimdb-*, 'para' quora-*,
+'sts' sts-*, 'snli' snli-{train,dev}; split 'test' means the unlabeled *-test-student.csv.
+
+Bad rows (wrong column count, empty or out-of-range label, empty text) are never misread:
+by default they are skipped with ONE warning per file naming their lines; `strict=True`
+raises a DataError at the first one instead.
+
+`python datasets.py` (run by `make data`) checks the data folder and downloads what is
+missing from the handout repository when it can.
+"""
+
+import argparse
+import csv
+import math
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+DEFAULT_DATA_DIR = "data"
+SPLITS = ("train", "dev", "test")
+FILE_STEMS = {
+    "sst": "ids-sst",
+    "cfimdb": "ids-cfimdb",
+    "para": "quora",
+    "sts": "sts",
+    "snli": "snli",
+}
+HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
+
+
+class DataError(ValueError):
+    """A data file that cannot be read as expected; the message starts with `file:line:`."""
+
+
+class DataWarning(UserWarning):
+    """Rows of a data file were skipped."""
+
+
+class _BadRow(Exception):
+    """Internal: why one row was rejected (becomes a DataError or a warning line)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Files
+
+
+def data_dir(arg: str | None = None) -> Path:
+    """The data folder: the --data_dir argument, else $MINBERT_DATA, else data/."""
+    return Path(arg or os.environ.get("MINBERT_DATA") or DEFAULT_DATA_DIR)
+
+
+def task_file(folder: str | Path, task: str, split: str) -> Path:
+    """Path of one task's split, e.g. ('sst', 'test') -> ids-sst-test-student.csv."""
+    if task not in FILE_STEMS:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(FILE_STEMS)}")
+    if split not in SPLITS or (task == "snli" and split == "test"):
+        allowed = SPLITS[:2] if task == "snli" else SPLITS
+        raise ValueError(f"unknown split {split!r} for {task!r}; expected one of {allowed}")
+    suffix = "test-student" if split == "test" else split
+    return Path(folder) / f"{FILE_STEMS[task]}-{suffix}.csv"
+
+
+def expected_files() -> list[str]:
+    """Names of every file the project reads."""
+    return [
+        task_file(".", task, split).name
+        for task in FILE_STEMS
+        for split in SPLITS
+        if not (task == "snli" and split == "test")
+    ]
+
+
+def _missing_file_message(path: Path) -> str:
+    return (
+        f"data file {path} not found. Point MINBERT_DATA (or --data_dir) at a folder holding "
+        "the CS224n data files, or run `make data` to download them into data/."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Readers
+
+
+@dataclass(frozen=True)
+class SentenceExample:
+    id: str
+    sentence: str
+    label: int | None  # class index; None in test-student files
+
+
+@dataclass(frozen=True)
+class PairExample:
+    id: str
+    sentence1: str
+    sentence2: str
+    label: float | None  # 0/1 (para, an int) or a 0-5 score (sts); None in test-student files
+
+
+@dataclass(frozen=True)
+class NLIExample:
+    premise: str
+    hypothesis: str
+    label: int | None  # 0 entailment, 1 neutral, 2 contradiction
+
+
+def space_punctuation(s: str) -> str:
+    """The handout's preprocess_string for pair sentences, without its lowercasing.
+
+    BERT's basic tokenizer splits on punctuation anyway, so this changes no token ids;
+    it keeps our text identical to the handout's.
+    """
+    for p in ".?,'":
+        s = s.replace(p, " " + p)
+    return " ".join(s.split())
+
+
+def _number(raw: str, expected: str) -> float:
+    if not raw.strip():
+        raise _BadRow(f"empty label; expected {expected}")
+    try:
+        return float(raw)
+    except ValueError:
+        raise _BadRow(f"label {raw.strip()!r} is not a number; expected {expected}") from None
+
+
+def _integer_label(low: int, high: int) -> Callable[[str], int]:
+    """Parser for class labels; accepts '3' and Quora's '1.0', rejects '2.5' and '7'."""
+
+    def parse(raw: str) -> int:
+        expected = f"an integer {low}-{high}"
+        value = _number(raw, expected)
+        if not value.is_integer() or not low <= value <= high:
+            raise _BadRow(f"label {raw.strip()!r} is out of range; expected {expected}")
+        return int(value)
+
+    return parse
+
+
+def _score_label(low: float, high: float) -> Callable[[str], float]:
+    """Parser for real-valued similarity scores in [low, high]."""
+
+    def parse(raw: str) -> float:
+        expected = f"a number in [{low:g}, {high:g}]"
+        value = _number(raw, expected)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise _BadRow(f"label {raw.strip()!r} is out of range; expected {expected}")
+        return value
+
+    return parse
+
+
+def _read_table(
+    path: str | Path,
+    text_columns: Sequence[str],
+    label_column: str,
+    parse_label: Callable[[str], float],
+    strict: bool,
+) -> list[tuple[list[str], float | None]]:
+    """Rows of a tab-separated file as ([stripped text columns], label or None).
+
+    Columns are found by header name, which also copes with the extra leading column of
+    the test-student files. A file whose header has no `label_column` is unlabeled.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(_missing_file_message(path))
+    rows, bad = [], []
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter="\t")
+            header = next(reader, None)
+            if header is None:
+                raise DataError(f"{path}:1: empty file; expected a header line")
+            missing = [c for c in text_columns if c not in header]
+            if missing:
+                raise DataError(
+                    f"{path}:1: header {header} lacks column(s) {missing}; expected "
+                    f"{list(text_columns)} and, in labeled files, {label_column!r}"
+                )
+            text_at = [header.index(c) for c in text_columns]
+            label_at = header.index(label_column) if label_column in header else None
+            next_line = reader.line_num + 1
+            for row in reader:
+                # A quoted field may span lines: a row starts where the previous one ended.
+                line, next_line = next_line, reader.line_num + 1
+                if not row:
+                    continue  # blank line: csv.DictReader skips these too
+                try:
+                    if len(row) != len(header):
+                        raise _BadRow(f"{len(row)} columns; expected {len(header)} like the header")
+                    texts = [row[i].strip() for i in text_at]
+                    for name, text in zip(text_columns, texts, strict=True):
+                        if not text:
+                            raise _BadRow(f"empty {name}; expected text")
+                    label = None if label_at is None else parse_label(row[label_at])
+                except _BadRow as err:
+                    if strict:
+                        raise DataError(f"{path}:{line}: {err}") from None
+                    bad.append((line, str(err)))
+                    continue
+                rows.append((texts, label))
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise DataError(
+            f"{path}: cannot parse ({err}); expected a UTF-8 tab-separated file"
+        ) from None
+    if bad:
+        lines = ", ".join(str(line) for line, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        warnings.warn(
+            f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
+            f"first: line {bad[0][0]}: {bad[0][1]} (strict=True raises instead)",
+            DataWarning,
+            stacklevel=3,
+        )
+    return rows
+
+
+def read_sentiment(
+    path: str | Path, num_labels: int, strict: bool = False
+) -> list[SentenceExample]:
+    """SST (num_labels=5) or CFIMDB (num_labels=2): `<index> id sentence sentiment`."""
+    rows = _read_table(
+        path, ("id", "sentence"), "sentiment", _integer_label(0, num_labels - 1), strict
+    )
+    return [SentenceExample(id_, sentence, label) for (id_, sentence), label in rows]
+
+
+def read_pairs(path: str | Path, kind: str, strict: bool = False) -> list[PairExample]:
+    """Quora (kind='binary', is_duplicate 0/1) or STS (kind='score', similarity 0-5)."""
+    if kind == "binary":
+        label_column, parse = "is_duplicate", _integer_label(0, 1)
+    elif kind == "score":
+        label_column, parse = "similarity", _score_label(0.0, 5.0)
+    else:
+        raise ValueError(f"unknown pair kind {kind!r}; expected 'binary' or 'score'")
+    rows = _read_table(path, ("id", "sentence1", "sentence2"), label_column, parse, strict)
+    return [
+        PairExample(id_, space_punctuation(s1), space_punctuation(s2), label)
+        for (id_, s1, s2), label in rows
+    ]
+
+
+def read_snli(path: str | Path, strict: bool = False) -> list[NLIExample]:
+    """SNLI pairs: `premise hypothesis label` with 0 entailment, 1 neutral, 2 contradiction."""
+    rows = _read_table(path, ("premise", "hypothesis"), "label", _integer_label(0, 2), strict)
+    return [NLIExample(premise, hypothesis, label) for (premise, hypothesis), label in rows]
+
+
+def read_task(folder: str | Path, task: str, split: str, strict: bool = False) -> list:
+    """Examples of one task's split, with the reader and label range that task needs."""
+    path = task_file(folder, task, split)
+    readers = {
+        "sst": lambda: read_sentiment(path, 5, strict),
+        "cfimdb": lambda: read_sentiment(path, 2, strict),
+        "para": lambda: read_pairs(path, "binary", strict),
+        "sts": lambda: read_pairs(path, "score", strict),
+        "snli": lambda: read_snli(path, strict),
+    }
+    return readers[task]()
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenized datasets and batching
+
+
+def _labels(examples: Sequence, dtype: torch.dtype) -> torch.Tensor | None:
+    """All labels as one tensor, or None when the examples are unlabeled."""
+    labels = [e.label for e in examples]
+    if all(label is None for label in labels):
+        return None
+    if any(label is None for label in labels):
+        raise ValueError("some examples have labels and some do not; expected one or the other")
+    return torch.tensor(labels, dtype=dtype)
+
+
+def pad(seqs: Sequence[Sequence[int]], value: int, length: int) -> torch.Tensor:
+    """Right-pad ragged id lists to `length`: (B, length) long."""
+    out = torch.full((len(seqs), length), value, dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        out[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return out
+
+
+def _mask(seqs: Sequence[Sequence[int]], length: int) -> torch.Tensor:
+    """1 on real tokens, 0 on padding: (B, length) long."""
+    lengths = torch.tensor([len(s) for s in seqs])
+    return (torch.arange(length)[None, :] < lengths[:, None]).long()  # (B, T)
+
+
+def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int) -> dict:
+    """Ragged token ids and token types (no padding), truncated to max_length."""
+    if not texts:  # an empty split (every row skipped): nothing to tokenize
+        return {"input_ids": [], "token_type_ids": []}
+    return tokenizer(
+        texts,
+        text_pair=pairs,
+        padding=False,
+        truncation=True,
+        max_length=max_length,
+        return_tensors=None,
+    )
+
+
+class _Tokenized(Dataset):
+    """Token ids made once at construction, padded per batch by `collate`.
+
+    An item is just its index: collate reads the stored ragged lists, so nothing is copied
+    per example. Subclasses set input_ids, token_type_ids, labels, ids, lengths, pad_id.
+    """
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+    def _collate_single(self, indices: list[int]) -> dict:
+        """One sequence per example: (B, T) tensors, T the batch's longest sequence."""
+        seqs = [self.input_ids[i] for i in indices]
+        T = max(len(s) for s in seqs)
+        batch = {
+            "input_ids": pad(seqs, self.pad_id, T),  # (B, T)
+            "attention_mask": _mask(seqs, T),  # (B, T)
+            "token_type_ids": pad([self.token_type_ids[i] for i in indices], 0, T),  # (B, T)
+        }
+        return self._finish(batch, indices)
+
+    def _finish(self, batch: dict, indices: list[int]) -> dict:
+        if self.labels is not None:
+            batch["labels"] = self.labels[indices]  # (B,)
+        batch["ids"] = [self.ids[i] for i in indices]
+        return batch
+
+
+class SentenceDataset(_Tokenized):
+    """One sentence per example (sst, cfimdb); labels are long class indices.
+
+    Batch: input_ids, attention_mask, token_type_ids (B, T) long; labels (B,) long when
+    labeled; ids list[str].
+    """
+
+    def __init__(self, examples: Sequence[SentenceExample], tokenizer, max_length: int = 128):
+        enc = _encode(tokenizer, [e.sentence for e in examples], None, max_length)
+        self.input_ids, self.token_type_ids = enc["input_ids"], enc["token_type_ids"]
+        self.lengths = [len(x) for x in self.input_ids]
+        self.labels = _labels(examples, torch.long)
+        self.ids = [e.id for e in examples]
+        self.pad_id = tokenizer.pad_token_id
+
+    def collate(self, indices: list[int]) -> dict:
+        return self._collate_single(indices)
+
+
+class PairDataset(_Tokenized):
+    """Sentence pairs (para, sts); labels are float (0/1 or a 0-5 score).
+
+    cross_encode=False (siamese, SBERT): each side tokenized alone; input_ids,
+    attention_mask and token_type_ids are (2, B, T) with [0] the first sentences and [1]
+    the second, padded to one T so a model runs both in one forward via .view(2 * B, T).
+    cross_encode=True: one `[CLS] a [SEP] b [SEP]` sequence per pair, token types 0 then
+    1, truncated longest-first; tensors are (B, T).
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[PairExample],
+        tokenizer,
+        max_length: int = 128,
+        cross_encode: bool = False,
+    ):
+        self.cross_encode = cross_encode
+        first, second = [e.sentence1 for e in examples], [e.sentence2 for e in examples]
+        if cross_encode:
+            enc = _encode(tokenizer, first, second, max_length)
+            self.input_ids, self.token_type_ids = enc["input_ids"], enc["token_type_ids"]
+            self.lengths = [len(x) for x in self.input_ids]
+        else:
+            self.input_ids = (
+                _encode(tokenizer, first, None, max_length)["input_ids"],
+                _encode(tokenizer, second, None, max_length)["input_ids"],
+            )
+            # The padded T is set by the longer side of each pair.
+            self.lengths = [max(len(a), len(b)) for a, b in zip(*self.input_ids, strict=True)]
+        self.labels = _labels(examples, torch.float)
+        self.ids = [e.id for e in examples]
+        self.pad_id = tokenizer.pad_token_id
+
+    def collate(self, indices: list[int]) -> dict:
+        if self.cross_encode:
+            return self._collate_single(indices)
+        firsts = [self.input_ids[0][i] for i in indices]
+        seconds = [self.input_ids[1][i] for i in indices]
+        T = max(len(s) for s in firsts + seconds)
+        ids = torch.stack([pad(firsts, self.pad_id, T), pad(seconds, self.pad_id, T)])
+        mask = torch.stack([_mask(firsts, T), _mask(seconds, T)])
+        batch = {
+            "input_ids": ids,  # (2, B, T)
+            "attention_mask": mask,  # (2, B, T)
+            "token_type_ids": torch.zeros_like(ids),  # (2, B, T): each side is segment A
+        }
+        return self._finish(batch, indices)
+
+
+class LengthBucketSampler(Sampler[list[int]]):
+    """Batches of similar lengths, so little compute goes to padding.
+
+    shuffle=True: each epoch, shuffle all indices, cut them into chunks of
+    `batches_per_bucket` batches, sort each chunk by length and cut it into batches, then
+    shuffle the batch order. Batches stay random at the scale of the data set while padding
+    is that of a sorted order. shuffle=False: one length-sorted pass, longest first (an
+    out-of-memory error shows at once). Every index appears exactly once per epoch; the
+    order depends only on `generator` (the global torch RNG when None).
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        shuffle: bool = True,
+        generator: torch.Generator | None = None,
+        batches_per_bucket: int = 50,
+    ):
+        if batch_size < 1 or batches_per_bucket < 1:
+            raise ValueError(
+                f"batch_size ({batch_size}) and batches_per_bucket ({batches_per_bucket}) "
+                "must be at least 1"
+            )
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.generator = generator
+        self.batches_per_bucket = batches_per_bucket
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+    def _sorted_batches(self, indices: list[int]) -> list[list[int]]:
+        indices = sorted(indices, key=lambda i: -self.lengths[i])  # stable: ties keep order
+        return [indices[j : j + self.batch_size] for j in range(0, len(indices), self.batch_size)]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            yield from self._sorted_batches(list(range(n)))
+            return
+        generator = self.generator
+        if generator is None:  # as torch's RandomSampler: draw a seed from the global RNG
+            generator = torch.Generator()
+            generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        order = torch.randperm(n, generator=generator).tolist()
+        # A chunk is a whole number of batches, so only the epoch's last batch can be short.
+        chunk = self.batch_size * self.batches_per_bucket
+        batches = []
+        for start in range(0, n, chunk):
+            batches += self._sorted_batches(order[start : start + chunk])
+        for b in torch.randperm(len(batches), generator=generator).tolist():
+            yield batches[b]
+
+
+def make_loader(
+    dataset: SentenceDataset | PairDataset,
+    batch_size: int,
+    shuffle: bool,
+    generator: torch.Generator | None = None,
+    num_workers: int = 0,
+) -> DataLoader:
+    """A DataLoader over a tokenized dataset with length-bucketed batches."""
+    sampler = LengthBucketSampler(dataset.lengths, batch_size, shuffle, generator)
+    return DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=dataset.collate, num_workers=num_workers
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# `make data`: check the data folder, download what the handout provides
+
+
+def _download(url: str, dest: Path, timeout: float) -> None:
+    """Fetch url into dest atomically (a partial download never looks like a data file)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        payload = response.read()
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False, suffix=".part") as tmp:
+        tmp.write(payload)
+    Path(tmp.name).replace(dest)
+
+
+def fetch_missing(folder: Path, base_url: str, timeout: float) -> list[str]:
+    """Download missing handout files into folder; return the names still missing.
+
+    A task's files are downloaded only when ALL of them are missing: mixing sources would
+    leak, e.g. a mirror's quora-train.csv is cut from the handout's quora-dev.csv.
+    SNLI is not part of the handout and is never downloaded.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for task in FILE_STEMS:
+        if task == "snli":
+            continue
+        names = [task_file(folder, task, s).name for s in SPLITS]
+        if any((folder / name).is_file() for name in names):
+            continue
+        for name in names:
+            try:
+                _download(base_url + name, folder / name, timeout)
+                print(f"downloaded {name}")
+            except urllib.error.HTTPError as err:
+                print(f"{name}: not at {base_url + name} (HTTP {err.code})")
+            except (urllib.error.URLError, TimeoutError, OSError) as err:
+                print(f"offline? could not reach {base_url} ({err}); not trying further files")
+                return [n for n in expected_files() if not (folder / n).is_file()]
+    return [n for n in expected_files() if not (folder / n).is_file()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Check the data folder; download what is missing.")
+    parser.add_argument(
+        "--data_dir", default=None, help="data folder (default: $MINBERT_DATA, else data/)"
+    )
+    parser.add_argument(
+        "--no_download", action="store_true", help="only check, never touch the network"
+    )
+    parser.add_argument(
+        "--url", default=HANDOUT_URL, help="base URL of the CS224n handout's data/ folder"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait on each download"
+    )
+    args = parser.parse_args()
+    assert args.timeout > 0, "--timeout must be positive"
+
+    folder = data_dir(args.data_dir)
+    missing = [n for n in expected_files() if not (folder / n).is_file()]
+    if missing and not args.no_download:
+        missing = fetch_missing(folder, args.url, args.timeout)
+
+    for task in FILE_STEMS:
+        for split in SPLITS[:2] if task == "snli" else SPLITS:
+            path = task_file(folder, task, split)
+            if not path.is_file():
+                continue
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                rows = len(read_task(folder, task, split))
+            notes = "; ".join(str(w.message).split(": ", 1)[1] for w in caught)
+            print(f"ok      {path.name:28s} {rows:7d} rows" + (f"  ({notes})" if notes else ""))
+    for name in missing:
+        print(f"MISSING {name}")
+    if missing:
+        print(
+            f"\n{len(missing)} file(s) missing from {folder.resolve()}. Copy them there, or "
+            "point MINBERT_DATA (or --data_dir) at a folder that has them. The SNLI files are "
+            "built from SNLI 1.0 (see the data README); the full Quora training file is not "
+            "always in the handout repository. Take all files of a task from one source: a "
+            "mirror's Quora split is cut from the handout's quora-dev.csv.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Evaluation: metrics, one evaluation loop for every task, CS224n prediction files.
+
+Reference: the CS224n "minBERT" default final project handout (evaluation.py and
+multitask_classifier.py's test_multitask): sentiment accuracy, paraphrase accuracy from
+sigmoid(logit) > 0.5, STS Pearson correlation, and the overall score
+(sst_acc + para_acc + (sts_r + 1) / 2) / 3. Macro and support-weighted F1 are also reported,
+as in chapter 5 of the SMART-SBERT with SimCSE thesis.
+
+The model contract: `model.predict(task, batch)` returns raw outputs, (B, C) logits for
+'sst' and 'cfimdb', (B,) one logit for 'para', (B,) a 0-5 score for 'sts'. The table TASKS
+says how each task turns raw outputs into predictions and which metrics it computes.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# ---------------------------------------------------------------------------------------
+# Metrics (numpy in, float out)
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Fraction of exact matches."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return float(np.mean(y_true == y_pred))
+
+
+def _f1_per_class(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """F1 and support of every class seen in y_true or y_pred (F1 = 0 when undefined)."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    classes = np.union1d(y_true, y_pred)
+    tp = np.array([np.sum((y_pred == c) & (y_true == c)) for c in classes], dtype=float)
+    predicted = np.array([np.sum(y_pred == c) for c in classes], dtype=float)
+    support = np.array([np.sum(y_true == c) for c in classes], dtype=float)
+    # F1 = 2 tp / (predicted + actual); a class never predicted nor present cannot occur here.
+    f1 = 2 * tp / (predicted + support)
+    return f1, support
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 (sklearn's average='macro', zero_division=0)."""
+    f1, _ = _f1_per_class(y_true, y_pred)
+    return float(np.mean(f1))
+
+
+def weighted_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Per-class F1 averaged with weights = the class's number of true samples
+    (sklearn's average='weighted', zero_division=0)."""
+    f1, support = _f1_per_class(y_true, y_pred)
+    return float(np.sum(f1 * support) / np.sum(support))
+
+
+def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation; nan when either input is constant."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    dx, dy = x - x.mean(), y - y.mean()
+    denom = np.sqrt(np.sum(dx * dx) * np.sum(dy * dy))
+    return float(np.sum(dx * dy) / denom) if denom > 0 else float("nan")
+
+
+def overall_score(sst_acc: float, para_acc: float, sts_r: float) -> float:
+    """The CS224n leaderboard score: Pearson r in [-1, 1] is mapped to [0, 1] first."""
+    return (sst_acc + para_acc + (sts_r + 1) / 2) / 3
+
+
+def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    return {
+        "accuracy": accuracy(y_true, y_pred),
+        "macro_f1": macro_f1(y_true, y_pred),
+        "weighted_f1": weighted_f1(y_true, y_pred),
+    }
+
+
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    return {"pearson": pearson_r(y_true, y_pred)}
+
+
+# ---------------------------------------------------------------------------------------
+# The task table
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    kind: str  # 'classification': (B, C) logits; 'binary': (B,) a logit; 'regression': (B,) a score
+    num_labels: int  # classes of a classification head; 1 otherwise
+    pair: bool  # two sentences per example
+    title: str  # name in tables
+    column: str  # prediction-file header, as the handout writes it
+
+
+def _argmax(out: torch.Tensor) -> torch.Tensor:
+    return out.argmax(dim=-1)  # (B, C) -> (B,)
+
+
+def _positive(out: torch.Tensor) -> torch.Tensor:
+    # logit > 0 <=> sigmoid > 0.5; the handout's sigmoid().round() also maps 0.5 to 0.
+    return (out > 0).long()  # (B,)
+
+
+def _score(out: torch.Tensor) -> torch.Tensor:
+    return out.float()  # (B,)
+
+
+# kind -> (raw output -> predictions, (labels, predictions) -> metrics)
+RULES = {
+    "classification": (_argmax, classification_metrics),
+    "binary": (_positive, classification_metrics),
+    "regression": (_score, regression_metrics),
+}
+
+TASKS = {
+    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment"),
+    "cfimdb": TaskSpec("classification", 2, False, "CFIMDB", "Predicted_Sentiment"),
+    "para": TaskSpec("binary", 1, True, "QQP", "Predicted_Is_Paraphrase"),
+    # "Similiary" is the handout's spelling; kept so our files match its format exactly.
+    "sts": TaskSpec("regression", 1, True, "STS", "Predicted_Similiary"),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# One evaluation loop
+
+
+@dataclass
+class TaskResult:
+    metrics: dict[str, float]  # empty for unlabeled (test) data
+    ids: list[str] = field(default_factory=list)
+    preds: list = field(default_factory=list)  # int classes, or float scores for sts
+
+
+def to_device(batch: dict, device: torch.device | str) -> dict:
+    """Move every tensor of a batch to device; other values (ids) stay as they are."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def evaluate(
+    model: torch.nn.Module, loaders: Mapping[str, Iterable[dict]], device: torch.device | str
+) -> dict[str, TaskResult]:
+    """Predictions (and metrics, where labeled) of `model` for every task in `loaders`.
+
+    Runs in eval mode under no_grad and restores the model's previous mode afterwards.
+    """
+    unknown = set(loaders) - set(TASKS)
+    if unknown:
+        raise ValueError(f"no evaluation rule for task(s) {sorted(unknown)}; known: {list(TASKS)}")
+    was_training = model.training
+    model.eval()
+    results = {}
+    try:
+        with torch.no_grad():
+            for task, loader in loaders.items():
+                results[task] = _evaluate_task(model, task, loader, device)
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResult:
+    predict, metrics_of = RULES[TASKS[task].kind]
+    output_ndim = 2 if TASKS[task].kind == "classification" else 1
+    ids, preds, labels = [], [], []
+    for batch in loader:
+        batch = to_device(batch, device)
+        out = model.predict(task, batch)
+        B = len(batch["ids"])
+        if out.dim() != output_ndim or out.shape[0] != B:
+            expected = "(B, C) logits" if output_ndim == 2 else "(B,)"
+            raise ValueError(
+                f"model.predict({task!r}) returned shape {tuple(out.shape)} for a batch of {B}; "
+                f"expected {expected}"
+            )
+        preds.append(predict(out).cpu())
+        ids.extend(batch["ids"])
+        if "labels" in batch:
+            labels.append(batch["labels"].cpu())
+    if labels and len(labels) != len(preds):
+        raise ValueError(f"{task}: some batches have labels and some do not")
+    preds = torch.cat(preds).numpy() if preds else np.array([])
+    metrics = metrics_of(torch.cat(labels).numpy(), preds) if labels else {}
+    return TaskResult(metrics, ids, preds.tolist())
+
+
+def overall_from_results(results: Mapping[str, TaskResult]) -> float:
+    """The overall score from the sst, para and sts results of one evaluate() call."""
+    missing = [t for t in ("sst", "para", "sts") if not results.get(t, TaskResult({})).metrics]
+    if missing:
+        raise ValueError(f"the overall score needs labeled results for {missing}")
+    return overall_score(
+        results["sst"].metrics["accuracy"],
+        results["para"].metrics["accuracy"],
+        results["sts"].metrics["pearson"],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Prediction files (the handout's format: a header line, then "id , prediction" rows)
+
+
+def prediction_path(out_dir: str | Path, task: str, split: str) -> Path:
+    """predictions/<task>-<split>-output.csv, the handout's file names."""
+    return Path(out_dir) / f"{task}-{split}-output.csv"
+
+
+def write_predictions(path: str | Path, task: str, ids: list[str], preds: list) -> None:
+    if len(ids) != len(preds):
+        raise ValueError(f"{len(ids)} ids but {len(preds)} predictions; expected one each")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write(f"id \t {TASKS[task].column} \n")
+        for id_, pred in zip(ids, preds, strict=True):
+            f.write(f"{id_} , {pred} \n")
+
+
+def read_predictions(path: str | Path) -> tuple[list[str], list]:
+    """(ids, preds) from a prediction file; preds are int where written as integers."""
+    ids, preds = [], []
+    with Path(path).open() as f:
+        lines = f.read().splitlines()
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        id_, sep, value = line.partition(",")
+        if not sep:
+            raise ValueError(f"{path}:{lineno}: {line!r} has no ','; expected 'id , prediction'")
+        value = value.strip()
+        try:
+            pred = int(value)
+        except ValueError:
+            try:
+                pred = float(value)
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: prediction {value!r} is not a number") from None
+        ids.append(id_.strip())
+        preds.append(pred)
+    return ids, preds

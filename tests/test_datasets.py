@@ -1,0 +1,533 @@
+"""datasets.py: readers on hand-written fixture files, collate checked by hand and against the
+tokenizer's own padding, the length-bucket sampler, and the real data folder's row counts."""
+
+import csv
+import importlib.util
+import io
+import re
+import urllib.error
+import warnings
+
+import pytest
+import torch
+
+import datasets as D
+
+# ---------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if importlib.util.find_spec("tokenizer") is not None:
+        from tokenizer import BertTokenizer
+
+        return BertTokenizer.from_pretrained("minilm")
+    import transformers
+
+    import base_bert
+
+    return transformers.BertTokenizer.from_pretrained(str(base_bert.resolve_model_dir("minilm")))
+
+
+def write(tmp_path, name: str, lines: list[str]):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def read_quietly(fn, *args, **kwargs):
+    """Call a reader; return (result, list of DataWarning messages)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args, **kwargs)
+    return result, [str(w.message) for w in caught if issubclass(w.category, D.DataWarning)]
+
+
+SST_HEADER = "\tid\tsentence\tsentiment"
+PAIR_HEADER = "\tid\tsentence1\tsentence2\t{}"
+
+# ---------------------------------------------------------------------------------------
+# Files and folders
+
+
+def test_data_dir_precedence(monkeypatch):
+    monkeypatch.delenv("MINBERT_DATA", raising=False)
+    assert D.data_dir(None) == D.data_dir() and str(D.data_dir(None)) == "data"
+    monkeypatch.setenv("MINBERT_DATA", "/some/where")
+    assert str(D.data_dir(None)) == "/some/where"
+    assert str(D.data_dir("mine")) == "mine"
+
+
+def test_task_file_names():
+    assert D.task_file("d", "sst", "train").as_posix() == "d/ids-sst-train.csv"
+    assert D.task_file("d", "cfimdb", "test").name == "ids-cfimdb-test-student.csv"
+    assert D.task_file("d", "para", "dev").name == "quora-dev.csv"
+    assert D.task_file("d", "sts", "test").name == "sts-test-student.csv"
+    assert D.task_file("d", "snli", "train").name == "snli-train.csv"
+    assert len(D.expected_files()) == 14
+    with pytest.raises(ValueError, match="unknown task 'quora'"):
+        D.task_file("d", "quora", "dev")
+    with pytest.raises(ValueError, match="unknown split 'test' for 'snli'"):
+        D.task_file("d", "snli", "test")
+
+
+def test_missing_file_says_how_to_get_it(tmp_path):
+    path = tmp_path / "ids-sst-dev.csv"
+    with pytest.raises(FileNotFoundError) as err:
+        D.read_sentiment(path, 5)
+    assert str(path) in str(err.value)
+    assert "MINBERT_DATA" in str(err.value) and "make data" in str(err.value)
+
+
+def test_header_without_needed_column_is_an_error(tmp_path):
+    path = write(tmp_path, "x.csv", ["\tid\ttext\tsentiment", "0\ta\thello\t1"])
+    with pytest.raises(D.DataError, match=rf"{re.escape(str(path))}:1: .*\['sentence'\]"):
+        D.read_sentiment(path, 5)
+
+
+# ---------------------------------------------------------------------------------------
+# Readers: good rows
+
+
+def test_read_sentiment_good_rows(tmp_path):
+    path = write(
+        tmp_path,
+        "sst.csv",
+        [SST_HEADER, "0\tA1\t It 's a lovely film .\t3", "1\tb2\t No one  goes .  \t0"],
+    )
+    got, warned = read_quietly(D.read_sentiment, path, 5)
+    assert warned == []
+    # Stripped as the handout does (sentence.strip()); inner spacing and case are kept.
+    assert got == [
+        D.SentenceExample("A1", "It 's a lovely film .", 3),
+        D.SentenceExample("b2", "No one  goes .", 0),
+    ]
+
+
+def test_read_test_student_with_extra_leading_column(tmp_path):
+    path = write(
+        tmp_path, "t.csv", ["0\t\tid\tsentence", "1\t0.0\tb75\t Effective", "2\t1.0\td17\t x"]
+    )
+    got = D.read_sentiment(path, 5)
+    assert got == [D.SentenceExample("b75", "Effective", None), D.SentenceExample("d17", "x", None)]
+
+
+def test_read_pairs_binary_and_score(tmp_path):
+    quora = write(
+        tmp_path,
+        "q.csv",
+        [
+            PAIR_HEADER.format("is_duplicate"),
+            "7\tq1\tWhy?It's ok,fine.\tHow  so\t1.0",
+            "8\tq2\ta\tb\t0",
+        ],
+    )
+    got = D.read_pairs(quora, "binary")
+    # The handout's preprocess_string spacing (without lowercasing).
+    assert got == [
+        D.PairExample("q1", "Why ?It 's ok ,fine .", "How so", 1),
+        D.PairExample("q2", "a", "b", 0),
+    ]
+    assert all(isinstance(e.label, int) for e in got)
+    sts = write(tmp_path, "s.csv", [PAIR_HEADER.format("similarity"), "1\ts1\ta\tb\t4.6"])
+    assert D.read_pairs(sts, "score") == [D.PairExample("s1", "a", "b", 4.6)]
+    unlabeled = write(tmp_path, "u.csv", ["\tid\tsentence1\tsentence2", "1\tu1\ta\tb"])
+    assert D.read_pairs(unlabeled, "score") == [D.PairExample("u1", "a", "b", None)]
+    with pytest.raises(ValueError, match="unknown pair kind"):
+        D.read_pairs(sts, "regression")
+
+
+def test_read_snli(tmp_path):
+    path = write(
+        tmp_path, "snli.csv", ["premise\thypothesis\tlabel", "A dog runs.\tAn animal moves.\t0"]
+    )
+    assert D.read_snli(path) == [D.NLIExample("A dog runs.", "An animal moves.", 0)]
+
+
+# ---------------------------------------------------------------------------------------
+# Readers: bad rows, one kind at a time (line 3 is bad, lines 2 and 4 are good)
+
+SST_BAD = [
+    ("2\tx2\t bad\t", "empty label"),
+    ("2\tx2\t bad\tgood", "label 'good' is not a number"),
+    ("2\tx2\t bad\t5", "label '5' is out of range; expected an integer 0-4"),
+    ("2\tx2\t bad\t2.5", "label '2.5' is out of range"),
+    ("2\tx2\t   \t2", "empty sentence"),
+    ("2\t\t bad\t2", "empty id"),
+    ("2\tx2\t bad\textra\t2", "5 columns; expected 4"),
+    ("2\tx2\t bad", "3 columns; expected 4"),
+]
+
+
+@pytest.mark.parametrize("bad_row,reason", SST_BAD)
+def test_sentiment_bad_row(tmp_path, bad_row, reason):
+    path = write(tmp_path, "sst.csv", [SST_HEADER, "0\tg1\t first\t1", bad_row, "3\tg3\t last\t4"])
+    got, warned = read_quietly(D.read_sentiment, path, 5)
+    # Skipped, and the ids and labels around it stay paired.
+    assert [(e.id, e.sentence, e.label) for e in got] == [("g1", "first", 1), ("g3", "last", 4)]
+    assert len(warned) == 1
+    assert f"{path}: skipped 1 bad row(s) at line(s) 3;" in warned[0] and reason in warned[0]
+    with pytest.raises(D.DataError, match=rf"^{re.escape(str(path))}:3: {re.escape(reason)}"):
+        D.read_sentiment(path, 5, strict=True)
+
+
+PAIR_BAD = [
+    ("binary", "is_duplicate", "", "empty label; expected an integer 0-1"),  # the Quora case
+    ("binary", "is_duplicate", "0.5", "label '0.5' is out of range"),
+    ("binary", "is_duplicate", "2.0", "label '2.0' is out of range"),
+    ("score", "similarity", "5.2", "label '5.2' is out of range; expected a number in [0, 5]"),
+    ("score", "similarity", "-0.1", "label '-0.1' is out of range"),
+    ("score", "similarity", "nan", "label 'nan' is out of range"),
+    ("score", "similarity", "high", "label 'high' is not a number"),
+]
+
+
+@pytest.mark.parametrize("kind,column,label,reason", PAIR_BAD)
+def test_pair_bad_label(tmp_path, kind, column, label, reason):
+    lines = [PAIR_HEADER.format(column), "0\tg1\ta\tb\t1", f"1\tx\tc\td\t{label}", "2\tg3\te\tf\t0"]
+    path = write(tmp_path, "p.csv", lines)
+    got, warned = read_quietly(D.read_pairs, path, kind)
+    assert [(e.id, e.label) for e in got] == [("g1", 1), ("g3", 0)]
+    assert len(warned) == 1 and reason in warned[0] and "line(s) 3;" in warned[0]
+    with pytest.raises(D.DataError, match=rf"{re.escape(str(path))}:3: {re.escape(reason)}"):
+        D.read_pairs(path, kind, strict=True)
+
+
+def test_pair_empty_second_sentence(tmp_path):
+    path = write(tmp_path, "p.csv", [PAIR_HEADER.format("similarity"), "0\tx\ta\t \t1.0"])
+    with pytest.raises(D.DataError, match=r":2: empty sentence2; expected text"):
+        D.read_pairs(path, "score", strict=True)
+
+
+def test_cfimdb_and_snli_label_ranges(tmp_path):
+    cfimdb = write(tmp_path, "c.csv", [SST_HEADER, "0\ta\tgood\t1", "1\tb\tbad\t2"])
+    with pytest.raises(
+        D.DataError, match=r":3: label '2' is out of range; expected an integer 0-1"
+    ):
+        D.read_sentiment(cfimdb, 2, strict=True)
+    snli = write(tmp_path, "s.csv", ["premise\thypothesis\tlabel", "p\th\t3", "p\th\t2", "\th\t1"])
+    got, warned = read_quietly(D.read_snli, snli)
+    assert got == [D.NLIExample("p", "h", 2)]
+    assert len(warned) == 1 and "skipped 2 bad row(s) at line(s) 2, 4;" in warned[0]
+    with pytest.raises(
+        D.DataError, match=r":2: label '3' is out of range; expected an integer 0-2"
+    ):
+        D.read_snli(snli, strict=True)
+
+
+def test_many_bad_rows_one_warning_with_count_and_lines(tmp_path):
+    rows = [SST_HEADER]
+    for i in range(10):
+        rows += [f"{i}\tgood{i}\t ok\t{i % 5}", f"{i}\tbad{i}\t no label\t"]
+    path = write(tmp_path, "sst.csv", rows)
+    got, warned = read_quietly(D.read_sentiment, path, 5)
+    assert [e.id for e in got] == [f"good{i}" for i in range(10)]
+    assert [e.label for e in got] == [i % 5 for i in range(10)]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert "skipped 10 bad row(s) at line(s) 3, 5, 7, 9, 11, ...;" in warned[0]
+
+
+def test_line_numbers_count_quoted_multiline_fields(tmp_path):
+    # Quoted sentences may span lines: rows on lines 2-3, 4-5 (bad label) and 6 (bad label).
+    text = SST_HEADER + '\n0\tm1\t"two\nlines"\t1\n1\tb\t"bad\ntwo"\t9\n2\tc\tbad\t7\n'
+    path = tmp_path / "sst.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(D.DataError, match=r":4: label '9'"):  # where the row starts
+        D.read_sentiment(path, 5, strict=True)
+    got, warned = read_quietly(D.read_sentiment, path, 5)
+    assert got == [D.SentenceExample("m1", "two\nlines", 1)]
+    assert "skipped 2 bad row(s) at line(s) 4, 6;" in warned[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenized datasets and collate
+
+HELLO, WORLD, A = 7592, 2088, 1037  # bert-base-uncased WordPiece ids
+CLS, SEP = 101, 102
+
+
+def test_sentence_collate_by_hand(tokenizer):
+    examples = [D.SentenceExample("i1", "Hello world", 1), D.SentenceExample("i2", "a", 0)]
+    ds = D.SentenceDataset(examples, tokenizer)
+    assert ds.lengths == [4, 3] and len(ds) == 2
+    batch = ds.collate([0, 1])
+    assert batch["input_ids"].tolist() == [[CLS, HELLO, WORLD, SEP], [CLS, A, SEP, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0], [0, 0, 0, 0]]
+    assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [1, 0]
+    assert batch["ids"] == ["i1", "i2"]
+    # Each batch is padded to its own longest sequence.
+    assert ds.collate([1])["input_ids"].tolist() == [[CLS, A, SEP]]
+    assert all(batch[k].dtype == torch.long for k in ("input_ids", "attention_mask"))
+
+
+def test_sentence_collate_matches_tokenizer_padding(tokenizer):
+    sentences = ["The Rock is destined to be great.", "No.", "A sad, sad movie about nothing"]
+    ds = D.SentenceDataset(
+        [D.SentenceExample(str(i), s, None) for i, s in enumerate(sentences)], tokenizer
+    )
+    batch = ds.collate([0, 1, 2])
+    ref = tokenizer(sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        assert torch.equal(batch[key], ref[key].long()), key
+    assert "labels" not in batch
+
+
+def test_siamese_pair_collate_by_hand(tokenizer):
+    examples = [D.PairExample("p1", "Hello world", "a", 1), D.PairExample("p2", "a", "hello", 0)]
+    ds = D.PairDataset(examples, tokenizer)
+    assert ds.lengths == [4, 3]  # the longer side of each pair
+    batch = ds.collate([0, 1])
+    B, T = 2, 4
+    assert batch["input_ids"].shape == (2, B, T)
+    assert batch["input_ids"][0].tolist() == [[CLS, HELLO, WORLD, SEP], [CLS, A, SEP, 0]]
+    assert batch["input_ids"][1].tolist() == [[CLS, A, SEP, 0], [CLS, HELLO, SEP, 0]]
+    assert batch["attention_mask"].tolist() == [
+        [[1, 1, 1, 1], [1, 1, 1, 0]],
+        [[1, 1, 1, 0], [1, 1, 1, 0]],
+    ]
+    assert batch["token_type_ids"].shape == (2, B, T) and batch["token_type_ids"].sum() == 0
+    assert batch["labels"].dtype == torch.float and batch["labels"].tolist() == [1.0, 0.0]
+    assert batch["ids"] == ["p1", "p2"]
+    # One forward over both sides: rows [:B] are the first sentences, [B:] the second.
+    flat = batch["input_ids"].view(2 * B, T)
+    assert flat[1].tolist() == [CLS, A, SEP, 0] and flat[B + 1].tolist() == [CLS, HELLO, SEP, 0]
+
+
+def test_cross_encoded_pair_collate(tokenizer):
+    examples = [D.PairExample("p1", "Hello world", "a", 2.5), D.PairExample("p2", "a", "a", 0.0)]
+    ds = D.PairDataset(examples, tokenizer, cross_encode=True)
+    batch = ds.collate([0, 1])
+    assert batch["input_ids"].tolist() == [
+        [CLS, HELLO, WORLD, SEP, A, SEP],
+        [CLS, A, SEP, A, SEP, 0],
+    ]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 1, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]]
+    assert batch["labels"].tolist() == [2.5, 0.0]
+    first, second = ["Why is the sky blue?", "ok"], ["Because of Rayleigh scattering.", "fine then"]
+    ds = D.PairDataset(
+        [
+            D.PairExample(str(i), a, b, None)
+            for i, (a, b) in enumerate(zip(first, second, strict=True))
+        ],
+        tokenizer,
+        cross_encode=True,
+    )
+    ref = tokenizer(first, text_pair=second, padding=True, truncation=True, return_tensors="pt")
+    batch = ds.collate([0, 1])
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        assert torch.equal(batch[key], ref[key].long()), key
+
+
+def test_cross_encoding_truncates_longest_first(tokenizer):
+    # 4 + 1 tokens plus 3 specials = 8 > 6: the two cut tokens come from the longer side.
+    ex = [D.PairExample("p", "hello world hello world", "a", None)]
+    ds = D.PairDataset(ex, tokenizer, max_length=6, cross_encode=True)
+    assert ds.collate([0])["input_ids"].tolist() == [[CLS, HELLO, WORLD, SEP, A, SEP]]
+    siamese = D.PairDataset(ex, tokenizer, max_length=4)
+    assert siamese.collate([0])["input_ids"][0].tolist() == [[CLS, HELLO, WORLD, SEP]]
+
+
+def test_mixed_labels_rejected(tokenizer):
+    examples = [D.SentenceExample("a", "x", 1), D.SentenceExample("b", "y", None)]
+    with pytest.raises(ValueError, match="some examples have labels"):
+        D.SentenceDataset(examples, tokenizer)
+
+
+def test_make_loader_yields_every_example_once(tokenizer):
+    examples = [D.SentenceExample(f"s{i}", "word " * (i % 7 + 1), i % 5) for i in range(23)]
+    ds = D.SentenceDataset(examples, tokenizer)
+    loader = D.make_loader(
+        ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
+    seen = []
+    for batch in loader:
+        seen += batch["ids"]
+        # labels travel with their ids
+        assert batch["labels"].tolist() == [int(i[1:]) % 5 for i in batch["ids"]]
+        assert batch["input_ids"].shape[1] == batch["attention_mask"].sum(1).max()
+    assert sorted(seen) == sorted(e.id for e in examples)
+
+
+# ---------------------------------------------------------------------------------------
+# LengthBucketSampler
+
+
+def padding(batches, lengths) -> int:
+    return sum(len(b) * max(lengths[i] for i in b) - sum(lengths[i] for i in b) for b in batches)
+
+
+@pytest.mark.parametrize(
+    "n,batch_size,per_bucket", [(1037, 32, 5), (64, 8, 50), (1, 4, 2), (0, 4, 2)]
+)
+def test_bucket_sampler_covers_every_index_once(n, batch_size, per_bucket):
+    lengths = torch.randint(1, 100, (n,), generator=torch.Generator().manual_seed(1)).tolist()
+    for shuffle in (True, False):
+        sampler = D.LengthBucketSampler(
+            lengths, batch_size, shuffle, torch.Generator().manual_seed(0), per_bucket
+        )
+        batches = list(sampler)
+        assert len(batches) == len(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(n))
+        assert sum(len(b) < batch_size for b in batches) <= 1  # only one short batch
+
+
+def test_bucket_sampler_is_deterministic_and_reshuffles():
+    lengths = torch.randint(1, 100, (500,), generator=torch.Generator().manual_seed(2)).tolist()
+
+    def epochs(seed):
+        sampler = D.LengthBucketSampler(lengths, 16, generator=torch.Generator().manual_seed(seed))
+        return list(sampler), list(sampler)
+
+    assert epochs(0) == epochs(0)
+    first, second = epochs(0)
+    assert first != second  # a new order every epoch
+    assert epochs(1)[0] != first
+    ordered = list(D.LengthBucketSampler(lengths, 16, shuffle=False))
+    flat = [lengths[i] for b in ordered for i in b]
+    assert flat == sorted(lengths, reverse=True)
+
+
+def test_bucket_sampler_reduces_padding():
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(5, 128, (5000,), generator=g).tolist()
+    bucketed = list(D.LengthBucketSampler(lengths, 32, generator=g))
+    order = torch.randperm(len(lengths), generator=g).tolist()
+    random_batches = [order[i : i + 32] for i in range(0, len(order), 32)]
+    # Random batches of 32 waste about half their tokens; sorted chunks of 50 batches ~2%.
+    assert padding(bucketed, lengths) < 0.1 * padding(random_batches, lengths)
+
+
+# ---------------------------------------------------------------------------------------
+# `make data` (the network is faked: these tests never go online)
+
+
+def test_fetch_missing_downloads_whole_tasks_only(tmp_path, monkeypatch):
+    (tmp_path / "quora-train.csv").write_text("from a mirror")  # quora partly there: untouched
+    requested = []
+
+    def fake_urlopen(url, timeout):
+        requested.append(url)
+        if url.endswith("sts-test-student.csv"):
+            raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
+        return io.BytesIO(b"payload of " + url.encode())
+
+    monkeypatch.setattr(D.urllib.request, "urlopen", fake_urlopen)
+    missing = D.fetch_missing(tmp_path, "https://host/data/", timeout=1.0)
+    stems = ("ids-sst", "ids-cfimdb", "sts")
+    assert requested == [
+        f"https://host/data/{stem}-{split}.csv"
+        for stem in stems
+        for split in ("train", "dev", "test-student")
+    ]
+    assert missing == [
+        "quora-dev.csv",
+        "quora-test-student.csv",
+        "sts-test-student.csv",
+        "snli-train.csv",
+        "snli-dev.csv",
+    ]
+    assert (tmp_path / "sts-dev.csv").read_text() == "payload of https://host/data/sts-dev.csv"
+    assert (tmp_path / "quora-train.csv").read_text() == "from a mirror"
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_fetch_missing_stops_at_the_first_network_error(tmp_path, monkeypatch):
+    requested = []
+
+    def offline(url, timeout):
+        requested.append(url)
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(D.urllib.request, "urlopen", offline)
+    assert D.fetch_missing(tmp_path, "https://host/data/", timeout=1.0) == D.expected_files()
+    assert len(requested) == 1
+
+
+def test_make_data_exit_code(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(tmp_path), "--no_download"])
+    assert D.main() == 1
+    assert "MISSING ids-sst-train.csv" in capsys.readouterr().out
+    rows = {
+        "sst": ["\tid\tsentence\tsentiment", "0\ta\tgood\t3"],
+        "cfimdb": ["\tid\tsentence\tsentiment", "0\ta\tgood\t1"],
+        "para": [PAIR_HEADER.format("is_duplicate"), "0\ta\tx\ty\t1.0"],
+        "sts": [PAIR_HEADER.format("similarity"), "0\ta\tx\ty\t2.5"],
+        "snli": ["premise\thypothesis\tlabel", "p\th\t0"],
+    }
+    for task, lines in rows.items():
+        for split in ("train", "dev") if task == "snli" else ("train", "dev", "test"):
+            D.task_file(tmp_path, task, split).write_text("\n".join(lines) + "\n")
+    assert D.main() == 0
+    assert "ok      snli-dev.csv" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------
+# The real data folder (MINBERT_DATA)
+
+README_ROWS = {  # /work/shared/data/README.md
+    ("sst", "train"): 8544,
+    ("sst", "dev"): 1101,
+    ("sst", "test"): 2210,
+    ("cfimdb", "train"): 1707,
+    ("cfimdb", "dev"): 245,
+    ("cfimdb", "test"): 488,
+    ("para", "train"): 16182 - 2,  # two rows with an empty label are skipped
+    ("para", "dev"): 2017,
+    ("para", "test"): 2015,
+    ("sts", "train"): 6040,
+    ("sts", "dev"): 863,
+    ("sts", "test"): 1725,
+    ("snli", "train"): 99890,
+    ("snli", "dev"): 9824,
+}
+
+
+@pytest.mark.parametrize("task,split", list(README_ROWS))
+def test_real_data_row_counts(data_dir, task, split):
+    # data_dir (tests/conftest.py) skips when MINBERT_DATA has no data.
+    examples, warned = read_quietly(D.read_task, data_dir, task, split, strict=False)
+    assert len(examples) == README_ROWS[(task, split)]
+    labeled = split != "test"
+    assert all((e.label is not None) == labeled for e in examples)
+    if (task, split) == ("para", "train"):
+        assert len(warned) == 1 and "skipped 2 bad row(s) at line(s) 2077, 11398;" in warned[0]
+        assert "empty label" in warned[0]
+    else:
+        assert warned == []
+
+
+def handout_preprocess(s: str) -> str:
+    """The CS224n handout's preprocess_string, as its datasets.py writes it."""
+    s = s.lower().replace(".", " .").replace("?", " ?").replace(",", " ,").replace("'", " '")
+    return " ".join(s.split())
+
+
+def test_real_data_matches_the_handout_reader(data_dir):
+    # Independent reference: the handout's csv.DictReader loop; we keep case, it lowercases.
+    path = D.task_file(data_dir, "sst", "dev")
+    with open(path) as fp:
+        ref = [
+            (r["id"].lower().strip(), r["sentence"].lower().strip(), int(r["sentiment"].strip()))
+            for r in csv.DictReader(fp, delimiter="\t")
+        ]
+    ours = [(e.id.lower(), e.sentence.lower(), e.label) for e in D.read_sentiment(path, 5)]
+    assert ours == ref
+    path = D.task_file(data_dir, "para", "dev")
+    with open(path) as fp:
+        ref = [
+            (
+                r["id"].lower().strip(),
+                handout_preprocess(r["sentence1"]),
+                handout_preprocess(r["sentence2"]),
+                int(float(r["is_duplicate"])),
+            )
+            for r in csv.DictReader(fp, delimiter="\t")
+        ]
+    ours = [
+        (e.id, e.sentence1.lower(), e.sentence2.lower(), e.label)
+        for e in D.read_pairs(path, "binary")
+    ]
+    assert ours == ref

@@ -1,0 +1,184 @@
+"""evaluation.py: metrics against sklearn/scipy/numpy, the evaluation loop on a fake model
+with known outputs, and prediction files."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import pearsonr
+from sklearn.metrics import accuracy_score, f1_score
+
+import evaluation as E
+
+TOL = 1e-12
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_classification_metrics_match_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    n, classes = int(rng.integers(5, 200)), int(rng.integers(2, 6))
+    y_true = rng.integers(0, classes, n)
+    y_pred = np.where(rng.random(n) < 0.6, y_true, rng.integers(0, classes, n))
+    assert abs(E.accuracy(y_true, y_pred) - accuracy_score(y_true, y_pred)) < TOL
+    for average, ours in (("macro", E.macro_f1), ("weighted", E.weighted_f1)):
+        ref = f1_score(y_true, y_pred, average=average, zero_division=0)
+        assert abs(ours(y_true, y_pred) - ref) < TOL, average
+
+
+def test_f1_with_classes_missing_on_one_side():
+    # Class 4 is never predicted; class 3 is predicted but never true.
+    y_true = np.array([0, 0, 1, 2, 4, 4, 4])
+    y_pred = np.array([0, 1, 1, 2, 3, 0, 3])
+    for average, ours in (("macro", E.macro_f1), ("weighted", E.weighted_f1)):
+        ref = f1_score(y_true, y_pred, average=average, zero_division=0)
+        assert abs(ours(y_true, y_pred) - ref) < TOL, average
+    # By hand: F1 per class 0..4 = 1/2, 2/3, 1, 0, 0; macro = (1/2 + 2/3 + 1) / 5.
+    assert abs(E.macro_f1(y_true, y_pred) - (13 / 6) / 5) < TOL
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pearson_matches_scipy_and_numpy(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 5, 300)
+    y = 0.5 * x + rng.normal(0, 1, 300)
+    assert abs(E.pearson_r(x, y) - pearsonr(x, y)[0]) < TOL
+    assert abs(E.pearson_r(x, y) - np.corrcoef(x, y)[0, 1]) < TOL
+    assert abs(E.pearson_r(x, -x) + 1) < TOL
+    assert np.isnan(E.pearson_r(x, np.ones_like(x)))
+
+
+def test_overall_score_by_hand():
+    assert abs(E.overall_score(0.5, 0.8, 0.6) - 0.7) < TOL  # (0.5 + 0.8 + 0.8) / 3
+    assert abs(E.overall_score(0.3, 0.6, -1.0) - 0.3) < TOL  # r = -1 counts as 0
+    assert abs(E.overall_score(1.0, 1.0, 1.0) - 1.0) < TOL
+
+
+# ---------------------------------------------------------------------------------------
+# The evaluation loop
+
+
+class FakeModel(torch.nn.Module):
+    """predict() looks its raw outputs up by example id and records how it was called."""
+
+    def __init__(self, outputs: dict[str, dict[str, list]]):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.outputs = outputs
+        self.calls = []
+
+    def predict(self, task, batch):
+        self.calls.append((task, self.training, torch.is_grad_enabled()))
+        return torch.tensor([self.outputs[task][i] for i in batch["ids"]]) + 0 * self.weight
+
+
+def batches(ids, labels=None, size=2, dtype=torch.long):
+    """Hand-made batches (the last one short), as a collate function would return them."""
+    out = []
+    for s in range(0, len(ids), size):
+        batch = {"input_ids": torch.ones(len(ids[s : s + size]), 3, dtype=torch.long)}
+        batch["ids"] = ids[s : s + size]
+        if labels is not None:
+            batch["labels"] = torch.tensor(labels[s : s + size], dtype=dtype)
+        out.append(batch)
+    return out
+
+
+SST_LOGITS = {"a": [0.1, 2.0, 0.0], "b": [3.0, 0.0, 1.0], "c": [0.0, 0.0, 5.0]}  # preds 1, 0, 2
+PARA_LOGITS = {"p": 1.5, "q": -0.2, "r": 0.0}  # preds 1, 0, 0 (logit 0 is sigmoid 0.5 -> 0)
+STS_SCORES = {"x": 4.5, "y": 1.0, "z": 2.5, "w": 0.5}
+OUTPUTS = {"sst": SST_LOGITS, "para": PARA_LOGITS, "sts": STS_SCORES}
+
+
+def loaders(labeled=True):
+    sst = batches(list("abc"), [1, 2, 2] if labeled else None)
+    para = batches(list("pqr"), [1.0, 0.0, 1.0] if labeled else None, dtype=torch.float)
+    sts = batches(list("xyzw"), [5.0, 0.0, 3.0, 1.0] if labeled else None, dtype=torch.float)
+    return {"sst": sst, "para": para, "sts": sts}
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluate_known_outputs(training):
+    model = FakeModel(OUTPUTS).train(training)
+    results = E.evaluate(model, loaders(), "cpu")
+    assert model.training is training  # mode restored
+    assert all(mode is False and grad is False for _, mode, grad in model.calls)
+    assert [t for t, *_ in model.calls] == ["sst"] * 2 + ["para"] * 2 + ["sts"] * 2
+
+    sst = results["sst"]
+    assert sst.ids == ["a", "b", "c"] and sst.preds == [1, 0, 2]
+    assert sst.metrics["accuracy"] == pytest.approx(accuracy_score([1, 2, 2], [1, 0, 2]), abs=TOL)
+    ref = f1_score([1, 2, 2], [1, 0, 2], average="macro", zero_division=0)
+    assert sst.metrics["macro_f1"] == pytest.approx(ref, abs=TOL)
+    ref = f1_score([1, 2, 2], [1, 0, 2], average="weighted", zero_division=0)
+    assert sst.metrics["weighted_f1"] == pytest.approx(ref, abs=TOL)
+
+    para = results["para"]
+    assert para.ids == ["p", "q", "r"] and para.preds == [1, 0, 0]
+    assert para.metrics["accuracy"] == pytest.approx(2 / 3, abs=TOL)
+
+    sts = results["sts"]
+    assert sts.ids == ["x", "y", "z", "w"] and sts.preds == [4.5, 1.0, 2.5, 0.5]
+    ref = pearsonr([5.0, 0.0, 3.0, 1.0], [4.5, 1.0, 2.5, 0.5])[0]
+    assert sts.metrics["pearson"] == pytest.approx(ref, abs=1e-6)  # float32 model outputs
+
+    expected = E.overall_score(2 / 3, 2 / 3, sts.metrics["pearson"])
+    assert E.overall_from_results(results) == pytest.approx(expected, abs=TOL)
+
+
+def test_evaluate_unlabeled_gives_predictions_only():
+    results = E.evaluate(FakeModel(OUTPUTS), loaders(labeled=False), "cpu")
+    assert {t: r.metrics for t, r in results.items()} == {"sst": {}, "para": {}, "sts": {}}
+    assert results["sst"].preds == [1, 0, 2] and results["para"].preds == [1, 0, 0]
+    with pytest.raises(ValueError, match="needs labeled results"):
+        E.overall_from_results(results)
+
+
+def test_evaluate_rejects_wrong_shapes_and_unknown_tasks():
+    model = FakeModel({"para": {"p": [0.3], "q": [0.1]}})  # (B, 1) instead of (B,)
+    with pytest.raises(ValueError, match=r"predict\('para'\) returned shape \(2, 1\).*\(B,\)"):
+        E.evaluate(model, {"para": batches(["p", "q"])}, "cpu")
+    assert model.training  # restored even after an error
+    with pytest.raises(ValueError, match="no evaluation rule for task"):
+        E.evaluate(model, {"snli": []}, "cpu")
+
+
+def test_to_device_moves_tensors_only():
+    batch = {"input_ids": torch.ones(2, 3), "ids": ["a", "b"]}
+    moved = E.to_device(batch, "meta")
+    assert moved["input_ids"].device.type == "meta"
+    assert moved["ids"] is batch["ids"]
+
+
+# ---------------------------------------------------------------------------------------
+# Prediction files
+
+
+def test_prediction_files_round_trip(tmp_path):
+    assert E.prediction_path("predictions", "sst", "dev").as_posix() == (
+        "predictions/sst-dev-output.csv"
+    )
+    path = E.prediction_path(tmp_path / "predictions", "sts", "test")
+    scores = torch.tensor([4.2, 0.1, 3.3333333]).tolist()  # float32 values, as evaluate gives
+    E.write_predictions(path, "sts", ["x", "y", "z"], scores)
+    assert path.read_text().splitlines()[:2] == [
+        "id \t Predicted_Similiary ",
+        "x , 4.199999809265137 ",
+    ]
+    assert E.read_predictions(path) == (["x", "y", "z"], scores)
+
+    path = E.prediction_path(tmp_path, "sst", "dev")
+    E.write_predictions(path, "sst", ["a1", "b2"], [3, 0])
+    assert path.read_text() == "id \t Predicted_Sentiment \na1 , 3 \nb2 , 0 \n"
+    ids, preds = E.read_predictions(path)
+    assert ids == ["a1", "b2"] and preds == [3, 0] and all(isinstance(p, int) for p in preds)
+
+    E.write_predictions(tmp_path / "para.csv", "para", ["q"], [1])
+    assert (tmp_path / "para.csv").read_text().startswith("id \t Predicted_Is_Paraphrase \n")
+    with pytest.raises(ValueError, match="2 ids but 1 predictions"):
+        E.write_predictions(tmp_path / "x.csv", "sst", ["a", "b"], [1])
+    (tmp_path / "bad.csv").write_text("id \t Predicted_Sentiment \na1 ; 3\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: .* has no ','"):
+        E.read_predictions(tmp_path / "bad.csv")
