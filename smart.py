@@ -1,0 +1,238 @@
+"""SMART: smoothness-inducing adversarial regularization and a momentum Bregman proximal point.
+
+Jiang et al., 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural Language
+Models through Principled Regularized Optimization" (ACL). The fine-tuning objective is
+
+    task_loss + lambda_s * R_s + mu * D_Breg
+
+- R_s (smoothness): the largest change of the output when the embedding output is moved
+  inside a small infinity-norm ball, found by a few projected gradient-ascent steps.
+- D_Breg (Bregman proximal point): the change of the output with respect to a teacher whose
+  parameters are an exponential moving average of the model's (the "momentum" variant).
+
+Everything here is a small function of embeddings and outputs; the training loop decides
+which head `f` to run, so one code path serves classification, binary and regression tasks.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+KINDS = ("classification", "binary", "regression")
+
+
+@dataclass
+class SmartConfig:
+    lambda_s: float = 5.0  # weight of R_s; thesis: 10 for SST, 5 for STS and QQP; 0 turns it off
+    mu: float = 1.0  # weight of the Bregman proximal term (thesis and paper: 1); 0 turns it off
+    sigma: float = 1e-5  # std of the initial noise on the embedding output
+    eta: float = 1e-3  # step size of each ascent step on the noise
+    epsilon: float = 1e-5  # radius of the infinity-norm ball the noise is projected onto
+    steps: int = 1  # ascent steps (the paper uses 1)
+    beta_start: float = 0.99  # teacher momentum during the first warmup_frac of a stage
+    beta_end: float = 0.999  # teacher momentum after that
+    warmup_frac: float = 0.1  # share of a stage's steps that use beta_start
+
+    def __post_init__(self):
+        if self.lambda_s < 0 or self.mu < 0:
+            raise ValueError(f"lambda_s and mu must be >= 0, got {self.lambda_s} and {self.mu}")
+        if self.sigma < 0 or self.eta < 0 or self.epsilon <= 0 or self.steps < 0:
+            raise ValueError(
+                f"need sigma >= 0, eta >= 0, epsilon > 0, steps >= 0; got sigma={self.sigma}, "
+                f"eta={self.eta}, epsilon={self.epsilon}, steps={self.steps}"
+            )
+        for name in ("beta_start", "beta_end"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+
+    @property
+    def active(self) -> bool:
+        """True when SMART changes the loss (the loop can skip the teacher pass otherwise)."""
+        return self.lambda_s > 0 or self.mu > 0
+
+
+def _log_probs(logits: torch.Tensor, kind: str) -> torch.Tensor:
+    """Log-probabilities over classes: (B, C) -> (B, C); a binary logit (B,) -> (B, 2)."""
+    if kind == "classification":
+        return F.log_softmax(logits, dim=-1)
+    # one logit x means P(1) = sigmoid(x), P(0) = sigmoid(-x); softmax over it would be 1
+    return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)  # (B, 2)
+
+
+def _check_outputs(p: torch.Tensor, q: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if p.shape != q.shape:
+        raise ValueError(
+            f"divergence: outputs differ in shape, {tuple(p.shape)} vs {tuple(q.shape)}"
+        )
+    if kind == "classification":
+        if p.dim() != 2:
+            raise ValueError(f"classification logits must be (B, C), got {tuple(p.shape)}")
+        return p, q
+    if p.dim() == 2 and p.size(1) == 1:  # a head that keeps its last dimension: (B, 1) -> (B,)
+        p, q = p.squeeze(1), q.squeeze(1)
+    if p.dim() != 1:
+        raise ValueError(f"{kind} outputs must be (B,) or (B, 1), got {tuple(p.shape)}")
+    return p, q
+
+
+def divergence(p: torch.Tensor, q: torch.Tensor, kind: str) -> torch.Tensor:
+    """Symmetric divergence between two outputs of the same head, averaged over the batch.
+
+    classification: p, q logits (B, C); KL(P||Q) + KL(Q||P) of their softmax distributions.
+    binary: p, q single logits (B,); the same on the two-class distributions [1 - s, s],
+        s = sigmoid(logit).
+    regression: p, q predictions (B,); squared error.
+    Returns a scalar: the mean over the B examples.
+    """
+    p, q = _check_outputs(p, q, kind)
+    if kind == "regression":
+        return (p - q).pow(2).mean()
+    lp, lq = _log_probs(p, kind), _log_probs(q, kind)  # (B, C)
+    # KL(P||Q) + KL(Q||P) = sum_c (P_c - Q_c)(log P_c - log Q_c), one term per class
+    return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
+
+
+def adversarial_regularizer(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    embeds: torch.Tensor,
+    clean: torch.Tensor,
+    kind: str,
+    attention_mask: torch.Tensor | None = None,
+    sigma: float = 1e-5,
+    eta: float = 1e-3,
+    epsilon: float = 1e-5,
+    steps: int = 1,
+) -> torch.Tensor:
+    """Smoothness-inducing regularizer R_s (SMART, Eq. 3, Algorithm 1 lines 4-8).
+
+    f: embedding output (B, T, H) -> task output, the same head that produced `clean`.
+    embeds: (B, T, H) embedding output; clean: f(embeds), logits (B, C) or (B,).
+    attention_mask: (B, T), 1 for tokens, 0 for padding (padding gets no noise).
+    Returns divergence(f(embeds + noise), clean): a scalar whose gradient reaches the
+    parameters through both outputs; the noise itself is a constant for that gradient.
+    """
+    if embeds.dim() < 2:
+        raise ValueError(f"embeds must be (B, ...), got {tuple(embeds.shape)}")
+    keep = None
+    if attention_mask is not None:
+        if attention_mask.shape != embeds.shape[:2]:
+            raise ValueError(
+                f"attention_mask {tuple(attention_mask.shape)} does not match embeds "
+                f"{tuple(embeds.shape)}; expected (B, T)"
+            )
+        keep = attention_mask[..., None].to(embeds.dtype)  # (B, T, 1)
+    per_example = tuple(range(1, embeds.dim()))  # every dim but the batch
+
+    def project(noise):  # back into the epsilon ball; padding stays untouched
+        noise = noise.clamp(-epsilon, epsilon)
+        return noise if keep is None else noise * keep
+
+    noise = project(torch.randn_like(embeds) * sigma)
+    # the ascent needs the gradient w.r.t. the noise only: detached inputs keep the graph
+    # out of the embedding layer, and autograd.grad leaves every parameter's .grad alone
+    base, target = embeds.detach(), clean.detach()
+    for _ in range(steps):
+        noise.requires_grad_(True)
+        adv = divergence(f(base + noise), target, kind)
+        (grad,) = torch.autograd.grad(adv, noise, allow_unused=True, materialize_grads=True)
+        # per-example infinity norm: every example moves by eta in its largest coordinate
+        scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
+        noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))
+    return divergence(f(embeds + noise.detach()), clean, kind)
+
+
+def beta_schedule(
+    step: int,
+    total_steps: int,
+    beta_start: float = 0.99,
+    beta_end: float = 0.999,
+    warmup_frac: float = 0.1,
+) -> float:
+    """Teacher momentum at `step` (0-based): beta_start during the first warmup_frac of the
+    stage's steps, then beta_end (the thesis: 0.99, then 0.999 after the first 10%). The
+    teacher follows quickly while the model leaves the pretrained point, then slowly."""
+    if total_steps <= 0 or step < 0:
+        raise ValueError(f"need total_steps > 0 and step >= 0, got {step} of {total_steps}")
+    if not 0.0 <= warmup_frac <= 1.0:
+        raise ValueError(f"warmup_frac must lie in [0, 1], got {warmup_frac}")
+    return beta_start if step < warmup_frac * total_steps else beta_end
+
+
+class EMATeacher:
+    """Exponential moving average of a model's parameters (the momentum teacher).
+
+    The copy is made once, here; `update` then moves it in place after every optimizer
+    step, and `forward` runs the model's own modules with these parameters, so no second
+    model is ever built. Build it after the model has been moved to its device.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.params = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, beta: float) -> None:
+        """theta_teacher <- beta * theta_teacher + (1 - beta) * theta_model, in place."""
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta must lie in [0, 1], got {beta}")
+        student = dict(model.named_parameters())
+        if student.keys() != self.params.keys():
+            missing = sorted(self.params.keys() ^ student.keys())[:5]
+            raise ValueError(f"model parameters differ from the teacher's, e.g. {missing}")
+        names = list(self.params)
+        # lerp_(end, w) computes self + w * (end - self) = (1 - w) * self + w * end
+        torch._foreach_lerp_(
+            [self.params[n] for n in names], [student[n].detach() for n in names], 1.0 - beta
+        )
+
+    @torch.no_grad()
+    def forward(self, model: nn.Module, *args, **kwargs):
+        """model(*args, **kwargs) computed with the teacher's parameters (buffers: the model's).
+
+        Dropout follows the model's train/eval mode, as in the rest of the step.
+        """
+        return functional_call(model, self.params, args, kwargs)
+
+
+def bregman_divergence(
+    student_out: torch.Tensor, teacher_out: torch.Tensor, kind: str
+) -> torch.Tensor:
+    """D_Breg (SMART, Eq. 5): divergence of the model's output from the teacher's, with the
+    teacher side a constant. Shapes as in `divergence`."""
+    return divergence(student_out, teacher_out.detach(), kind)
+
+
+def smart_loss(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    embeds: torch.Tensor,
+    clean: torch.Tensor,
+    kind: str,
+    teacher_out: torch.Tensor | None,
+    cfg: SmartConfig,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """lambda_s * R_s + mu * D_Breg, to be added to the task loss.
+
+    f, embeds, clean, attention_mask: as in `adversarial_regularizer`; teacher_out: the
+    teacher's output on the same batch (EMATeacher.forward), may be None when mu == 0.
+    With both weights 0 it returns a zero that touches nothing (no noise drawn, no forward
+    pass), so the training step is then exactly a plain step.
+    """
+    loss = clean.new_zeros(())
+    if cfg.lambda_s > 0:
+        r_s = adversarial_regularizer(
+            f, embeds, clean, kind, attention_mask, cfg.sigma, cfg.eta, cfg.epsilon, cfg.steps
+        )
+        loss = loss + cfg.lambda_s * r_s
+    if cfg.mu > 0:
+        if teacher_out is None:
+            raise ValueError(
+                "smart_loss: mu > 0 needs teacher_out (EMATeacher.forward on the batch)"
+            )
+        loss = loss + cfg.mu * bregman_divergence(clean, teacher_out, kind)
+    return loss
