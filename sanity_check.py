@@ -1,0 +1,130 @@
+"""One offline command that says whether the hand-written pieces are right.
+
+    python sanity_check.py        (or: make check)
+
+Compares, line by line with the largest difference:
+- our tokenizer against ids that Hugging Face's BertTokenizer produced for fixed sentences;
+- our BERT (hand-written attention, and the SDPA path) against Hugging Face BertModel
+  outputs for the embedded all-MiniLM-L6-v2 checkpoint;
+- our AdamW against torch.optim.AdamW on the CS224n recipe, and against the handout's
+  stored reference (optimizer_test.npy) when that file is found.
+The stored outputs come from tests/make_sanity_reference.py. Exit status 1 on any failure.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bert import BertModel
+from optimizer import AdamW
+from tokenizer import BertTokenizer
+
+HERE = Path(__file__).resolve().parent
+REFERENCE = HERE / "tests" / "reference" / "sanity_reference.npz"
+HANDOUT_REFERENCE = "optimizer_test.npy"
+BERT_ATOL = 1e-5
+ADAM_ATOL, ADAM_RTOL = 1e-6, 1e-4  # the CS224n handout's tolerances
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Un café crème, s'il vous plaît!",
+    "unbelievably, tokenization of 東京 works 🙂",
+    "",
+]
+PAIRS = [
+    ("How do I learn Python?", "What is the best way to learn Python?"),
+    ("A man plays a guitar.", "A woman slices an onion."),
+]
+
+
+def cs224n_adamw_recipe(make_optimizer, steps=1000):
+    """The handout's optimizer_test.py: fit Linear(3, 2) with AdamW from seed 0."""
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2, bias=False)
+    opt = make_optimizer(model.parameters())
+    for _ in range(steps):
+        opt.zero_grad()
+        x = torch.tensor(rng.uniform(size=[model.in_features]), dtype=torch.float32)
+        y = torch.tensor([x[0] + x[1], -x[2]])
+        ((y - model(x)) ** 2).sum().backward()
+        opt.step()
+    return model.weight.detach().numpy()
+
+
+def find_handout_reference(arg):
+    candidates = [arg, os.environ.get("MINBERT_REFERENCE"), HERE.parent / "shared" / "reference"]
+    for folder in filter(None, candidates):
+        path = Path(folder) / HANDOUT_REFERENCE
+        if path.is_file():
+            return path
+    return None
+
+
+def checks(args):
+    """Yield (name, ok, max_diff, detail) for each check."""
+    ref = np.load(REFERENCE)
+    tok = BertTokenizer.from_pretrained(args.bert)
+    a, b = zip(*PAIRS, strict=True)
+    for name, enc in (("single", tok(SENTENCES)), ("pair", tok(list(a), list(b)))):
+        diffs = [np.abs(enc[k].numpy() - ref[f"{name}_{k}"]).max() for k in enc]
+        yield f"tokenizer ids, {name} sentences", max(diffs) == 0, max(diffs), "exact"
+
+    pair = tok(list(a), list(b), return_tensors="pt")
+    keep = pair["attention_mask"].bool().numpy()
+    for attention in ("manual", "sdpa"):
+        model = BertModel.from_pretrained(args.bert, attention=attention).eval()
+        with torch.no_grad():
+            out = model(pair["input_ids"], pair["attention_mask"], pair["token_type_ids"])
+        d_hidden = np.abs(out["last_hidden_state"].numpy() - ref["last_hidden_state"])[keep].max()
+        d_pool = np.abs(out["pooler_output"].numpy() - ref["pooler_output"]).max()
+        yield f"BERT last_hidden_state ({attention})", d_hidden <= BERT_ATOL, d_hidden, BERT_ATOL
+        yield f"BERT pooler_output ({attention})", d_pool <= BERT_ATOL, d_pool, BERT_ATOL
+
+    def ours(p):
+        return AdamW(p, lr=1e-3, weight_decay=1e-4, eps=1e-6)
+
+    def torchs(p):
+        return torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-4, eps=1e-6)
+
+    w = cs224n_adamw_recipe(ours)
+    w_torch = cs224n_adamw_recipe(torchs)
+    d = np.abs(w - w_torch).max()
+    ok = np.allclose(w, w_torch, atol=ADAM_ATOL, rtol=ADAM_RTOL)
+    yield "AdamW vs torch.optim.AdamW (1000 steps)", ok, d, f"atol {ADAM_ATOL}, rtol {ADAM_RTOL}"
+    path = find_handout_reference(args.reference)
+    if path is None:
+        yield "AdamW vs handout optimizer_test.npy", None, None, "file not found, skipped"
+    else:
+        w_ref = np.load(path)
+        ok = np.allclose(w, w_ref, atol=ADAM_ATOL, rtol=ADAM_RTOL)
+        yield "AdamW vs handout optimizer_test.npy", ok, np.abs(w - w_ref).max(), str(path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bert", default="minilm", help="checkpoint the reference was made with")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="folder holding the handout's optimizer_test.npy "
+        "(default: $MINBERT_REFERENCE, then ../shared/reference)",
+    )
+    args = parser.parse_args()
+    start, failed = time.time(), 0
+    for name, ok, diff, detail in checks(args):
+        verdict = "SKIP" if ok is None else ("OK" if ok else "NOT OK")
+        failed += ok is not None and not ok  # ok may be a numpy bool
+        diff_text = "" if diff is None else f"max diff {float(diff):.2e}"
+        print(f"{verdict:7s} {name:45s} {diff_text:18s} ({detail})")
+    took = time.time() - start
+    print(f"\n{'ALL CHECKS PASSED' if not failed else f'{failed} CHECK(S) FAILED'} in {took:.1f}s")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""`python sanity_check.py` passes on this checkout and fails loudly when a piece is wrong."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sanity_check
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_sanity_check_passes():
+    done = subprocess.run(
+        [sys.executable, "sanity_check.py"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ALL CHECKS PASSED" in done.stdout
+    assert done.stdout.count("\nOK ") + done.stdout.startswith("OK ") >= 7
+
+
+def test_sanity_check_reports_a_wrong_reference(tmp_path, monkeypatch, capsys):
+    ref = dict(np.load(sanity_check.REFERENCE))
+    ref["pooler_output"] = ref["pooler_output"] + 1e-3  # as if our BERT drifted
+    np.savez(tmp_path / "ref.npz", **ref)
+    monkeypatch.setattr(sanity_check, "REFERENCE", tmp_path / "ref.npz")
+    monkeypatch.setattr(sys, "argv", ["sanity_check.py"])
+    with pytest.raises(SystemExit) as stop:
+        sanity_check.main()
+    assert stop.value.code == 1
+    out = capsys.readouterr().out
+    assert "NOT OK  BERT pooler_output (manual)" in out
+    assert "2 CHECK(S) FAILED" in out  # the manual and the SDPA paths
