@@ -403,17 +403,43 @@ class PairDataset(_Tokenized):
     def collate(self, indices: list[int]) -> dict:
         if self.cross_encode:
             return self._collate_single(indices)
-        firsts = [self.input_ids[0][i] for i in indices]
-        seconds = [self.input_ids[1][i] for i in indices]
-        T = max(len(s) for s in firsts + seconds)
-        ids = torch.stack([pad(firsts, self.pad_id, T), pad(seconds, self.pad_id, T)])
-        mask = torch.stack([_mask(firsts, T), _mask(seconds, T)])
-        batch = {
-            "input_ids": ids,  # (2, B, T)
-            "attention_mask": mask,  # (2, B, T)
-            "token_type_ids": torch.zeros_like(ids),  # (2, B, T): each side is segment A
-        }
-        return self._finish(batch, indices)
+        return self._finish(_stack_columns(self.input_ids, indices, self.pad_id), indices)
+
+
+def _stack_columns(columns: Sequence[list], indices: list[int], pad_id: int) -> dict:
+    """K sentences per example, each tokenized alone -> (K, B, T) tensors with one T."""
+    seqs = [[col[i] for i in indices] for col in columns]  # K lists of B id lists
+    T = max(len(s) for side in seqs for s in side)
+    ids = torch.stack([pad(side, pad_id, T) for side in seqs])  # (K, B, T)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.stack([_mask(side, T) for side in seqs]),  # (K, B, T)
+        "token_type_ids": torch.zeros_like(ids),  # (K, B, T): each sentence is segment A
+    }
+
+
+class TupleDataset(_Tokenized):
+    """K unlabeled sentences per example, e.g. SimCSE's (anchor, positive, negative).
+
+    Each column is tokenized once; batches are (K, B, T) like siamese pairs, so a model
+    encodes all K * B sentences in one forward via .view(K * B, T).
+    """
+
+    def __init__(self, tuples: Sequence[Sequence[str]], tokenizer, max_length: int = 128):
+        K = len(tuples[0]) if tuples else 1
+        if any(len(t) != K for t in tuples):
+            raise ValueError(f"every example needs {K} sentences, like the first one")
+        self.input_ids = tuple(
+            _encode(tokenizer, [t[k] for t in tuples], None, max_length)["input_ids"]
+            for k in range(K)
+        )
+        self.lengths = [max(len(col[i]) for col in self.input_ids) for i in range(len(tuples))]
+        self.labels = None
+        self.ids = [str(i) for i in range(len(tuples))]
+        self.pad_id = tokenizer.pad_token_id
+
+    def collate(self, indices: list[int]) -> dict:
+        return self._finish(_stack_columns(self.input_ids, indices, self.pad_id), indices)
 
 
 class LengthBucketSampler(Sampler[list[int]]):
@@ -484,6 +510,65 @@ def make_loader(
     return DataLoader(
         dataset, batch_sampler=sampler, collate_fn=dataset.collate, num_workers=num_workers
     )
+
+
+def standardized_indices(n: int, size: int, generator: torch.Generator) -> list[int]:
+    """`size` indices into a data set of n: a random sample when size <= n, else whole
+    shuffled passes repeated and topped up (Broadhurst & Maffezzoli standardize each task
+    to the same number of examples this way)."""
+    if n < 1 or size < 1:
+        raise ValueError(f"need a non-empty data set and size >= 1, got n={n}, size={size}")
+    passes = [torch.randperm(n, generator=generator) for _ in range(math.ceil(size / n))]
+    return torch.cat(passes)[:size].tolist()
+
+
+class MultiTaskBatches:
+    """Batches of several tasks per epoch, without `zip` (which stops at the shortest).
+
+    mode='simultaneous': each step is one batch of every task, [(task, batch), ...].
+    mode='round_robin': each step is one batch of one task, [(task, batch)], the tasks taking
+    turns in a fixed order or an order drawn afresh each cycle (order='random').
+    Either way an epoch ends when the task with the most batches has been through all of
+    them exactly once; the others start over (new shuffle) whenever they run out.
+    """
+
+    def __init__(
+        self,
+        loaders: dict,
+        mode: str = "simultaneous",
+        order: str = "fixed",
+        generator: torch.Generator | None = None,
+    ):
+        if mode not in ("simultaneous", "round_robin") or order not in ("fixed", "random"):
+            raise ValueError(
+                f"mode must be 'simultaneous' or 'round_robin' and order 'fixed' or 'random', "
+                f"got {mode!r}, {order!r}"
+            )
+        self.loaders, self.mode, self.order = loaders, mode, order
+        self.generator = generator
+        self.cycles = max(len(loader) for loader in loaders.values())
+
+    def __len__(self) -> int:
+        return self.cycles * (1 if self.mode == "simultaneous" else len(self.loaders))
+
+    def _next(self, iters: dict, task: str):
+        try:
+            return next(iters[task])
+        except StopIteration:  # a smaller task: start it over
+            iters[task] = iter(self.loaders[task])
+            return next(iters[task])
+
+    def __iter__(self) -> Iterator[list]:
+        tasks = list(self.loaders)
+        iters = {t: iter(self.loaders[t]) for t in tasks}
+        for _ in range(self.cycles):
+            if self.mode == "simultaneous":
+                yield [(t, self._next(iters, t)) for t in tasks]
+                continue
+            if self.order == "random":
+                tasks = [tasks[i] for i in torch.randperm(len(tasks), generator=self.generator)]
+            for t in tasks:
+                yield [(t, self._next(iters, t))]
 
 
 # ---------------------------------------------------------------------------------------

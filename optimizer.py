@@ -269,3 +269,12 @@ def write_flat_grads(params: Iterable[torch.Tensor], flat: torch.Tensor) -> None
         else:
             p.grad.copy_(chunk)
         offset += p.numel()
+
+
+def random_loss_weights(num_tasks: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random loss weighting (Lin et al., 2022, "Reasonable Effectiveness of Random Weighting"):
+    weights drawn from N(0, 1) each step and normalized with a softmax, so they are positive
+    and sum to 1. Returns (num_tasks,)."""
+    if num_tasks < 1:
+        raise ValueError(f"need at least one task, got {num_tasks}")
+    return torch.softmax(torch.randn(num_tasks, generator=generator), dim=0)

@@ -101,6 +101,21 @@ def triplet_simcse_loss(
     return F.cross_entropy(scores, scores.new_zeros(scores.size(0), dtype=torch.long))
 
 
+def contrastive_margin_loss(
+    u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor, margin: float = 0.5
+) -> torch.Tensor:
+    """Contrastive loss of pairs (Hadsell et al., 2006; sentence-transformers' ContrastiveLoss):
+    with the cosine distance d = 1 - cos(u, v), similar pairs (label 1) pay d^2 and
+    dissimilar ones (label 0) pay max(0, margin - d)^2; halved, batch mean.
+
+    u, v: (B, H); labels: (B,) 0/1.
+    """
+    _check_pairs(u=u, v=v)
+    d = 1 - F.cosine_similarity(u, v, dim=-1)  # (B,)
+    y = labels.to(d.dtype)
+    return 0.5 * (y * d.pow(2) + (1 - y) * F.relu(margin - d).pow(2)).mean()
+
+
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
     """Wang & Isola 2020: E ||x_i - y_i||^alpha over positive pairs, on L2-normalised rows.
 

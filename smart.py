@@ -63,7 +63,9 @@ def _log_probs(logits: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)  # (B, 2)
 
 
-def _check_outputs(p: torch.Tensor, q: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_outputs(
+    p: torch.Tensor, q: torch.Tensor, kind: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if p.shape != q.shape:

@@ -338,3 +338,15 @@ def test_pcgrad_training_step_without_conflict_equals_summed_loss():
     model.zero_grad()
     (losses[0]() + losses[1]()).backward()
     torch.testing.assert_close(surgery, flatten_grads(model.parameters()), atol=1e-6, rtol=1e-5)
+
+
+def test_random_loss_weights_sum_to_one_and_vary():
+    from optimizer import random_loss_weights
+
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([random_loss_weights(3, g) for _ in range(50)])  # (50, 3)
+    assert torch.allclose(draws.sum(1), torch.ones(50), atol=1e-6)
+    assert (draws > 0).all()
+    assert draws.std(0).min() > 0.05  # they change from step to step
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert torch.equal(random_loss_weights(3, g1), random_loss_weights(3, g2))

@@ -9,6 +9,7 @@ import torch
 from simcse import (
     alignment,
     build_triplets,
+    contrastive_margin_loss,
     multiple_negatives_ranking_loss,
     sup_simcse_loss,
     triplet_simcse_loss,
@@ -173,3 +174,19 @@ def test_build_triplets():
         build_triplets([Pair("p", "h", "-")])
     with pytest.raises(ValueError, match="max_per_premise"):
         build_triplets(pairs, max_per_premise=0)
+
+
+def test_contrastive_margin_loss_matches_loop():
+    torch.manual_seed(0)
+    u, v = torch.randn(6, 5), torch.randn(6, 5)
+    v[0] = u[0] * 2  # a similar pair at distance 0
+    labels = torch.tensor([1, 0, 1, 0, 1, 0])
+    total = 0.0
+    for i in range(6):
+        cos = float(u[i] @ v[i] / (u[i].norm() * v[i].norm()))
+        d = 1 - cos
+        total += 0.5 * (d * d if labels[i] == 1 else max(0.0, 0.5 - d) ** 2)
+    assert abs(contrastive_margin_loss(u, v, labels).item() - total / 6) < 1e-6
+    # dissimilar pairs farther apart than the margin cost nothing
+    far = contrastive_margin_loss(u[:1], -u[:1], torch.tensor([0]))
+    assert far.item() == 0.0
