@@ -26,8 +26,13 @@ test: venv
 check: venv
 	$(PY) sanity_check.py
 
+# The thesis schedule on the embedded MiniLM, scaled (by flags only) to a CPU run.
+DEMO_FLAGS ?= --preset thesis --bert minilm --train_size 1000 --dev_size 500 --loops 2 --max_length 64
 demo: venv
-	$(PY) demo.py
+	$(PY) multitask_classifier.py $(DEMO_FLAGS)
+
+bench: venv
+	$(PY) bench.py
 
 # Fill data/ from the public CS224n handout when online; say what is missing otherwise.
 data: venv

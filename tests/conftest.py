@@ -32,3 +32,81 @@ def tiny_config() -> BertConfig:
         intermediate_size=64,
         max_position_embeddings=64,
     )
+
+
+WORDS = (
+    "good great fine bad awful dull movie film plot actor scene story how what why is are "
+    "do can the a to of learn python code run fast slow cat dog man woman plays guitar eats"
+).split()
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _sentence(rng, n=6):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, n)))
+
+
+def write_tiny_data(folder: Path, n_train=48, n_dev=16, seed=0):
+    """Small CS224n-format files: sentiment labels follow the words, so tasks are learnable."""
+    import random
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    scores = {"good": 4, "great": 4, "fine": 3, "bad": 1, "awful": 0, "dull": 1}
+    for split, n in (("train", n_train), ("dev", n_dev), ("test-student", n_dev)):
+        labeled = split != "test-student"
+        for stem in ("ids-sst", "ids-cfimdb"):
+            rows = ["\tid\tsentence" + ("\tsentiment" if labeled else "")]
+            for i in range(n):
+                s = _sentence(rng)
+                label = next((scores[w] for w in s.split() if w in scores), 2)
+                label = label if stem == "ids-sst" else int(label >= 3)
+                rows.append(f"{i}\t{stem}{split}{i}\t{s}" + (f"\t{label}" if labeled else ""))
+            (folder / f"{stem}-{split}.csv").write_text("\n".join(rows) + "\n")
+        for stem, col in (("quora", "is_duplicate"), ("sts", "similarity")):
+            rows = ["\tid\tsentence1\tsentence2" + (f"\t{col}" if labeled else "")]
+            for i in range(n):
+                a = _sentence(rng)
+                same = rng.random() < 0.5
+                b = a if same else _sentence(rng)
+                label = float(same) if stem == "quora" else (5.0 if same else rng.uniform(0, 2))
+                rows.append(
+                    f"{i}\t{stem}{split}{i}\t{a}\t{b}" + (f"\t{label:.1f}" if labeled else "")
+                )
+            (folder / f"{stem}-{split}.csv").write_text("\n".join(rows) + "\n")
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = ["premise\thypothesis\tlabel"]
+        for _ in range(n):
+            premise = _sentence(rng)
+            rows += [f"{premise}\t{premise} .\t0", f"{premise}\t{_sentence(rng)}\t2"]
+            rows.append(f"{premise}\t{_sentence(rng)}\t1")
+        (folder / f"snli-{split}.csv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def write_tiny_checkpoint(folder: Path, config: BertConfig, seed=0):
+    """A random tiny BERT in Hugging Face format (config.json, model.safetensors, vocab.txt)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from bert import BertModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = SPECIALS + sorted(set(WORDS)) + ["?", ".", ","]
+    config = BertConfig(**{**config.to_dict(), "vocab_size": len(vocab)})
+    torch.manual_seed(seed)
+    state = BertModel(config).state_dict()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config.to_dict()))
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    return folder
+
+
+@pytest.fixture
+def tiny_env(tmp_path, tiny_config):
+    """(checkpoint folder, data folder) for end-to-end runs in a second or two."""
+    return (
+        write_tiny_checkpoint(tmp_path / "tiny-bert", tiny_config),
+        write_tiny_data(tmp_path / "data"),
+    )
