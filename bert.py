@@ -140,13 +140,23 @@ class BertModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def _check_ids(self, input_ids):
+        """Clear errors for ids the embedding tables cannot hold.
+
+        The id range is checked on the CPU only: on a GPU it would make every forward wait
+        for the device, and the embedding lookup asserts there by itself.
+        """
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {T} is longer than the position table "
                 f"({self.config.max_position_embeddings}); truncate with max_length"
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+        on_cpu = input_ids.device.type == "cpu"
+        if (
+            on_cpu
+            and input_ids.numel()
+            and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size)
+        ):
             raise ValueError(
                 f"token ids must lie in [0, {self.config.vocab_size}); got min "
                 f"{int(input_ids.min())}, max {int(input_ids.max())}: tokenizer and model vocab differ?"

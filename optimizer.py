@@ -133,8 +133,8 @@ class AdamW(torch.optim.Optimizer):
             state["step"] += 1
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
 
-            # m_t = beta1 * m_{t-1} + (1 - beta1) * g
-            exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+            # m_t = beta1 * m_{t-1} + (1 - beta1) * g, i.e. m moves toward g by (1 - beta1)
+            exp_avg.lerp_(grad, 1.0 - beta1)
             # v_t = beta2 * v_{t-1} + (1 - beta2) * g^2
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
 
@@ -142,7 +142,8 @@ class AdamW(torch.optim.Optimizer):
             bias1, bias2 = self._bias_corrections(group, state["step"])
 
             # p <- p - lr * weight_decay * p, before the Adam step (decoupled decay)
-            p.mul_(1.0 - lr * group["weight_decay"])
+            if group["weight_decay"]:
+                p.mul_(1.0 - lr * group["weight_decay"])
 
             # p <- p - lr * m_hat / (sqrt(v_hat) + eps); bias1 is folded into the step size
             denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
@@ -163,12 +164,12 @@ class AdamW(torch.optim.Optimizer):
         # so the bias corrections are per tensor.
         biases = [self._bias_corrections(group, s["step"]) for s in states]
 
-        torch._foreach_mul_(exp_avgs, beta1)
-        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+        torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
 
-        torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])
+        if group["weight_decay"]:
+            torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])
 
         denoms = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denoms, [math.sqrt(bias2) for _, bias2 in biases])

@@ -100,7 +100,9 @@ def run(tiny_env, run_dir, *extra):
         "--batch_size", "8", "--lr", "1e-3", "--seed", "0", "--loops", "1", *extra,
     ]  # fmt: skip
     mt.main(argv)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["stage"] == "start (untrained heads)"  # scored before any training
+    return rows[1:]
 
 
 def test_plan_runner_writes_table_checkpoint_and_predictions(tiny_env, tmp_path, capsys):
@@ -161,7 +163,7 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
     mt.main(["--resume", str(tmp_path / "resumed")])
     resumed = [
         json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
-    ]
+    ][1:]
     drop = ("seconds",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in resumed] == [
         {k: v for k, v in r.items() if k not in drop} for r in straight
