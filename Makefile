@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(if $(VENV),$(VENV)/bin/python,$(PYTHON))
 STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
-# Data folder the project reads (the CS224n CSVs); CI points it at ../shared/data.
-export MINBERT_DATA ?= data
+# Data folder the project reads (the CS224n CSVs): data/ when it holds them, else the
+# offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
+export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
 .PHONY: venv test check demo lint bench data clean
 
@@ -27,7 +28,7 @@ check: venv
 	$(PY) sanity_check.py
 
 # The thesis schedule on the embedded MiniLM, scaled (by flags only) to a CPU run.
-DEMO_FLAGS ?= --preset thesis --bert minilm --train_size 1000 --dev_size 500 --loops 2 --max_length 64
+DEMO_FLAGS ?= --preset thesis --bert minilm --train_size 3000 --dev_size 600 --loops 2 --max_length 64 --lr 5e-5
 demo: venv
 	$(PY) multitask_classifier.py $(DEMO_FLAGS)
 

@@ -173,7 +173,7 @@ class BertModel(nn.Module):
         """(B, T, H) embedding output and (B, T) mask -> last hidden states and pooled [CLS]."""
         dtype = (
             embeds.dtype
-            if not torch.is_autocast_enabled()
+            if not torch.is_autocast_enabled(embeds.device.type)
             else torch.get_autocast_dtype(embeds.device.type)
         )
         # (B, T) 1/0 -> (B, 1, 1, T) additive mask: 0 where attended, dtype min where padded

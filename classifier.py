@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev_size", type=int, default=0, help="dev/test examples (0: all)")
     p.add_argument("--data_dir", default=None, help="data folder ($MINBERT_DATA, else data/)")
     p.add_argument("--strict", action="store_true", help="stop at the first bad data row")
-    p.add_argument("--run_dir", default=None, help="output folder (default runs/<task>-<option>)")
+    p.add_argument(
+        "--run_dir", default=None, help="output folder (default runs/<task>-<option>-<time>)"
+    )
     p.add_argument("--seed", type=int, default=11711, help="random seed")
     p.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda'")
     p.add_argument("--no_amp", dest="amp", action="store_false", help="float32 on GPU")
@@ -64,16 +66,24 @@ def main(argv=None):
     # fields the shared runner reads, fixed for this single-task driver
     args.compile, args.foreach_adamw, args.test_predictions = False, False, True
     args.cross_encode = []
-    run_dir = Path(args.run_dir or f"runs/{args.task}-{args.option}")
+    run_dir = Path(
+        args.run_dir or f"runs/{args.task}-{args.option}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     torch.manual_seed(args.seed)
     rt = mt.make_runtime(args.device, args.amp)
     tokenizer = BertTokenizer.from_pretrained(args.bert)
     tasks = (args.task,)
     task_data = mt.load_task_data(args, tokenizer, tasks)
     frozen = args.option == "last-linear-layer"
-    make_model = mt.model_factory(args, tasks, freeze_encoder=frozen)
-    stages = [
-        mt.Stage(args.task, lr=args.lr, batch_size=args.batch_size, name=f"epoch {e + 1}")
+    make_model = mt.model_factory(args, tasks)
+    stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
+        mt.Stage(
+            args.task,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            name=f"epoch {e + 1}",
+            freeze_encoder=frozen,
+        )  # fmt: skip
         for e in range(args.epochs)
     ]
     print(f"{args.task} {args.option}: {args.bert} on {rt.device}, lr {args.lr}")

@@ -54,6 +54,10 @@ OUTPUT_LOSSES = {
     "l1": lambda out, y: F.l1_loss(out, y.to(out.dtype)),  # Auslin et al.'s STS option
 }
 DEFAULT_LOSS = {"classification": "ce", "binary": "bce", "regression": "mse"}
+LOSS_CHOICES = {  # task -> the losses it may use (--para_loss, --sts_loss)
+    "para": ("bce", "contrastive", "mnrl"),
+    "sts": ("mse", "l1", "cosine_mse", "mnrl"),
+}
 POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive
 
 
@@ -74,11 +78,6 @@ PAIR_LOSSES = {
     "contrastive": lambda u, v, y, kind: simcse.contrastive_margin_loss(u, v, y, margin=0.5),
     "mnrl": ranking_on_positives,
 }
-
-
-def task_loss(kind: str, out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The default loss of a task kind: cross-entropy, binary cross-entropy or MSE."""
-    return OUTPUT_LOSSES[DEFAULT_LOSS[kind]](out, labels)
 
 
 class MultitaskBERT(nn.Module):
@@ -214,12 +213,9 @@ class Stage:
                     f"unknown {name} {getattr(self, name)!r}; expected one of {sorted(values)}"
                 )
         for task, loss in self.losses.items():
-            pair_ok = loss in PAIR_LOSSES and TASKS[task].pair
-            if not (pair_ok or loss in OUTPUT_LOSSES):
-                raise ValueError(
-                    f"loss {loss!r} does not fit task {task!r}; output losses: "
-                    f"{list(OUTPUT_LOSSES)}, pair losses (para, sts): {list(PAIR_LOSSES)}"
-                )
+            allowed = LOSS_CHOICES.get(task, (DEFAULT_LOSS[TASKS[task].kind],))
+            if loss not in allowed:
+                raise ValueError(f"loss {loss!r} does not fit task {task!r}; expected {allowed}")
         if self.objective not in OBJECTIVES:
             raise ValueError(
                 f"unknown objective {self.objective!r}; expected one of {list(OBJECTIVES)}"
@@ -370,12 +366,14 @@ class Runtime:
 
 
 def make_runtime(device_arg: str, amp: bool) -> Runtime:
+    if device_arg.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device_arg}: no CUDA device is available here; use cpu")
     device = torch.device(
         device_arg if device_arg != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     )
     if device.type != "cuda" or not amp:
         return Runtime(device, None, None)
-    if torch.cuda.is_bf16_supported():
+    if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
         return Runtime(device, torch.bfloat16, None)
     return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"))
 
@@ -493,14 +491,12 @@ def stage_steps(task_data, stage: Stage, generator: torch.Generator):
 
 
 def atomic_save(obj, path: Path):
+    """torch.save (or, for a str, a text file) to a temporary name, then rename."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    if isinstance(obj, str):
+        tmp.write_text(obj)
+    else:
+        torch.save(obj, tmp)
     os.replace(tmp, path)
 
 
@@ -565,14 +561,12 @@ def score_row(results: dict, tasks) -> dict:
     """Flatten evaluation results into one forgetting-table row."""
     row = {t: results[t].metrics for t in tasks}
     if set(MULTITASK) <= set(tasks):
-        row["overall"] = evaluation.overall_score(
-            row["sst"]["accuracy"], row["para"]["accuracy"], row["sts"]["pearson"]
-        )
+        row["overall"] = evaluation.overall_from_results(results)
     return row
 
 
 def format_row(name, row, tasks) -> str:
-    cells = [f"{name:<18s}"]
+    cells = [f"{name:<20s}"]
     for t in tasks:
         m = row.get(t)
         if TASKS[t].kind == "regression":
@@ -587,7 +581,7 @@ def format_row(name, row, tasks) -> str:
 
 
 def table_header(tasks) -> str:
-    cells = [f"{'stage':<18s}"]
+    cells = [f"{'stage':<20s}"]
     for t in tasks:
         title = TASKS[t].title
         cells.append(
@@ -781,6 +775,8 @@ def run_plan(
     best = {"score": -math.inf, "stage": None, "index": None}
     rows, start = [], 0
     state_path, best_path = run_dir / "state.pt", run_dir / "best.pt"
+    if state_path.exists() and not getattr(args, "resume", None):
+        raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         check_compatible(state["config"], model.config(), state_path)
@@ -796,9 +792,7 @@ def run_plan(
         print(format_row(r["stage"], r, eval_tasks))
     if start == 0 and not rows:  # the starting point: what training has to beat
         results = evaluate_split(model, task_data, "dev", eval_tasks, rt, args.eval_batch_size)
-        rows.append(
-            {"stage": "start (untrained heads)", "index": -1} | score_row(results, eval_tasks)
-        )
+        rows.append({"stage": "start (no training)", "index": -1} | score_row(results, eval_tasks))
         print(format_row(rows[-1]["stage"], rows[-1], eval_tasks))
     for k in range(start, len(plan)):
         stage = plan[k]
@@ -833,7 +827,7 @@ def run_plan(
         score = selection_score(row, eval_tasks)
         score = -math.inf if math.isnan(score) else score  # e.g. Pearson of a constant
         rows.append(row)
-        write_text_atomic(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_save("".join(json.dumps(r) + "\n" for r in rows), run_dir / "metrics.jsonl")
         if best["index"] is None or score > best["score"]:
             best = {"score": score, "stage": stage.name, "index": k}
             atomic_save(
@@ -1005,13 +999,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--multitask_epochs", type=int, default=3, help="multitask preset: epochs")
     g.add_argument(
         "--para_loss",
-        choices=("bce", "contrastive", "mnrl"),
+        choices=LOSS_CHOICES["para"],
         default=None,
         help="QQP loss: BCE on the logit (default), contrastive margin 0.5, or ranking",
     )
     g.add_argument(
         "--sts_loss",
-        choices=("mse", "l1", "cosine_mse", "mnrl"),
+        choices=LOSS_CHOICES["sts"],
         default=None,
         help="STS loss: MSE on the 0-5 score (default), L1, cosine vs labels in [-1, 1], ranking",
     )
@@ -1066,17 +1060,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv=None):
-    args = build_parser().parse_args(argv)
-    if args.resume:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.resume:  # the run's own flags, over today's defaults for flags added since
         saved = Path(args.resume) / "args.json"
         if not saved.is_file():
             raise SystemExit(f"--resume {args.resume}: no args.json there; is it a run folder?")
+        defaults = vars(parser.parse_args([]))
+        changed = sorted(k for k, v in vars(args).items() if k != "resume" and v != defaults[k])
+        if changed:
+            raise SystemExit(
+                f"--resume continues a run with its own flags; drop: --{', --'.join(changed)}"
+            )
         resume = args.resume
-        args = argparse.Namespace(**json.loads(saved.read_text()))
+        args = argparse.Namespace(**(defaults | json.loads(saved.read_text())))
         args.resume, args.run_dir = resume, resume
-    for name in ("batch_size", "eval_batch_size", "smart_batch_size", "max_length", "loops"):
-        if getattr(args, name) < (0 if name == "loops" else 1):
-            raise SystemExit(f"--{name} must be positive, got {getattr(args, name)}")
+    minimum = {"batch_size": 1, "eval_batch_size": 1, "smart_batch_size": 1, "max_length": 3,
+               "loops": 0, "train_size": 0, "dev_size": 0, "examples_per_task": 0,
+               "multitask_epochs": 1, "simcse_epochs": 1, "individual_epochs": 1,
+               "simcse_batch_size": 2}  # fmt: skip
+    for name, low in minimum.items():
+        if getattr(args, name) < low:
+            raise SystemExit(f"--{name} must be at least {low}, got {getattr(args, name)}")
+    if min(args.sequential_epochs) < 1:
+        raise SystemExit(
+            f"--sequential_epochs must be at least 1 each, got {args.sequential_epochs}"
+        )
+    smart_on = args.smart or args.preset.startswith("thesis-smart")
+    for task in ("para", "sts"):
+        if smart_on and (getattr(args, f"{task}_loss") or "") in PAIR_LOSSES:
+            raise SystemExit(
+                f"--{task}_loss {getattr(args, f'{task}_loss')} works on sentence embeddings, "
+                "which SMART cannot perturb through a head; use it without --smart"
+            )
     for task in args.cross_encode:
         if (getattr(args, f"{task}_loss") or "") in PAIR_LOSSES:
             raise SystemExit(
@@ -1088,14 +1104,12 @@ def parse_args(argv=None):
     return args
 
 
-def model_factory(args, tasks, freeze_encoder=False):
+def model_factory(args, tasks):
     def make():
         bert = BertModel.from_pretrained(args.bert, attention=args.attention)
         if args.compile:
             for layer in bert.encoder["layer"]:
                 layer.compile(dynamic=True)
-        if freeze_encoder:
-            bert.requires_grad_(False)
         return MultitaskBERT(bert, tasks, args.pooling, args.dropout, args.cross_encode)
 
     return make
@@ -1105,8 +1119,6 @@ def main(argv=None):
     args = parse_args(argv)
     plans = build_plans(args)
     run_dir = Path(args.run_dir or f"runs/{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if not args.resume and any(run_dir.rglob("state.pt")):
-        raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "args.json").write_text(json.dumps(vars(args), indent=1))
     torch.manual_seed(args.seed)

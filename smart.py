@@ -142,7 +142,11 @@ def adversarial_regularizer(
     for _ in range(steps):
         noise.requires_grad_(True)
         adv = divergence(f(base + noise), target, kind)
-        (grad,) = torch.autograd.grad(adv, noise, allow_unused=True, materialize_grads=True)
+        # adv is tiny (~epsilon^2): scaled by 1/epsilon, float16 backward does not underflow;
+        # the step is normalized below, so the scale does not change it
+        (grad,) = torch.autograd.grad(
+            adv / epsilon, noise, allow_unused=True, materialize_grads=True
+        )
         # per-example infinity norm: every example moves by eta in its largest coordinate
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))

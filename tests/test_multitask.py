@@ -84,13 +84,13 @@ def test_task_losses_on_hand_made_inputs():
     labels = torch.tensor([0, 2])
     p0 = math.exp(2) / (math.exp(2) + 1 + math.exp(-1))
     expected = (-math.log(p0) - math.log(1 / 3)) / 2
-    assert mt.task_loss("classification", logits, labels).item() == pytest.approx(expected, 1e-6)
+    assert mt.OUTPUT_LOSSES["ce"](logits, labels).item() == pytest.approx(expected, 1e-6)
     logit, y = torch.tensor([0.0, 2.0, -1.0]), torch.tensor([1.0, 0.0, 0.0])
     sig = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
     bce = -(math.log(sig[0]) + math.log(1 - sig[1]) + math.log(1 - sig[2])) / 3
-    assert mt.task_loss("binary", logit, y).item() == pytest.approx(bce, 1e-6)
+    assert mt.OUTPUT_LOSSES["bce"](logit, y).item() == pytest.approx(bce, 1e-6)
     score, target = torch.tensor([1.0, 4.0, 2.5]), torch.tensor([0.0, 5.0, 2.5])
-    assert mt.task_loss("regression", score, target).item() == pytest.approx(2 / 3, 1e-6)
+    assert mt.OUTPUT_LOSSES["mse"](score, target).item() == pytest.approx(2 / 3, 1e-6)
 
 
 def run(tiny_env, run_dir, *extra):
@@ -101,7 +101,7 @@ def run(tiny_env, run_dir, *extra):
     ]  # fmt: skip
     mt.main(argv)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert rows[0]["stage"] == "start (untrained heads)"  # scored before any training
+    assert rows[0]["stage"] == "start (no training)"  # scored before any training
     return rows[1:]
 
 
@@ -189,7 +189,9 @@ def test_short_training_lowers_every_task_loss(tiny_env, tmp_path):
         loader = mt.data.make_loader(task_data[task].train, 64, shuffle=False)
         with torch.no_grad():
             return sum(
-                mt.task_loss(mt.TASKS[task].kind, model(task, b), b["labels"]).item()
+                mt.OUTPUT_LOSSES[mt.DEFAULT_LOSS[mt.TASKS[task].kind]](
+                    model(task, b), b["labels"]
+                ).item()
                 for b in loader
             )
 
@@ -211,7 +213,7 @@ def test_bad_flag_values_stop_with_the_allowed_values(capsys):
         mt.parse_args(["--pooling", "max"])
     err = capsys.readouterr().err
     assert "invalid choice: 'max'" in err and "mean" in err and "cls" in err
-    with pytest.raises(SystemExit, match="--batch_size must be positive"):
+    with pytest.raises(SystemExit, match="--batch_size must be at least 1, got 0"):
         mt.parse_args(["--batch_size", "0"])
     with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
         mt.Stage("qqp")
@@ -429,3 +431,79 @@ def test_multitask_preset_runs(tiny_env, tmp_path, flags):
 def test_pair_losses_need_siamese_pairs():
     with pytest.raises(SystemExit, match="--para_loss mnrl needs siamese"):
         mt.parse_args(["--cross_encode", "para", "--para_loss", "mnrl"])
+
+
+def test_individual_preset_trains_one_model_per_task(tiny_env, tmp_path):
+    bert_dir, data_dir = tiny_env
+    mt.main([
+        "--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(tmp_path / "run"),
+        "--preset", "individual", "--individual_epochs", "1", "--batch_size", "16",
+    ])  # fmt: skip
+    for task in mt.MULTITASK:  # a sub-run per task, scored on its own task only
+        rows = (tmp_path / "run" / task / "metrics.jsonl").read_text().splitlines()
+        last = json.loads(rows[-1])
+        assert last["task"] == task and set(mt.MULTITASK) & set(last) == {task}
+        assert (tmp_path / "run" / task / "predictions" / f"{task}-test-output.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("preset", "names"),
+    [
+        ("sequential", ["QQP", "STS", "SST"]),
+        (
+            "thesis-smart-simcse",
+            ["SimCSE (sup)", "QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%"],
+        ),
+        ("unsup-simcse", ["SimCSE (unsup)", "SST", "QQP"]),
+    ],
+)
+def test_presets_run_their_stages(tiny_env, tmp_path, preset, names):
+    rows = run(
+        tiny_env, tmp_path / "run", "--preset", preset, "--sequential_epochs", "1", "1", "1",
+        "--simcse_epochs", "1", "--individual_epochs", "1", "--smart_batch_size", "16",
+    )  # fmt: skip
+    assert [r["stage"] for r in rows] == names
+
+
+def test_an_existing_run_folder_is_not_overwritten(tiny_env, tmp_path):
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    with pytest.raises(SystemExit, match="already holds a run: continue it with --resume"):
+        run(tiny_env, tmp_path / "run", "--loops", "0")
+
+
+def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    with pytest.raises(SystemExit, match="drop: --eval_batch_size"):
+        mt.parse_args(["--resume", str(tmp_path / "run"), "--eval_batch_size", "4"])
+    args = mt.parse_args(["--resume", str(tmp_path / "run")])
+    assert args.lr == 1e-3 and args.batch_size == 8  # from the run's args.json
+
+
+def test_smart_with_an_embedding_loss_is_refused():
+    with pytest.raises(SystemExit, match="--sts_loss cosine_mse works on sentence embeddings"):
+        mt.parse_args(["--preset", "thesis-smart", "--sts_loss", "cosine_mse"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_requested_without_cuda_says_so():
+    with pytest.raises(SystemExit, match="no CUDA device is available"):
+        mt.make_runtime("cuda", amp=True)
+
+
+def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
+    import classifier
+
+    bert_dir, data_dir = tiny_env
+    rows, best = classifier.main([
+        "--task", "cfimdb", "--option", "last-linear-layer", "--bert", str(bert_dir),
+        "--data_dir", str(data_dir), "--run_dir", str(tmp_path / "run"), "--epochs", "2",
+        "--batch_size", "8",
+    ])  # fmt: skip
+    assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
+    assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
+    trained = torch.load(tmp_path / "run" / "state.pt", weights_only=False)["model"]
+    start = mt.model_factory(mt.parse_args(["--bert", str(bert_dir)]), ("cfimdb",))().state_dict()
+    for name, value in start.items():
+        if name.startswith("bert."):
+            assert torch.equal(value, trained[name]), name
+    assert not torch.equal(start["heads.cfimdb.weight"], trained["heads.cfimdb.weight"])
