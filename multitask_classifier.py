@@ -180,6 +180,13 @@ OBJECTIVES = {
 }
 
 
+STAGE_CHOICES = {  # multitask stages: the values each of these Stage fields may take
+    "mixing": ("simultaneous", "round_robin"),
+    "weighting": ("equal", "random", "pcgrad"),
+    "order": ("fixed", "random"),
+}
+
+
 @dataclass
 class Stage:
     task: str  # the task trained in this stage, or 'simcse' (contrastive, encoder only)
@@ -201,12 +208,7 @@ class Stage:
     examples_per_task: int = 0  # multitask: each task sampled/repeated to this size (0: as is)
 
     def __post_init__(self):
-        allowed = {
-            "task": (*TASKS, "simcse", "multitask"),
-            "mixing": ("simultaneous", "round_robin"),
-            "weighting": ("equal", "random", "pcgrad"),
-            "order": ("fixed", "random"),
-        }
+        allowed = {"task": (*TASKS, "simcse", "multitask")} | STAGE_CHOICES
         for name, values in allowed.items():
             if getattr(self, name) not in values:
                 raise ValueError(
@@ -977,18 +979,18 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("multitask training and loss options (CS224n reports)")
     g.add_argument(
         "--mixing",
-        choices=("simultaneous", "round_robin"),
+        choices=STAGE_CHOICES["mixing"],
         default="simultaneous",
         help="multitask preset: a batch of every task per step, or tasks taking turns",
     )
     g.add_argument(
         "--weighting",
-        choices=("equal", "random", "pcgrad"),
+        choices=STAGE_CHOICES["weighting"],
         default="equal",
         help="simultaneous: equal weights, random weights (Lin et al. 2022) or PCGrad",
     )
     g.add_argument(
-        "--order", choices=("fixed", "random"), default="fixed", help="round-robin task order"
+        "--order", choices=STAGE_CHOICES["order"], default="fixed", help="round-robin task order"
     )
     g.add_argument(
         "--examples_per_task",
