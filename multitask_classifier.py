@@ -391,7 +391,7 @@ class TaskData:
     test: data.SentenceDataset | data.PairDataset | None
 
 
-def first_n(examples, n, seed):
+def random_subset(examples, n, seed):
     """A fixed random subset of n examples (all when n is 0 or covers them)."""
     if not n or n >= len(examples):
         return examples
@@ -399,21 +399,29 @@ def first_n(examples, n, seed):
     return [examples[i] for i in keep]
 
 
-def load_task_data(args, tokenizer, tasks, with_train=True) -> dict[str, TaskData]:
-    """Read and tokenize each task's splits once; the ids are reused every epoch."""
+def load_task_data(args, tokenizer, tasks, train_tasks=None) -> dict[str, TaskData]:
+    """Read and tokenize each task's splits once; the ids are reused every epoch.
+
+    Training sets are read only for `train_tasks` (None: every task), so a run that trains
+    one task, or only the encoder (simcse), does not tokenize the others for nothing.
+    """
     folder = data.data_dir(args.data_dir)
     out = {}
     for task in tasks:
 
         def load(split, limit, task=task):
-            examples = first_n(data.read_task(folder, task, split, args.strict), limit, args.seed)
+            examples = random_subset(
+                data.read_task(folder, task, split, args.strict), limit, args.seed
+            )
             if not TASKS[task].pair:
                 return data.SentenceDataset(examples, tokenizer, args.max_length)
             cross = task in args.cross_encode  # one [CLS] a [SEP] b [SEP] sequence per pair
             return data.PairDataset(examples, tokenizer, args.max_length, cross_encode=cross)
 
         out[task] = TaskData(
-            train=load("train", args.train_size) if with_train else None,
+            train=load("train", args.train_size)
+            if train_tasks is None or task in train_tasks
+            else None,
             dev=load("dev", args.dev_size),
             test=load("test", args.dev_size) if args.test_predictions else None,
         )
@@ -439,7 +447,7 @@ def load_contrastive_data(args, tokenizer, objective) -> TaskData:
             raise SystemExit(f"--simcse_loss {objective} needs negatives: use --simcse_data snli")
         para = data.read_task(folder, "para", "train", strict=args.strict)
         tuples = [(e.sentence1, e.sentence2) for e in para if e.label == 1]
-    tuples = first_n([t[:columns] for t in tuples], args.train_size, args.seed)
+    tuples = random_subset([t[:columns] for t in tuples], args.train_size, args.seed)
     print(f"simcse ({objective}, {args.simcse_data}): {len(tuples)} examples of {columns}")
     return TaskData(
         train=data.TupleDataset(tuples, tokenizer, args.max_length), dev=None, test=None
@@ -471,6 +479,11 @@ class SingleTask:
 
     def __iter__(self):
         return ([(self.task, batch)] for batch in self.loader)
+
+
+def stage_tasks(stage: Stage) -> tuple:
+    """The data sets a stage trains on."""
+    return stage.tasks if stage.task == "multitask" else (stage.task,)
 
 
 def stage_steps(task_data, stage: Stage, generator: torch.Generator):
@@ -1131,7 +1144,8 @@ def main(argv=None):
         f"device {rt.device}, precision {rt.amp_dtype or torch.float32}, model {args.bert}, run {run_dir}"
     )
     tokenizer = BertTokenizer.from_pretrained(args.bert)
-    task_data = load_task_data(args, tokenizer, MULTITASK)
+    trained = {t for plan in plans.values() for s in plan for t in stage_tasks(s)}
+    task_data = load_task_data(args, tokenizer, MULTITASK, train_tasks=trained)
     contrastive = [s for plan in plans.values() for s in plan if s.task == "simcse"]
     if contrastive:
         task_data["simcse"] = load_contrastive_data(args, tokenizer, contrastive[0].objective)

@@ -507,3 +507,13 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
         if name.startswith("bert."):
             assert torch.equal(value, trained[name]), name
     assert not torch.equal(start["heads.cfimdb.weight"], trained["heads.cfimdb.weight"])
+
+
+def test_only_trained_tasks_read_their_training_sets(tiny_env):
+    bert_dir, data_dir = tiny_env
+    args = mt.parse_args(["--bert", str(bert_dir), "--data_dir", str(data_dir)])
+    tok = mt.BertTokenizer.from_pretrained(str(bert_dir))
+    loaded = mt.load_task_data(args, tok, mt.MULTITASK, train_tasks={"sst"})
+    assert len(loaded["sst"].train) == 48
+    assert loaded["para"].train is None and loaded["sts"].train is None
+    assert len(loaded["para"].dev) == 16  # every task is still scored
