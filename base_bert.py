@@ -14,13 +14,21 @@ Where a model can come from (`resolve_model_dir`):
 """
 
 import json
-import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 EMBEDDED = "minilm"  # short name of the embedded default checkpoint
+
+
+class ModelError(ValueError):
+    """A checkpoint folder that cannot be used: bad config.json, unreadable or incomplete
+    weights. The message names the file and what was expected."""
+
+
 CHECKPOINT_FILES = ("config.json", "vocab.txt", "model.safetensors", "pytorch_model.bin")
 
 
@@ -41,6 +49,11 @@ class BertConfig:
     attention: str = "manual"  # "manual": hand-written softmax attention; "sdpa": fused
 
     def __post_init__(self):
+        for f in fields(self):  # a config.json may hold "384" where 384 is meant
+            value, expected = getattr(self, f.name), type(f.default)
+            numeric = expected is float and isinstance(value, int)
+            if isinstance(value, bool) or not (isinstance(value, expected) or numeric):
+                raise ValueError(f"{f.name} must be {expected.__name__}, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of "
@@ -106,7 +119,11 @@ def resolve_model_dir(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
-    if path.exists() or os.sep in name_or_path or name_or_path.startswith("."):
+    # a hub name is `name` or `owner/name`; anything else that is not a folder is a bad path
+    hub_name = re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name_or_path) and not name_or_path.startswith(
+        "."
+    )
+    if path.exists() or not hub_name:
         raise FileNotFoundError(
             f"model path '{name_or_path}' is not a folder; expected a folder with "
             f"{', '.join(CHECKPOINT_FILES[:3])}"
@@ -118,19 +135,27 @@ def load_config(model_dir: Path, **overrides) -> BertConfig:
     config_file = Path(model_dir) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"no config.json in {model_dir}")
-    with open(config_file) as f:
-        return BertConfig.from_dict(json.load(f), **overrides)
+    try:
+        return BertConfig.from_dict(json.loads(config_file.read_text()), **overrides)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{config_file}: not valid JSON ({e})") from None
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"{config_file}: {e}") from None
 
 
 def load_state_dict(model_dir: Path) -> dict:
     """Read the checkpoint's tensors (safetensors preferred) onto the CPU."""
     model_dir = Path(model_dir)
-    if (model_dir / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        return load_file(str(model_dir / "model.safetensors"))
-    if (model_dir / "pytorch_model.bin").is_file():
-        return torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated, corrupt or not a weights file at all
+            raise ModelError(f"{path}: cannot read the weights ({type(e).__name__}: {e})") from None
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {model_dir}")
 
 

@@ -17,7 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from base_bert import BertConfig, load_config, load_into, load_state_dict, resolve_model_dir
+from base_bert import (
+    BertConfig,
+    ModelError,
+    load_config,
+    load_into,
+    load_state_dict,
+    resolve_model_dir,
+)
 
 
 def attention(q, k, v, mask, dropout_p=0.0, training=False):
@@ -199,7 +206,13 @@ class BertModel(nn.Module):
         model_dir = resolve_model_dir(name_or_path)
         model = cls(load_config(model_dir, **overrides))
         report = load_into(model, load_state_dict(model_dir), source=str(model_dir))
-        for kind in ("missing", "unexpected"):
+        untrained = [k for k in report["missing"] if not k.startswith("pooler.")]
+        if untrained:  # the encoder would train from random weights: never what was meant
+            raise ModelError(
+                f"{model_dir}: the weights lack {len(untrained)} of the model's tensors, e.g. "
+                f"{', '.join(untrained[:3])}; does config.json match the checkpoint?"
+            )
+        for kind in ("missing", "unexpected"):  # the pooler (used by --pooling cls) may be absent
             if report[kind]:
                 warnings.warn(
                     f"{model_dir}: {len(report[kind])} {kind} keys: {', '.join(report[kind][:5])}",

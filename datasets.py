@@ -12,6 +12,9 @@ Bad rows (wrong column count, empty or out-of-range label, empty text) are never
 by default they are skipped with ONE warning per file naming their lines; `strict=True`
 raises a DataError at the first one instead.
 
+`load_task_data` reads and tokenizes every split a run needs, once; `fraction_loader` and
+`subset_loader` batch a stage's share of a training set.
+
 `python datasets.py` (run by `make data`) checks the data folder and downloads what is
 missing from the handout repository when it can.
 """
@@ -20,6 +23,8 @@ import argparse
 import csv
 import math
 import os
+import random
+import re
 import sys
 import tempfile
 import urllib.error
@@ -30,7 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+
+import simcse
+from evaluation import TASKS
 
 DEFAULT_DATA_DIR = "data"
 SPLITS = ("train", "dev", "test")
@@ -165,6 +173,48 @@ def _score_label(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def _columns(path: Path, header, text_columns, label_column) -> tuple[list[int], int | None]:
+    """Where the text columns and the label column (None: unlabeled file) are."""
+    if header is None:
+        raise DataError(f"{path}:1: empty file; expected a header line")
+    missing = [c for c in text_columns if c not in header]
+    if missing:
+        raise DataError(
+            f"{path}:1: header {header} lacks column(s) {missing}; expected "
+            f"{list(text_columns)} and, in labeled files, {label_column!r}"
+        )
+    label_at = header.index(label_column) if label_column in header else None
+    return [header.index(c) for c in text_columns], label_at
+
+
+def _fields(line: str) -> list[str]:
+    """The tab-separated fields of one line, quoted fields read as csv reads them ("" is a
+    quote). No field of the CS224n files holds a tab or a newline, so a quote that does not
+    close on its own line is a stray one: the row is bad, and the next line is a new row
+    (read as one file, it would swallow the rows that follow)."""
+    try:
+        (fields,) = csv.reader([line], delimiter="\t", strict=True)
+    except csv.Error as err:
+        raise _BadRow(f"stray quote ({err}); a field may not span tabs or lines") from None
+    return fields
+
+
+def _parse_row(fields, width, text_columns, text_at, label_at, parse_label):
+    """([stripped texts], label or None) of one row; _BadRow says what is wrong."""
+    if len(fields) != width:
+        raise _BadRow(f"{len(fields)} columns; expected {width} like the header")
+    texts = [fields[i].strip() for i in text_at]
+    for name, text in zip(text_columns, texts, strict=True):
+        if not text:
+            raise _BadRow(f"empty {name}; expected text")
+    if "id" in text_columns and not ID.fullmatch(texts[0]):
+        raise _BadRow(f"id {texts[0]!r} has a space or a comma; expected one word")
+    return texts, None if label_at is None else parse_label(fields[label_at])
+
+
+ID = re.compile(r"[^\s,]+")  # ids go into "id , prediction" rows: no spaces, no commas
+
+
 def _read_table(
     path: str | Path,
     text_columns: Sequence[str],
@@ -175,52 +225,38 @@ def _read_table(
     """Rows of a tab-separated file as ([stripped text columns], label or None).
 
     Columns are found by header name, which also copes with the extra leading column of
-    the test-student files. A file whose header has no `label_column` is unlabeled.
+    the test-student files. A file whose header has no `label_column` is unlabeled. Each
+    line is one row; an id seen before makes the later row bad.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(_missing_file_message(path))
-    rows, bad = [], []
+    try:  # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first column
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: cannot read ({err}); expected UTF-8 text") from None
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.reader(f, delimiter="\t")
-            header = next(reader, None)
-            if header is None:
-                raise DataError(f"{path}:1: empty file; expected a header line")
-            missing = [c for c in text_columns if c not in header]
-            if missing:
-                raise DataError(
-                    f"{path}:1: header {header} lacks column(s) {missing}; expected "
-                    f"{list(text_columns)} and, in labeled files, {label_column!r}"
-                )
-            text_at = [header.index(c) for c in text_columns]
-            label_at = header.index(label_column) if label_column in header else None
-            next_line = reader.line_num + 1
-            for row in reader:
-                # A quoted field may span lines: a row starts where the previous one ended.
-                line, next_line = next_line, reader.line_num + 1
-                if not row:
-                    continue  # blank line: csv.DictReader skips these too
-                try:
-                    if len(row) != len(header):
-                        raise _BadRow(f"{len(row)} columns; expected {len(header)} like the header")
-                    texts = [row[i].strip() for i in text_at]
-                    for name, text in zip(text_columns, texts, strict=True):
-                        if not text:
-                            raise _BadRow(f"empty {name}; expected text")
-                    label = None if label_at is None else parse_label(row[label_at])
-                except _BadRow as err:
-                    if strict:
-                        raise DataError(f"{path}:{line}: {err}") from None
-                    bad.append((line, str(err)))
-                    continue
-                rows.append((texts, label))
-    except (UnicodeDecodeError, csv.Error) as err:
-        raise DataError(
-            f"{path}: cannot parse ({err}); expected a UTF-8 tab-separated file"
-        ) from None
+        header = _fields(lines[0]) if lines else None
+    except _BadRow as err:
+        raise DataError(f"{path}:1: {err}") from None
+    text_at, label_at = _columns(path, header, text_columns, label_column)
+    rows, bad, first_line = [], [], {}
+    for line_no, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue  # blank line: csv.DictReader skips these too
+        try:
+            fields = _fields(line)
+            row = _parse_row(fields, len(header), text_columns, text_at, label_at, parse_label)
+            if "id" in text_columns and first_line.setdefault(row[0][0], line_no) != line_no:
+                raise _BadRow(f"id {row[0][0]!r} repeats line {first_line[row[0][0]]}")
+        except _BadRow as err:
+            if strict:
+                raise DataError(f"{path}:{line_no}: {err}") from None
+            bad.append((line_no, str(err)))
+            continue
+        rows.append(row)
     if bad:
-        lines = ", ".join(str(line) for line, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        lines = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
         warnings.warn(
             f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
             f"first: line {bad[0][0]}: {bad[0][1]} (strict=True raises instead)",
@@ -522,6 +558,10 @@ def standardized_indices(n: int, size: int, generator: torch.Generator) -> list[
     return torch.cat(passes)[:size].tolist()
 
 
+MIXINGS = ("simultaneous", "round_robin")  # MultiTaskBatches' modes
+ORDERS = ("fixed", "random")  # round-robin task order in each cycle
+
+
 class MultiTaskBatches:
     """Batches of several tasks per epoch, without `zip` (which stops at the shortest).
 
@@ -539,7 +579,7 @@ class MultiTaskBatches:
         order: str = "fixed",
         generator: torch.Generator | None = None,
     ):
-        if mode not in ("simultaneous", "round_robin") or order not in ("fixed", "random"):
+        if mode not in MIXINGS or order not in ORDERS:
             raise ValueError(
                 f"mode must be 'simultaneous' or 'round_robin' and order 'fixed' or 'random', "
                 f"got {mode!r}, {order!r}"
@@ -569,6 +609,105 @@ class MultiTaskBatches:
                 tasks = [tasks[i] for i in torch.randperm(len(tasks), generator=self.generator)]
             for t in tasks:
                 yield [(t, self._next(iters, t))]
+
+
+# ---------------------------------------------------------------------------------------
+# A run's data: every split read and tokenized once, batches over a stage's share
+
+
+@dataclass
+class TaskData:
+    train: SentenceDataset | PairDataset | TupleDataset | None
+    dev: SentenceDataset | PairDataset | None
+    test: SentenceDataset | PairDataset | None
+
+
+def random_subset(examples: list, n: int, seed: int) -> list:
+    """A fixed random subset of n examples (all when n is 0 or covers them)."""
+    if not n or n >= len(examples):
+        return examples
+    keep = sorted(random.Random(seed).sample(range(len(examples)), n))
+    return [examples[i] for i in keep]
+
+
+def check_usable(examples: list, path: Path, split: str) -> None:
+    """A split a run needs must have rows, and labels unless it is the test split."""
+    if not examples:
+        raise DataError(f"{path}: no usable rows; expected a header and at least one row")
+    if split != "test" and examples[0].label is None:
+        raise DataError(f"{path}: no label column; a {split} file needs its labels")
+
+
+def load_task_data(
+    cfg, tokenizer, tasks, seed: int, train_tasks=None, cross=()
+) -> dict[str, TaskData]:
+    """Read and tokenize each task's splits once; the ids are reused every epoch.
+
+    cfg: config.DataConfig. Training sets are read only for `train_tasks` (None: every
+    task), so a run that trains one task, or only the encoder, does not tokenize the others
+    for nothing. cross: pair tasks encoded as one [CLS] a [SEP] b [SEP] sequence.
+    """
+    folder = data_dir(cfg.data_dir)
+    out = {}
+    for task in tasks:
+
+        def load(split, limit, task=task):
+            examples = read_task(folder, task, split, cfg.strict)
+            check_usable(examples, task_file(folder, task, split), split)
+            examples = random_subset(examples, limit, seed)
+            if not TASKS[task].pair:
+                return SentenceDataset(examples, tokenizer, cfg.max_length)
+            return PairDataset(examples, tokenizer, cfg.max_length, cross_encode=task in cross)
+
+        out[task] = TaskData(
+            train=load("train", cfg.train_size)
+            if train_tasks is None or task in train_tasks
+            else None,
+            dev=load("dev", cfg.dev_size),
+            test=load("test", cfg.dev_size) if cfg.test_predictions else None,
+        )
+        sizes = {k: len(v) for k, v in vars(out[task]).items() if v is not None}
+        print(f"{TASKS[task].title}: " + ", ".join(f"{n} {k}" for k, n in sizes.items()))
+    return out
+
+
+def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int) -> TaskData:
+    """Sentence tuples for a contrastive stage, tokenized once.
+
+    source 'snli': (premise, entailment, contradiction) triplets, one per premise
+    (simcse.build_triplets); 'para': Quora duplicate pairs (no negatives: for mnrl,
+    align_uniform and unsup only). Objectives that need fewer sentences take the first
+    columns (unsup: the anchors).
+    """
+    folder = data_dir(cfg.data_dir)
+    columns = simcse.OBJECTIVES[objective][0]
+    if source == "snli":
+        snli = read_task(folder, "snli", "train", strict=cfg.strict)
+        tuples = simcse.build_triplets(snli, max_per_premise=1, seed=seed)
+    else:
+        if columns == 3:
+            raise SystemExit(f"--simcse_loss {objective} needs negatives: use --simcse_data snli")
+        para = read_task(folder, "para", "train", strict=cfg.strict)
+        tuples = [(e.sentence1, e.sentence2) for e in para if e.label == 1]
+    if not tuples:
+        raise DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
+    tuples = random_subset([t[:columns] for t in tuples], cfg.train_size, seed)
+    print(f"simcse ({objective}, {source}): {len(tuples)} examples of {columns}")
+    return TaskData(train=TupleDataset(tuples, tokenizer, cfg.max_length), dev=None, test=None)
+
+
+def subset_loader(dataset, keep: list[int], batch_size: int, generator) -> DataLoader:
+    """Shuffled, length-bucketed batches over dataset[keep] (keep may repeat indices)."""
+    lengths = [dataset.lengths[i] for i in keep]
+    sampler = LengthBucketSampler(lengths, batch_size, shuffle=True, generator=generator)
+    return DataLoader(Subset(dataset, keep), batch_sampler=sampler, collate_fn=dataset.collate)
+
+
+def fraction_loader(dataset, fraction: float, batch_size: int, generator) -> DataLoader:
+    """Batches over a fresh random `fraction` of the data."""
+    n = len(dataset)
+    keep = torch.randperm(n, generator=generator)[: max(1, round(fraction * n))].tolist()
+    return subset_loader(dataset, keep, batch_size, generator)
 
 
 # ---------------------------------------------------------------------------------------

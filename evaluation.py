@@ -4,7 +4,8 @@ Reference: the CS224n "minBERT" default final project handout (evaluation.py and
 multitask_classifier.py's test_multitask): sentiment accuracy, paraphrase accuracy from
 sigmoid(logit) > 0.5, STS Pearson correlation, and the overall score
 (sst_acc + para_acc + (sts_r + 1) / 2) / 3. Macro and support-weighted F1 are also reported,
-as in chapter 5 of the SMART-SBERT with SimCSE thesis.
+as in chapter 5 of the SMART-SBERT with SimCSE thesis. The forgetting table (one row of dev
+scores after every training stage) is built and printed here too.
 
 The model contract: `model.predict(task, batch)` returns raw outputs, (B, C) logits for
 'sst' and 'cfimdb', (B,) one logit for 'para', (B,) a 0-5 score for 'sts'. The table TASKS
@@ -89,6 +90,8 @@ class TaskSpec:
     pair: bool  # two sentences per example
     title: str  # name in tables
     column: str  # prediction-file header, as the handout writes it
+    head: str  # what the multitask model computes for it (multitask_classifier.MultitaskBERT)
+    losses: tuple  # the losses it may train with, the default first (simcse.py's tables)
 
 
 def _argmax(out: torch.Tensor) -> torch.Tensor:
@@ -111,12 +114,26 @@ RULES = {
     "regression": (_score, regression_metrics),
 }
 
+MULTITASK = ("sst", "para", "sts")  # the tasks of the overall score
+SIAMESE = "siamese [u, v, |u - v|] -> Linear(1), both orders averaged"
 TASKS = {
-    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment"),
-    "cfimdb": TaskSpec("classification", 2, False, "CFIMDB", "Predicted_Sentiment"),
-    "para": TaskSpec("binary", 1, True, "QQP", "Predicted_Is_Paraphrase"),
+    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment", "Linear(5)", ("ce",)),
+    "cfimdb": TaskSpec(
+        "classification", 2, False, "CFIMDB", "Predicted_Sentiment", "Linear(2)", ("ce",)
+    ),
+    "para": TaskSpec(
+        "binary", 1, True, "QQP", "Predicted_Is_Paraphrase", SIAMESE, ("bce", "contrastive", "mnrl")
+    ),
     # "Similiary" is the handout's spelling; kept so our files match its format exactly.
-    "sts": TaskSpec("regression", 1, True, "STS", "Predicted_Similiary"),
+    "sts": TaskSpec(
+        "regression",
+        1,
+        True,
+        "STS",
+        "Predicted_Similiary",
+        "cosine(u, v) * 2.5 + 2.5",
+        ("mse", "l1", "cosine_mse", "mnrl"),
+    ),  # fmt: skip
 }
 
 
@@ -185,7 +202,7 @@ def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResu
 
 def overall_from_results(results: Mapping[str, TaskResult]) -> float:
     """The overall score from the sst, para and sts results of one evaluate() call."""
-    missing = [t for t in ("sst", "para", "sts") if not results.get(t, TaskResult({})).metrics]
+    missing = [t for t in MULTITASK if not results.get(t, TaskResult({})).metrics]
     if missing:
         raise ValueError(f"the overall score needs labeled results for {missing}")
     return overall_score(
@@ -193,6 +210,56 @@ def overall_from_results(results: Mapping[str, TaskResult]) -> float:
         results["para"].metrics["accuracy"],
         results["sts"].metrics["pearson"],
     )
+
+
+# ---------------------------------------------------------------------------------------
+# The forgetting table: one row of dev scores after every stage
+
+
+def score_row(results: Mapping[str, TaskResult], tasks) -> dict:
+    """Flatten evaluation results into one forgetting-table row."""
+    row = {t: results[t].metrics for t in tasks}
+    if set(MULTITASK) <= set(tasks):
+        row["overall"] = overall_from_results(results)
+    return row
+
+
+def selection_score(row: dict, tasks) -> float:
+    """Overall score when all three tasks are scored, else the one task's main metric."""
+    if set(MULTITASK) <= set(tasks):
+        return row["overall"]
+    task = tasks[0]
+    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
+
+
+def format_row(name: str, row: dict, tasks) -> str:
+    cells = [f"{name:<20s}"]
+    for t in tasks:
+        m = row.get(t)
+        if TASKS[t].kind == "regression":
+            cells.append(f"{m['pearson']:>7.3f}" if m else f"{'':>7s}")
+        else:
+            cells.append(f"{m['accuracy']:>7.3f} {m['weighted_f1']:>6.3f}" if m else f"{'':>14s}")
+    if "overall" in row:
+        cells.append(f"{row['overall']:>8.4f}")
+    if "train" in row:
+        cells.append("train " + format_row("", row["train"], tasks).strip(" |"))
+    return " | ".join(cells)
+
+
+def table_header(tasks) -> str:
+    cells = [f"{'stage':<20s}"]
+    for t in tasks:
+        title = TASKS[t].title
+        cells.append(
+            f"{title + ' r':>7s}"
+            if TASKS[t].kind == "regression"
+            else f"{title + ' acc':>7s} {'F1w':>6s}"
+        )
+    if set(MULTITASK) <= set(tasks):
+        cells.append(f"{'overall':>8s}")
+    line = " | ".join(cells)
+    return f"{line}\n{'-' * len(line)}"
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,6 +25,9 @@ they are summed. It lives here because it changes the gradient the optimizer see
         grads.append(flatten_grads(params))     # (P,)
     write_flat_grads(params, pcgrad(grads))
     optimizer.step()
+
+`step_losses` is the training loop's update from one step's task losses: their sum with
+equal or random weights (Lin et al., 2022), or PCGrad's surgery.
 """
 
 import math
@@ -279,3 +282,60 @@ def random_loss_weights(num_tasks: int, generator: torch.Generator | None = None
     if num_tasks < 1:
         raise ValueError(f"need at least one task, got {num_tasks}")
     return torch.softmax(torch.randn(num_tasks, generator=generator), dim=0)
+
+
+# ---------------------------------------------------------------------------------------
+# The training step's update from several task losses
+
+WEIGHTINGS = ("equal", "random", "pcgrad")  # how a step combines its task losses
+
+
+def combine_losses(
+    losses: list[torch.Tensor], weighting: str, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """The step's loss: random weights, or equal ones (also what PCGrad reports)."""
+    if weighting == "random":
+        weights = random_loss_weights(len(losses), generator)
+    else:
+        weights = torch.full((len(losses),), 1 / len(losses))
+    return sum(w * x for w, x in zip(weights.tolist(), losses, strict=True))
+
+
+def backward_step(loss: torch.Tensor, optimizer, scaler=None) -> None:
+    """zero_grad, backward and step; under float16 the loss is scaled (GradScaler) so that
+    small gradients do not underflow."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+
+
+def pcgrad_step(shared: list, optimizer, losses: list[torch.Tensor], generator=None) -> None:
+    """One update from several task losses with gradient surgery (PCGrad).
+
+    Each task's gradient on the `shared` parameters (the encoder) is taken alone (one flat
+    copy per task), projected off the others where they conflict, and summed; parameters
+    outside `shared` (the per-task heads) just accumulate their own task's gradient.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    grads = []
+    for loss in losses:
+        for p in shared:
+            p.grad = None
+        loss.backward()
+        grads.append(flatten_grads(shared))  # (P,)
+    write_flat_grads(shared, pcgrad(grads, generator))
+    optimizer.step()
+
+
+def step_losses(loss, losses, weighting, optimizer, shared, scaler=None, generator=None):
+    """Update from one step: PCGrad when asked and there are tasks to reconcile, else the
+    plain backward of the combined `loss` (from combine_losses)."""
+    if weighting == "pcgrad" and len(losses) > 1:
+        pcgrad_step(shared, optimizer, losses, generator)
+    else:
+        backward_step(loss, optimizer, scaler)

@@ -10,6 +10,10 @@
   Learning through Alignment and Uniformity on the Hypersphere").
 - `build_triplets`: (premise, entailment, contradiction) triplets from SNLI pairs.
 
+The tables at the end name every loss a training stage can pick: OUTPUT_LOSSES of a task
+head's output, PAIR_LOSSES of the two sentence embeddings of siamese pairs, and OBJECTIVES,
+the contrastive stages' losses of K sentence embeddings per example.
+
 As in sentence-transformers' losses, the math is `scores = sim(a, b) / temperature;
 cross_entropy(scores, target)`, kept apart from encoding the sentences.
 """
@@ -137,6 +141,53 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     i, j = torch.triu_indices(x.size(0), x.size(0), offset=1, device=x.device)  # pairs i < j
     d2 = 2 - 2 * cos_sim(x, x)[i, j]  # (B(B-1)/2,): |a - b|^2 = 2 - 2 cos for unit vectors
     return torch.logsumexp(-t * d2, dim=0) - math.log(d2.numel())  # log of the mean, stably
+
+
+# ---------------------------------------------------------------------------------------
+# The losses a stage may name (evaluation.TASKS says which task allows which)
+
+# Losses of a task's output (out: (B, C) logits, or (B,) a logit or score; labels (B,)),
+# each a batch mean, right on a short last batch too.
+OUTPUT_LOSSES = {
+    "ce": lambda out, y: F.cross_entropy(out, y),
+    "bce": lambda out, y: F.binary_cross_entropy_with_logits(out, y.to(out.dtype)),
+    "mse": lambda out, y: F.mse_loss(out, y.to(out.dtype)),
+    "l1": lambda out, y: F.l1_loss(out, y.to(out.dtype)),  # Auslin et al.'s STS option
+}
+
+POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive
+
+
+def ranking_on_positives(u, v, labels, kind):
+    """Multiple-negatives ranking over the batch's positive pairs only (Broadhurst et al.)."""
+    keep = labels >= POSITIVE[kind]  # (B,) duplicates, or STS scores >= 4
+    if not keep.any():
+        return (u.sum() + v.sum()) * 0.0  # no positive pair in this batch: nothing to rank
+    return multiple_negatives_ranking_loss(u[keep], v[keep], temperature=0.05)
+
+
+# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), task kind.
+PAIR_LOSSES = {
+    "cosine_mse": lambda u, v, y, kind: F.mse_loss(
+        F.cosine_similarity(u, v, dim=-1),
+        y.to(u.dtype) / 2.5 - 1,  # labels to [-1, 1]
+    ),
+    "contrastive": lambda u, v, y, kind: contrastive_margin_loss(u, v, y, margin=0.5),
+    "mnrl": ranking_on_positives,
+}
+
+# Contrastive stages: objective -> (sentences per example K, loss of z (K, B, H) at
+# temperature t).
+OBJECTIVES = {
+    "sup": (3, lambda z, t: sup_simcse_loss(z[0], z[1], z[2], t)),
+    "triplet": (3, lambda z, t: triplet_simcse_loss(z[0], z[1], z[2], t)),
+    "unsup": (1, lambda z, t: unsup_simcse_loss(z[0], z[1], t)),
+    "mnrl": (2, lambda z, t: multiple_negatives_ranking_loss(z[0], z[1], t)),
+    "align_uniform": (
+        2,
+        lambda z, t: alignment(z[0], z[1]) + (uniformity(z[0]) + uniformity(z[1])) / 2,
+    ),
+}
 
 
 class NLIPair(Protocol):

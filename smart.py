@@ -178,12 +178,23 @@ class EMATeacher:
     model is ever built. Build it after the model has been moved to its device.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, cfg: SmartConfig | None = None, total_steps: int = 1):
         self.params = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.cfg, self.total_steps, self.step = cfg or SmartConfig(), total_steps, 0
 
     @torch.no_grad()
-    def update(self, model: nn.Module, beta: float) -> None:
-        """theta_teacher <- beta * theta_teacher + (1 - beta) * theta_model, in place."""
+    def update(self, model: nn.Module, beta: float | None = None) -> None:
+        """theta_teacher <- beta * theta_teacher + (1 - beta) * theta_model, in place.
+
+        beta: by default the momentum schedule's (`beta_schedule`) at this teacher's own
+        count of updates out of `total_steps`, the steps of the stage it was made for.
+        """
+        if beta is None:
+            c = self.cfg
+            beta = beta_schedule(
+                self.step, self.total_steps, c.beta_start, c.beta_end, c.warmup_frac
+            )
+        self.step += 1
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"beta must lie in [0, 1], got {beta}")
         student = dict(model.named_parameters())

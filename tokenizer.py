@@ -402,7 +402,9 @@ class BertTokenizer:
                 raise TypeError(
                     f"text is a str, so text_pair must be one too, got {type(text_pair).__name__}"
                 )
-            return [text], None if text_pair is None else [text_pair]
+            # as HF: a single empty second text means no pair ([CLS] a [SEP]); in a batch an
+            # empty entry is an empty segment ([CLS] a [SEP] [SEP]), in both HF tokenizers
+            return [text], [text_pair] if text_pair else None
         if not isinstance(text, (list, tuple)):
             raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}")
         if text_pair is not None:

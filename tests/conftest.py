@@ -4,8 +4,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from base_bert import BertConfig
+
+# The tests' models are tiny: one thread is faster than two fighting over a loaded CPU, and
+# results compared within a test do not depend on the thread count.
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parent.parent
 

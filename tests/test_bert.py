@@ -7,7 +7,7 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-from base_bert import BertConfig, hf_to_ours, resolve_model_dir
+from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
 from bert import BertModel, attention, mean_pool
 
 ATOL = 1e-5
@@ -216,3 +216,38 @@ def test_config_validation():
         BertConfig(hidden_size=30, num_attention_heads=4)
     with pytest.raises(ValueError, match="attention"):
         BertConfig(attention="flash")
+
+
+# ---------------------------------------------------------------- broken checkpoint folders
+
+
+def test_broken_checkpoint_files_name_the_file(tmp_path, tiny_config):
+    folder = tmp_path / "ckpt"
+    save_hf_checkpoint(folder, tiny_config, BertModel(tiny_config).state_dict())
+    good = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(good[:-5])
+    with pytest.raises(ModelError, match=r"ckpt/config.json: not valid JSON"):
+        BertModel.from_pretrained(str(folder))
+    (folder / "config.json").write_text(good.replace('"hidden_size": 32', '"hidden_size": "32"'))
+    with pytest.raises(ModelError, match=r"config.json: hidden_size must be int, got '32'"):
+        BertModel.from_pretrained(str(folder))
+    (folder / "config.json").write_text(good)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(ModelError, match=r"model.safetensors: cannot read the weights"):
+        BertModel.from_pretrained(str(folder))
+
+
+def test_a_checkpoint_with_fewer_layers_than_its_config_is_refused(tmp_path, tiny_config):
+    state = {k: v for k, v in BertModel(tiny_config).state_dict().items() if ".layer.1." not in k}
+    save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state)
+    with pytest.raises(ModelError, match=r"lack \d+ of the model's tensors, e.g. encoder.layer.1"):
+        BertModel.from_pretrained(str(tmp_path / "ckpt"))
+
+
+def test_owner_slash_name_is_a_hub_name_not_a_path(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="could not get 'google-bert/bert-base-uncased'"):
+        BertModel.from_pretrained("google-bert/bert-base-uncased")
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        BertModel.from_pretrained("./some/local/folder")

@@ -228,16 +228,37 @@ def test_many_bad_rows_one_warning_with_count_and_lines(tmp_path):
     assert "skipped 10 bad row(s) at line(s) 3, 5, 7, 9, 11, ...;" in warned[0]
 
 
-def test_line_numbers_count_quoted_multiline_fields(tmp_path):
-    # Quoted sentences may span lines: rows on lines 2-3, 4-5 (bad label) and 6 (bad label).
-    text = SST_HEADER + '\n0\tm1\t"two\nlines"\t1\n1\tb\t"bad\ntwo"\t9\n2\tc\tbad\t7\n'
+def test_a_stray_quote_spoils_its_own_row_only(tmp_path):
+    # No field of the CS224n files spans lines or tabs: a quote that does not close on its
+    # line is a bad row, and the lines after it are rows of their own (not swallowed).
+    rows = [f'{i}\ts{i}\t"say ""hi"" {i}"\t1' for i in range(60)]
+    rows[3] = '3\ts3\t"an opening quote that never closes\t2'
     path = tmp_path / "sst.csv"
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(D.DataError, match=r":4: label '9'"):  # where the row starts
+    path.write_text(SST_HEADER + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(D.DataError, match=r":5: stray quote"):
         D.read_sentiment(path, 5, strict=True)
     got, warned = read_quietly(D.read_sentiment, path, 5)
-    assert got == [D.SentenceExample("m1", "two\nlines", 1)]
-    assert "skipped 2 bad row(s) at line(s) 4, 6;" in warned[0]
+    assert len(got) == 59 and got[0] == D.SentenceExample("s0", 'say "hi" 0', 1)
+    assert "skipped 1 bad row(s) at line(s) 5;" in warned[0]
+
+
+def test_ids_are_unique_single_words_and_a_bom_is_not_a_column(tmp_path):
+    # An id with a tab or newline would forge a row of a prediction file; a repeated id
+    # would be predicted twice. The byte-order mark of an Excel export is not text.
+    lines = [SST_HEADER, "0\ta\tone\t1", '1\t"b\tx"\ttwo\t1', "2\ta\tthree\t2", "3\tc\tfour\t3"]
+    path = tmp_path / "sst.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8-sig")
+    got, warned = read_quietly(D.read_sentiment, path, 5)
+    assert [e.id for e in got] == ["a", "c"]
+    assert "skipped 2 bad row(s) at line(s) 3, 4;" in warned[0]
+    assert "line 3: id 'b\\tx' has a space or a comma" in warned[0]
+    del lines[2]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8-sig")
+    with pytest.raises(D.DataError, match=r":3: id 'a' repeats line 2"):
+        D.read_sentiment(path, 5, strict=True)
+    snli = tmp_path / "snli.csv"
+    snli.write_text("premise\thypothesis\tlabel\nA man.\tA person.\t0\n", encoding="utf-8-sig")
+    assert D.read_snli(snli, strict=True) == [D.NLIExample("A man.", "A person.", 0)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -531,3 +552,62 @@ def test_real_data_matches_the_handout_reader(data_dir):
         for e in D.read_pairs(path, "binary")
     ]
     assert ours == ref
+
+
+# ---------------------------------------------------------------- a run's data and batches
+
+
+class FakeTok:
+    pad_token_id = 0
+
+    def __call__(self, texts, text_pair=None, **kw):
+        return {"input_ids": [[2, 7, 3] for _ in texts], "token_type_ids": [[0] * 3 for _ in texts]}
+
+
+def test_fraction_stage_draws_a_fresh_subset_each_loop():
+    pairs = D.PairDataset([D.PairExample(str(i), "a", "b", 0.0) for i in range(200)], FakeTok(), 16)
+
+    def subset(seed):
+        loader = D.fraction_loader(pairs, 0.03, 4, torch.Generator().manual_seed(seed))
+        return sorted(i for b in loader for i in b["ids"])
+
+    assert len(subset(1)) == 6
+    assert subset(1) == subset(1)
+    assert subset(1) != subset(2)
+
+
+def test_round_robin_visits_the_largest_set_once_and_cycles_the_others():
+    big = torch.utils.data.DataLoader(list(range(10)), batch_size=2)  # 5 batches
+    small = torch.utils.data.DataLoader(list(range(100, 104)), batch_size=2)  # 2 batches
+    for order in ("fixed", "random"):
+        batches = D.MultiTaskBatches(
+            {"a": big, "b": small}, "round_robin", order, torch.Generator().manual_seed(0)
+        )
+        steps = list(batches)
+        assert len(steps) == len(batches) == 10 and all(len(s) == 1 for s in steps)
+        seen = {t: [x for s in steps for tt, b in s if tt == t for x in b.tolist()] for t in "ab"}
+        assert sorted(seen["a"]) == list(range(10))  # every example of the largest, once
+        assert sorted(seen["b"]) == sorted(list(range(100, 104)) * 2 + [100, 101])  # cycled
+    simultaneous = list(D.MultiTaskBatches({"a": big, "b": small}, "simultaneous"))
+    assert len(simultaneous) == 5 and all([t for t, _ in s] == ["a", "b"] for s in simultaneous)
+
+
+def test_standardized_indices_sample_or_repeat():
+    g = torch.Generator().manual_seed(0)
+    down = D.standardized_indices(10, 4, g)
+    assert len(set(down)) == 4 and all(0 <= i < 10 for i in down)
+    up = D.standardized_indices(3, 8, g)
+    assert len(up) == 8 and sorted(up[:6]) == [0, 0, 1, 1, 2, 2]  # whole passes first
+
+
+def test_only_trained_tasks_read_their_training_sets(tiny_env):
+    from config import DataConfig
+    from tokenizer import BertTokenizer
+
+    bert_dir, data_dir = tiny_env
+    tok = BertTokenizer.from_pretrained(str(bert_dir))
+    cfg = DataConfig(data_dir=str(data_dir))
+    loaded = D.load_task_data(cfg, tok, ("sst", "para", "sts"), 0, train_tasks={"sst"})
+    assert len(loaded["sst"].train) == 48
+    assert loaded["para"].train is None and loaded["sts"].train is None
+    assert len(loaded["para"].dev) == 16  # every task is still scored

@@ -6,6 +6,7 @@ from collections import namedtuple
 import pytest
 import torch
 
+import simcse
 from simcse import (
     alignment,
     build_triplets,
@@ -190,3 +191,28 @@ def test_contrastive_margin_loss_matches_loop():
     # dissimilar pairs farther apart than the margin cost nothing
     far = contrastive_margin_loss(u[:1], -u[:1], torch.tensor([0]))
     assert far.item() == 0.0
+
+
+# ---------------------------------------------------------------- the loss tables
+
+
+def test_task_losses_on_hand_made_inputs():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 2])
+    p0 = math.exp(2) / (math.exp(2) + 1 + math.exp(-1))
+    expected = (-math.log(p0) - math.log(1 / 3)) / 2
+    assert simcse.OUTPUT_LOSSES["ce"](logits, labels).item() == pytest.approx(expected, 1e-6)
+    logit, y = torch.tensor([0.0, 2.0, -1.0]), torch.tensor([1.0, 0.0, 0.0])
+    sig = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
+    bce = -(math.log(sig[0]) + math.log(1 - sig[1]) + math.log(1 - sig[2])) / 3
+    assert simcse.OUTPUT_LOSSES["bce"](logit, y).item() == pytest.approx(bce, 1e-6)
+    score, target = torch.tensor([1.0, 4.0, 2.5]), torch.tensor([0.0, 5.0, 2.5])
+    assert simcse.OUTPUT_LOSSES["mse"](score, target).item() == pytest.approx(2 / 3, 1e-6)
+
+
+def test_every_loss_a_task_allows_exists():
+    from evaluation import TASKS
+
+    for task, spec in TASKS.items():
+        for loss in spec.losses:
+            assert loss in simcse.OUTPUT_LOSSES or loss in simcse.PAIR_LOSSES, (task, loss)

@@ -307,3 +307,12 @@ def test_main_prints_every_stage(monkeypatch, capsys, model_dir):
     for stage in ("clean:", "basic:", "word pieces:", "input_ids:"):
         assert stage in out
     assert "['hello', ',', 'world', '!']" in out
+
+
+def test_an_empty_second_text_is_encoded_as_hf_does(ours, fast, legacy):
+    for a, b in [("a", ""), ("a", "   "), ("", "b"), ("", "")]:  # a single example
+        assert ours(a, b, return_tensors=None)["input_ids"] == fast(a, b)["input_ids"], (a, b)
+    assert legacy("a", "")["input_ids"] == [101, 1037, 102, 102]  # the old one differs here
+    batch = (["a", "c"], ["", "b"])  # in a batch, "" is an empty segment for all of them
+    ids = ours(*batch, padding=False, return_tensors=None)["input_ids"]
+    assert ids == fast(*batch)["input_ids"] == legacy(*batch)["input_ids"]

@@ -1,0 +1,268 @@
+"""Checkpoints of a run folder: safetensors and JSON, written atomically, never unpickled.
+
+- best.safetensors: the best model so far, with its config and its table row;
+- state.safetensors: everything needed to continue after the last finished stage (model,
+  optimizer moments, random generators, gradient scaler, best-so-far, table rows);
+- metrics.jsonl and config.json: text.
+
+A checkpoint is one safetensors file: the tensors, plus one JSON document in the file's
+metadata. Loading it runs no code (unlike torch.load of a pickle), so a crafted file in a
+run folder can do no harm. Every file is written to a temporary name, flushed to disk and
+renamed: a crash, a kill or a full disk leaves the previous version whole. A Ctrl-C or
+SIGTERM that arrives during a write waits until the write is done.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import random
+import signal
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load, save
+
+BEST, STATE = "best.safetensors", "state.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written or read; the message names the file."""
+
+
+# ---------------------------------------------------------------------------------------
+# Atomic files
+
+
+@contextlib.contextmanager
+def signals_caught():
+    """Within the block, Ctrl-C and SIGTERM are noted in the yielded list instead of
+    stopping the program; the caller decides when to stop."""
+    caught = []
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for s in handlers:
+            signal.signal(s, lambda number, frame: caught.append(number))
+    except ValueError:  # not the main thread: signals cannot be caught here anyway
+        handlers = {}
+    try:
+        yield caught
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold Ctrl-C and SIGTERM until the block is done, then raise KeyboardInterrupt."""
+    with signals_caught() as caught:
+        yield
+    if caught:
+        raise KeyboardInterrupt
+
+
+def atomic_write(data: bytes | str, path: Path) -> None:
+    """Write to path.tmp, flush it to disk, rename over path."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    data = data.encode() if isinstance(data, str) else data
+    with signals_deferred():
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            full = " (the disk is full)" if e.errno == errno.ENOSPC else ""
+            raise CheckpointError(
+                f"cannot write {path}: {e.strerror}{full}; the previous {path.name}, if any, "
+                "is unchanged"
+            ) from None
+
+
+def write_tensors(tensors: dict, info: dict, path: Path) -> None:
+    """One safetensors file: the tensors and `info` (JSON) in its metadata."""
+    flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    atomic_write(save(flat, metadata={"info": json.dumps(info)}), path)
+
+
+def read_tensors(path: Path) -> tuple[dict, dict]:
+    """(tensors, info) of a file written by write_tensors."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), "pt") as f:
+            info = json.loads((f.metadata() or {})["info"])
+        return load(path.read_bytes()), info
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({type(e).__name__}: {e}); it may be "
+            "truncated or from another program"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------
+# The best model and the run's state
+
+
+def check_compatible(saved: dict, current: dict, path):
+    """Stop with the differing fields when a checkpoint was made for another model."""
+    diffs = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += [
+                f"{key}.{k}: {a.get(k)!r} vs {b.get(k)!r}"
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            ]
+        elif a != b:
+            diffs.append(f"{key}: {a!r} vs {b!r}")
+    if diffs:
+        raise CheckpointError(
+            f"{path} was saved for another model (checkpoint vs now): " + "; ".join(diffs)
+        )
+
+
+def _split(tensors: dict, prefix: str) -> dict:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _load_weights(model, tensors: dict, info: dict, path: Path) -> None:
+    check_compatible(info["config"], json.loads(json.dumps(model.config())), path)
+    weights = _split(tensors, "model.")
+    if weights.keys() != model.state_dict().keys():
+        raise CheckpointError(f"{path}: its tensors are not this model's")
+    model.load_state_dict(weights)
+
+
+def load_model(model, path: Path) -> dict:
+    """Load a best or state checkpoint's weights into `model` after checking that it was
+    made for this model; returns the checkpoint's info (its table row, for best)."""
+    tensors, info = read_tensors(path)
+    _load_weights(model, tensors, info, path)
+    return info
+
+
+def save_best(model, row: dict, path: Path):
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    write_tensors(tensors, {"config": model.config(), "row": row}, path)
+
+
+def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None):
+    """The run after a finished stage, or inside one. progress: best, rows, next_stage
+    (and `within`: the position inside that stage); extra: more tensors by name."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors |= {f"extra.{k}": v for k, v in (extra or {}).items()}
+    opt = optimizer.state_dict()
+    opt_info = {"param_groups": opt["param_groups"], "state": {}}
+    for index, state in opt["state"].items():
+        for name, value in state.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer.{index}.{name}"] = value
+            else:
+                opt_info["state"].setdefault(str(index), {})[name] = value
+    rng_tensors, rng_info = rng_state()
+    tensors |= {f"rng.{k}": v for k, v in rng_tensors.items()}
+    info = {"config": model.config(), "optimizer": opt_info, "rng": rng_info}
+    info["scaler"] = scaler.state_dict() if scaler else None
+    write_tensors(tensors, info | progress, path)
+
+
+def load_state(model, optimizer, scaler, path: Path) -> tuple[dict, dict, tuple]:
+    """Restore the model, optimizer and scaler that save_state wrote; returns (progress,
+    extra tensors, random generator states for set_rng_state, to apply when it is time)."""
+    tensors, info = read_tensors(path)
+    _load_weights(model, tensors, info, path)
+    opt_state = {int(i): dict(v) for i, v in info["optimizer"]["state"].items()}
+    for key, value in _split(tensors, "optimizer.").items():
+        index, name = key.split(".", 1)
+        opt_state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict(
+        {"state": opt_state, "param_groups": info["optimizer"]["param_groups"]}
+    )
+    if scaler and info.get("scaler"):
+        scaler.load_state_dict(info["scaler"])
+    progress = {k: info[k] for k in ("best", "rows", "next_stage", "within") if k in info}
+    return progress, _split(tensors, "extra."), (_split(tensors, "rng."), info["rng"])
+
+
+def rng_state() -> tuple[dict, dict]:
+    """Every random generator's state: (tensors, JSON-able rest)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    tensors = {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(keys.astype(np.int64))}
+    if torch.cuda.is_available():
+        tensors |= {f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
+    info = {"numpy": [kind, pos, has_gauss, gauss], "python": random.getstate()}
+    return tensors, info
+
+
+def set_rng_state(tensors: dict, info: dict):
+    torch.set_rng_state(tensors["torch"])
+    kind, pos, has_gauss, gauss = info["numpy"]
+    np.random.set_state((kind, tensors["numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = info["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+# ---------------------------------------------------------------------------------------
+# One process per run folder, and a clean stop
+
+
+def _interrupt(number, frame):
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """End a run on SIGTERM (`kill`, a notebook's stop) the way Ctrl-C does: between two
+    checkpoint writes, never in the middle of one."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path):
+    """Hold run_dir/.lock while a run writes there; a second process is refused."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; runs are not guarded there
+        yield
+        return
+    with open(run_dir / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(
+                f"{run_dir} is in use by another run; wait for it or choose another --run_dir"
+            ) from None
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+# ---------------------------------------------------------------------------------------
+# A standard model folder
+
+
+def export_model_folder(model, vocab: Path, out: Path, report: str) -> None:
+    """config.json, vocab.txt and model.safetensors of the encoder in Hugging Face's format
+    (our parameter names are BertModel's), the task heads in heads.safetensors beside them,
+    and report.md. `--bert OUT` loads it here, transformers.BertModel.from_pretrained there."""
+    out.mkdir(parents=True, exist_ok=True)
+    hf_config = {"model_type": "bert", "architectures": ["BertModel"]}
+    hf_config |= model.bert.config.to_dict()
+    atomic_write(json.dumps(hf_config, indent=1), out / "config.json")
+    atomic_write(Path(vocab).read_bytes(), out / "vocab.txt")
+    encoder = {k: v.detach().cpu().contiguous() for k, v in model.bert.state_dict().items()}
+    atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
+    heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
+    write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")
+    atomic_write(report, out / "report.md")

@@ -1,0 +1,367 @@
+"""The run configuration: small dataclasses whose fields are the command line.
+
+Every setting is one field, written once with its default, its help text and its allowed
+values (`option`). `build_parser` turns a config class into argparse flags named after the
+fields (`--lr`, `--lambda_sst`, ...), grouped by dataclass; `parse` applies a preset's
+overrides ("group.field" -> value) under the flags the user typed; `to_dict` / `from_dict`
+keep a run's config as JSON in its folder, so `--resume` reads the run's own settings.
+
+    cfg = parse(RunConfig, ["--preset", "thesis-smart", "--lr", "5e-5"])
+    cfg.optim.lr, cfg.smart.lambda_sst        # 5e-05 10.0
+"""
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from base_bert import ModelError
+from checkpoint import CheckpointError
+from datasets import MIXINGS, ORDERS, DataError
+from evaluation import TASKS
+from optimizer import WEIGHTINGS
+from simcse import OBJECTIVES
+from smart import SmartConfig
+
+
+def option(default, help: str, **meta):
+    """A config field: its default, its --help line, and optional checks for the parser.
+
+    meta: choices, minimum (inclusive), positive (> 0), maximum (inclusive), type (when not
+    the default's; str for None), metavar, flag (the option string when it is not --<name>, e.g. '--no_amp').
+    """
+    meta = {"help": help} | meta
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class DataConfig:
+    """data"""
+
+    data_dir: str | None = option(None, "CS224n data folder (default $MINBERT_DATA, else data/)")
+    train_size: int = option(0, "use this many training examples per task (0: all)", minimum=0)
+    dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
+    max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
+    eval_batch_size: int = option(128, "evaluation batch size", minimum=1)
+    strict: bool = option(False, "stop at the first bad data row instead of skipping it")
+    test_predictions: bool = option(True, "skip test-set predictions", flag="--no_test_predictions")
+
+
+@dataclass
+class ModelConfig:
+    """model"""
+
+    bert: str = option("bert-base-uncased", "checkpoint folder, 'minilm' (embedded) or a hub name")
+    pooling: str = option(
+        "mean", "sentence embedding: masked mean or BERT's pooled [CLS]", choices=("mean", "cls")
+    )
+    dropout: float = option(0.1, "dropout on the sentence embedding before each head", minimum=0)
+    attention: str = option(
+        "manual", "hand-written attention or torch's fused SDPA", choices=("manual", "sdpa")
+    )
+
+
+@dataclass
+class OptimConfig:
+    """optimization (AdamW)"""
+
+    lr: float = option(1e-5, "AdamW learning rate", positive=True)
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay", minimum=0)
+    batch_size: int = option(32, "training batch size", minimum=1)
+    foreach_adamw: bool = option(False, "AdamW's multi-tensor fast path")
+
+
+@dataclass
+class ScheduleConfig:
+    """schedule (the thesis's presets)"""
+
+    loops: int = option(10, "thesis presets: STS -> SST -> QQP 3%% loops", minimum=0)
+    para_fraction: float = option(
+        0.03, "thesis presets: share of QQP per loop", positive=True, maximum=1
+    )
+    sequential_epochs: tuple = option(
+        (3, 10, 10), "sequential preset: epochs per task", minimum=1, metavar=("QQP", "STS", "SST")
+    )
+    individual_epochs: int = option(
+        3, "individual and frozen-encoder presets: epochs per task", minimum=1
+    )
+    head_lr: float = option(1e-3, "learning rate of heads on a frozen encoder", positive=True)
+
+
+@dataclass
+class MultitaskConfig:
+    """multitask training and loss options (CS224n reports)"""
+
+    mixing: str = option(
+        "simultaneous",
+        "multitask preset: a batch of every task per step, or tasks taking turns",
+        choices=MIXINGS,
+    )
+    weighting: str = option(
+        "equal",
+        "simultaneous: equal weights, random weights (Lin et al. 2022) or PCGrad",
+        choices=WEIGHTINGS,
+    )
+    order: str = option("fixed", "round-robin task order", choices=ORDERS)
+    examples_per_task: int = option(
+        0, "multitask: sample or repeat each task's data to this many (0: as is)", minimum=0
+    )
+    multitask_epochs: int = option(3, "multitask preset: epochs", minimum=1)
+    para_loss: str | None = option(
+        None,
+        "QQP loss: BCE on the logit (default), contrastive margin 0.5, or ranking",
+        choices=TASKS["para"].losses,
+    )
+    sts_loss: str | None = option(
+        None,
+        "STS loss: MSE on the 0-5 score (default), L1, cosine vs labels in [-1, 1], ranking",
+        choices=TASKS["sts"].losses,
+    )
+    cross_encode: list = option(
+        [],
+        "encode these pair tasks as one [CLS] a [SEP] b [SEP] sequence (Auslin et al.)",
+        choices=("para", "sts"),
+    )
+
+
+@dataclass
+class SmartSettings:
+    """SMART (Jiang et al., 2020), with the thesis's per-task weights (section 4.2.1)"""
+
+    enabled: bool = option(
+        False, "add lambda_s * R_s + mu * D_Breg to every task's loss", flag="--smart"
+    )
+    lambda_sst: float = option(10.0, "smoothness weight for SST", minimum=0)
+    lambda_para: float = option(SmartConfig.lambda_s, "smoothness weight for QQP", minimum=0)
+    lambda_sts: float = option(SmartConfig.lambda_s, "smoothness weight for STS", minimum=0)
+    mu: float = option(SmartConfig.mu, "Bregman proximal point weight", minimum=0)
+    smart_batch_size: int = option(
+        8, "batch size of SMART stages (the thesis's memory limit)", minimum=1
+    )
+
+    def for_task(self, task: str) -> SmartConfig:
+        """SMART's settings for a stage of `task`; both weights 0 when SMART is off."""
+        if not self.enabled:
+            return SmartConfig(lambda_s=0.0, mu=0.0)
+        lambdas = {"sst": self.lambda_sst, "para": self.lambda_para, "sts": self.lambda_sts}
+        return SmartConfig(lambda_s=lambdas[task], mu=self.mu)
+
+
+@dataclass
+class SimCSEConfig:
+    """SimCSE (Gao et al., 2021) and other contrastive stages"""
+
+    simcse_loss: str = option("sup", "objective", choices=tuple(OBJECTIVES))
+    simcse_data: str = option(
+        "snli",
+        "SNLI triplets (premise, entailment, contradiction) or Quora duplicate pairs",
+        choices=("snli", "para"),
+    )
+    simcse_epochs: int = option(3, "epochs, best kept by STS dev r", minimum=1)
+    simcse_lr: float = option(1e-5, "learning rate (thesis code)", positive=True)
+    simcse_batch_size: int = option(8, "batch, i.e. in-batch negatives (thesis: 8)", minimum=2)
+    temperature: float = option(0.05, "similarity temperature", positive=True)
+
+
+@dataclass
+class DeviceConfig:
+    """device"""
+
+    device: str = option("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
+    amp: bool = option(
+        True,
+        "float32 on GPU (default: bf16 autocast, fp16 + scaler where bf16 is missing)",
+        flag="--no_amp",
+    )
+    compile: bool = option(False, "torch.compile the encoder layers (GPU)")
+
+
+@dataclass
+class RunConfig:
+    """what to run"""
+
+    preset: str = option("thesis", "named experiment (listed below)")
+    seed: int = option(11711, "seed for data order, subsets and dropout")
+    run_dir: str | None = option(None, "output folder; unset: runs/<preset>-<time>")
+    checkpoint_minutes: float = option(
+        10.0,
+        "also save a resumable checkpoint inside a stage this often, in minutes (0: only "
+        "between stages); Ctrl-C and SIGTERM save one too",
+        minimum=0,
+    )
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    multitask: MultitaskConfig = field(default_factory=MultitaskConfig)
+    smart: SmartSettings = field(default_factory=SmartSettings)
+    simcse: SimCSEConfig = field(default_factory=SimCSEConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+
+
+# ---------------------------------------------------------------------------------------
+# Fields <-> flags
+
+
+def leaves(cfg) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(path, field, value) of every setting: 'lr' on top, 'optim.lr' inside a group."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += [(f"{f.name}.{p}", g, v) for p, g, v in leaves(value)]
+        else:
+            out.append((f.name, f, value))
+    return out
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", f"--{f.name}")
+
+
+def flags_of(cfg, paths) -> list[str]:
+    """The option strings of these settings ('optim.lr' -> '--lr')."""
+    return [flag_of(f) for path, f, _ in leaves(cfg) if path in paths]
+
+
+def _add_flag(group, f: dataclasses.Field, default, suppress: bool):
+    meta = f.metadata
+    kw = {"dest": f.name, "help": meta["help"]}
+    kw["default"] = argparse.SUPPRESS if suppress else default
+    if isinstance(default, bool):
+        kw["action"] = "store_false" if default else "store_true"
+    else:
+        if isinstance(default, tuple):
+            kw["nargs"], kw["type"] = len(default), type(default[0])
+        elif isinstance(default, list):
+            kw["nargs"], kw["type"] = "*", meta.get("type", str)
+        else:
+            kw["type"] = meta.get("type", str if default is None else type(default))
+        for key in ("choices", "metavar"):
+            if key in meta:
+                kw[key] = meta[key]
+    group.add_argument(flag_of(f), **kw)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The default after each flag's help (none for switches and unset values); the
+    description and epilog printed as written."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, argparse.SUPPRESS) or isinstance(action.default, bool):
+            return action.help
+        return f"{action.help} (default: %(default)s)"
+
+
+def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=()):
+    """argparse flags for every field of `cfg` (an instance: its values are the defaults),
+    one group per dataclass. suppress: flags the user did not type are left out (to tell
+    them apart from defaults). extra: (flag, help) of options that are not config fields."""
+    parser = argparse.ArgumentParser(
+        description=description, epilog=epilog, formatter_class=HelpFormatter
+    )
+    groups = {}
+    for path, f, value in leaves(cfg):
+        owner = path.rpartition(".")[0]
+        if owner not in groups:
+            doc = type(getattr(cfg, owner) if owner else cfg).__doc__
+            groups[owner] = parser.add_argument_group(doc.strip().splitlines()[0])
+        _add_flag(groups[owner], f, value, suppress)
+    groups[""].add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="show the Python traceback of an error instead of one line",
+    )
+    for flag, help in extra:  # with the first group, what to run
+        groups[""].add_argument(flag, default=argparse.SUPPRESS if suppress else None, help=help)
+    return parser
+
+
+def replace_paths(cfg, changes: dict):
+    """A copy of cfg with {'group.field': value} (or {'field': value}) changed."""
+    groups, top = {}, {}
+    for path, value in changes.items():
+        owner, _, name = path.rpartition(".")
+        (groups.setdefault(owner, {}) if owner else top)[name] = value
+    for owner, values in groups.items():
+        top[owner] = dataclasses.replace(getattr(cfg, owner), **values)
+    return dataclasses.replace(cfg, **top)
+
+
+def check(cfg) -> None:
+    """Stop with the flag and the allowed range when a value is out of bounds."""
+    for _, f, value in leaves(cfg):
+        meta, values = f.metadata, value if isinstance(value, tuple | list) else (value,)
+        for v in values:
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                continue
+            if "minimum" in meta and v < meta["minimum"]:
+                raise SystemExit(f"{flag_of(f)} must be at least {meta['minimum']}, got {value}")
+            if meta.get("positive") and v <= 0:
+                raise SystemExit(f"{flag_of(f)} must be above 0, got {value}")
+            if "maximum" in meta and v > meta["maximum"]:
+                raise SystemExit(f"{flag_of(f)} must be at most {meta['maximum']}, got {value}")
+
+
+def parse(cfg, argv, description="", epilog="", overrides=None, extra=()):
+    """(config, {path: value} of the flags the user typed, {extra option: value}): cfg's
+    defaults, then what `overrides(typed)` returns (a preset's), then the typed flags."""
+    build_parser(cfg, description, epilog, extra=extra).parse_args(argv)  # --help, bad values
+    typed = vars(
+        build_parser(cfg, description, epilog, suppress=True, extra=extra).parse_args(argv)
+    )
+    extras = {flag.lstrip("-"): typed.pop(flag.lstrip("-"), None) for flag, _ in extra}
+    typed.pop("debug", None)  # run_cli's
+    where = {f.name: (path, default) for path, f, default in leaves(cfg)}
+    typed = {
+        where[name][0]: tuple(value) if isinstance(where[name][1], tuple) else value
+        for name, value in typed.items()
+    }
+    cfg = replace_paths(cfg, (overrides(typed) if overrides else {}) | typed)
+    check(cfg)
+    return cfg, typed, extras
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls, saved: dict, source="config"):
+    """A config from its JSON form; fields added since it was saved keep today's defaults.
+    A value of the wrong type stops with the field and the file (`source`)."""
+    cfg = cls()
+    changes = {}
+    for path, _, default in leaves(cfg):
+        owner, _, name = path.rpartition(".")
+        node = saved.get(owner, {}) if owner else saved
+        if not isinstance(node, dict) or name not in node:
+            continue
+        value = node[name]
+        expected = str if default is None else type(default)
+        numeric = expected is float and isinstance(value, int) and not isinstance(value, bool)
+        fits = isinstance(value, list if expected is tuple else expected) or numeric
+        if not (fits or (default is None and value is None)):
+            raise SystemExit(f"{source}: {path} is {value!r}; expected a {expected.__name__}")
+        changes[path] = tuple(value) if expected is tuple else value
+    cfg = replace_paths(cfg, changes)
+    check(cfg)
+    return cfg
+
+
+USER_ERRORS = (DataError, ModelError, CheckpointError, FileNotFoundError)
+
+
+def run_cli(main, argv=None):
+    """Run a command's main(argv): a mistake in the user's files or flags prints one line
+    (what, where, what was expected) and exits 1; --debug shows the traceback instead."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return main(argv)
+    except USER_ERRORS as e:
+        if "--debug" in argv:
+            raise
+        raise SystemExit(f"error: {e}") from None

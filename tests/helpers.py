@@ -1,0 +1,56 @@
+"""Small batches and an end-to-end run of multitask_classifier.main on the tiny BERT."""
+
+import json
+
+import torch
+
+import checkpoint
+import multitask_classifier as mt
+
+
+def sentence_batch(B=3, T=5, vocab=100, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 3:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def pair_batch(B=3, T=5, vocab=100, seed=0):
+    a, b = sentence_batch(B, T, vocab, seed), sentence_batch(B, T, vocab, seed + 1)
+    return {k: torch.stack([a[k], b[k]]) for k in a}  # (2, B, T)
+
+
+def weights(path):
+    """The model tensors of a checkpoint file (best or state), by parameter name."""
+    tensors, _ = checkpoint.read_tensors(path)
+    return {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+
+
+def interrupt_stage(monkeypatch, n):
+    """Make the n-th call of trainer.train_stage raise KeyboardInterrupt (a Ctrl-C)."""
+    import trainer
+
+    real, calls = trainer.train_stage, {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_stage", interrupted)
+
+
+def run(tiny_env, run_dir, *extra):
+    """main() on the tiny data; returns the rows after the start row."""
+    bert_dir, data_dir = tiny_env
+    argv = [
+        "--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir),
+        "--batch_size", "8", "--lr", "1e-3", "--seed", "0", "--loops", "1", "--max_length", "64",
+        *extra,
+    ]  # fmt: skip
+    mt.main(argv)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["stage"] == "start (no training)"  # scored before any training
+    return rows[1:]

@@ -1,0 +1,101 @@
+"""Checkpoints: safetensors + JSON, atomic writes, no unpickling, clear refusals."""
+
+import errno
+import os
+import signal
+
+import pytest
+import torch
+
+import checkpoint
+import multitask_classifier as mt
+from bert import BertModel
+
+
+def tiny(tiny_config, **kw):
+    torch.manual_seed(0)
+    return mt.MultitaskBERT(BertModel(tiny_config), **kw)
+
+
+def test_checkpoint_from_another_config_says_what_differs(tiny_config, tmp_path):
+    checkpoint.save_best(tiny(tiny_config), {}, tmp_path / "m.safetensors")
+    other = tiny(tiny_config, pooling="cls")
+    with pytest.raises(checkpoint.CheckpointError, match="pooling: 'mean' vs 'cls'"):
+        checkpoint.load_model(other, tmp_path / "m.safetensors")
+
+
+def test_state_round_trip_restores_model_optimizer_and_generators(tiny_config, tmp_path):
+    model = tiny(tiny_config)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model.heads["sst"].weight.sum().backward()
+    opt.step()
+    progress = {"best": {"score": float("-inf"), "stage": None, "index": None}, "rows": [{"a": 1}]}
+    progress["next_stage"] = 3
+    checkpoint.save_state(model, opt, None, progress, tmp_path / "s.safetensors")
+    expected_draw = torch.rand(3)
+    other = tiny(tiny_config)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    loaded, extra, rng = checkpoint.load_state(other, other_opt, None, tmp_path / "s.safetensors")
+    assert loaded == progress and extra == {}
+    checkpoint.set_rng_state(*rng)
+    assert torch.equal(torch.rand(3), expected_draw)  # the generator continues where it was
+    for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    sa, sb = opt.state_dict()["state"], other_opt.state_dict()["state"]
+    assert all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) for i in sa)
+
+
+def test_a_crafted_pickle_is_refused_not_run(tiny_config, tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({"model": Evil()}, tmp_path / "best.safetensors")
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
+        checkpoint.load_model(tiny(tiny_config), tmp_path / "best.safetensors")
+    assert not marker.exists()
+
+
+def test_a_truncated_checkpoint_says_so(tiny_config, tmp_path):
+    path = tmp_path / "best.safetensors"
+    checkpoint.save_best(tiny(tiny_config), {}, path)
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(checkpoint.CheckpointError, match=r"best.safetensors: not a readable"):
+        checkpoint.load_model(tiny(tiny_config), path)
+
+
+def test_a_full_disk_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    checkpoint.atomic_write("old\n", path)
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", no_space)
+    with pytest.raises(checkpoint.CheckpointError, match="disk is full.*previous metrics.jsonl"):
+        checkpoint.atomic_write("new\n", path)
+    assert path.read_text() == "old\n" and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_an_interrupt_during_a_write_waits_for_the_write(tmp_path, monkeypatch):
+    real = os.replace
+
+    def interrupted_replace(a, b):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the write
+        real(a, b)
+
+    monkeypatch.setattr(checkpoint.os, "replace", interrupted_replace)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.atomic_write("whole\n", tmp_path / "f.txt")
+    assert (tmp_path / "f.txt").read_text() == "whole\n"
+
+
+def test_a_run_folder_is_locked_while_a_run_writes(tmp_path):
+    with checkpoint.locked(tmp_path / "run"):
+        with pytest.raises(checkpoint.CheckpointError, match="in use by another run"):
+            with checkpoint.locked(tmp_path / "run"):
+                pass
+    with checkpoint.locked(tmp_path / "run"):  # released when the first run ends
+        pass

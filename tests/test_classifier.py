@@ -1,0 +1,48 @@
+"""classifier.py, the single-task Phase 1 driver, on a tiny random BERT."""
+
+import torch
+
+import classifier
+import multitask_classifier as mt
+from config import ModelConfig
+from helpers import weights
+
+
+def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
+    bert_dir, data_dir = tiny_env
+    rows, best = classifier.main([
+        "--task", "cfimdb", "--option", "last-linear-layer", "--bert", str(bert_dir),
+        "--data_dir", str(data_dir), "--run_dir", str(tmp_path / "run"), "--epochs", "2",
+        "--batch_size", "8", "--max_length", "64",
+    ])  # fmt: skip
+    assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
+    assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
+    trained = weights(tmp_path / "run" / "state.safetensors")
+    start = mt.model_factory(ModelConfig(bert=str(bert_dir)), ("cfimdb",))().state_dict()
+    for name, value in start.items():
+        if name.startswith("bert."):
+            assert torch.equal(value, trained[name]), name
+    assert not torch.equal(start["heads.cfimdb.weight"], trained["heads.cfimdb.weight"])
+
+
+def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
+    parse = classifier.config.parse
+    frozen = ["--option", "last-linear-layer"]
+    assert (
+        parse(classifier.ClassifierConfig(), frozen, overrides=classifier.frozen_lr)[0].optim.lr
+        == 1e-3
+    )
+    typed = parse(
+        classifier.ClassifierConfig(), [*frozen, "--lr", "0.1"], overrides=classifier.frozen_lr
+    )
+    assert typed[0].optim.lr == 0.1
+    assert (
+        parse(classifier.ClassifierConfig(), [], overrides=classifier.frozen_lr)[0].optim.lr == 1e-5
+    )
+
+
+def test_negative_sizes_are_refused():
+    import pytest
+
+    with pytest.raises(SystemExit, match="--train_size must be at least 0, got -3"):
+        classifier.main(["--train_size", "-3"])

@@ -1,0 +1,84 @@
+"""The run configuration: flags generated from the dataclasses, presets under typed flags,
+bounds, and the JSON a run folder keeps."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import config
+import multitask_classifier as mt
+from config import RunConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_come_from_the_dataclasses():
+    cfg, typed, extras = config.parse(RunConfig(), [])
+    assert cfg == RunConfig() and typed == {} and extras == {}
+    assert cfg.optim.lr == 1e-5 and cfg.smart.lambda_sst == 10.0 and cfg.device.amp
+
+
+def test_every_setting_is_one_flag_with_help():
+    flags = [config.flag_of(f) for _, f, _ in config.leaves(RunConfig())]
+    assert len(flags) == len(set(flags))  # no flag names two settings
+    assert all(f.metadata["help"] for _, f, _ in config.leaves(RunConfig()))
+
+
+def test_a_preset_sets_values_under_the_flags_the_user_typed():
+    cfg, _ = mt.parse_args(["--preset", "thesis-smart"])
+    assert cfg.smart.enabled
+    cfg, _ = mt.parse_args(["--preset", "equibert", "--simcse_loss", "mnrl"])
+    assert cfg.simcse.simcse_loss == "mnrl"  # typed beats the preset's align_uniform
+    cfg, _ = mt.parse_args(["--preset", "equibert"])
+    assert cfg.simcse.simcse_loss == "align_uniform"
+
+
+def test_switches_and_lists_parse():
+    cfg, typed, _ = config.parse(
+        RunConfig(), ["--no_amp", "--smart", "--cross_encode", "para", "sts",
+                      "--sequential_epochs", "1", "2", "3"],
+    )  # fmt: skip
+    assert not cfg.device.amp and cfg.smart.enabled
+    assert cfg.multitask.cross_encode == ["para", "sts"]
+    assert cfg.schedule.sequential_epochs == (1, 2, 3)
+    assert config.flags_of(cfg, typed) == [
+        "--sequential_epochs", "--cross_encode", "--smart", "--no_amp",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--para_fraction", "0"], "--para_fraction must be above 0, got 0.0"),
+        (["--para_fraction", "1.5"], "--para_fraction must be at most 1, got 1.5"),
+        (["--sequential_epochs", "1", "0", "1"], r"--sequential_epochs must be at least 1"),
+        (["--simcse_batch_size", "1"], "--simcse_batch_size must be at least 2, got 1"),
+        (["--max_length", "2"], "--max_length must be at least 3, got 2"),
+    ],
+)
+def test_out_of_range_values_name_the_flag(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        config.parse(RunConfig(), argv)
+
+
+def test_json_round_trip_and_settings_added_since():
+    cfg, _ = mt.parse_args(["--lr", "3e-5", "--sequential_epochs", "1", "2", "3", "--smart"])
+    saved = json.loads(json.dumps(config.to_dict(cfg)))
+    assert config.from_dict(RunConfig, saved) == cfg
+    del saved["smart"]["mu"]  # a run saved before `mu` existed gets today's default
+    assert config.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
+
+
+def test_the_flags_in_the_readme_and_makefile_still_parse():
+    text = (REPO / "README.md").read_text() + (REPO / "Makefile").read_text()
+    text = text.replace("\\\n", " ")  # continued lines
+    commands = re.findall(r"python multitask_classifier.py([^\n`|#]*)", text)
+    commands += re.findall(r"DEMO_FLAGS \?= (.*)", text)
+    assert len(commands) >= 3
+    for command in commands:
+        argv = shlex.split(command)
+        if not {"--resume", "--predict", "--export", "--label"} & set(argv):  # need a run
+            mt.parse_args(argv)

@@ -1,0 +1,230 @@
+"""The training loop: stages, the step, resume, PCGrad and non-finite losses (tiny BERT)."""
+
+import json
+
+import pytest
+import torch
+
+import datasets as data
+import evaluation
+import multitask_classifier as mt
+import simcse
+import trainer
+from bert import BertModel
+from config import DataConfig, ModelConfig, OptimConfig
+from helpers import interrupt_stage, pair_batch, run, sentence_batch, weights
+from optimizer import flatten_grads, pcgrad, pcgrad_step
+from smart import SmartConfig
+from tokenizer import BertTokenizer
+
+
+def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, monkeypatch):
+    straight = run(tiny_env, tmp_path / "straight")
+    interrupt_stage(monkeypatch, 3)
+    with pytest.raises(SystemExit):  # main stops cleanly on the interrupt
+        run(tiny_env, tmp_path / "resumed")
+    monkeypatch.undo()
+    mt.main(["--resume", str(tmp_path / "resumed")])
+    resumed = [
+        json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    ][1:]
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in resumed] == [
+        {k: v for k, v in r.items() if k not in drop} for r in straight
+    ]
+    a = weights(tmp_path / "straight" / "state.safetensors")
+    b = weights(tmp_path / "resumed" / "state.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_short_training_lowers_every_task_loss(tiny_env):
+    bert_dir, data_dir = tiny_env
+    tok = BertTokenizer.from_pretrained(str(bert_dir))
+    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
+    torch.manual_seed(0)
+    model = mt.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
+    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
+    rt = trainer.make_runtime("cpu", amp=False)
+
+    def loss_of(task):
+        model.eval()
+        loader = data.make_loader(task_data[task].train, 64, shuffle=False)
+        with torch.no_grad():
+            return sum(
+                simcse.OUTPUT_LOSSES[evaluation.TASKS[task].losses[0]](
+                    model(task, b), b["labels"]
+                ).item()
+                for b in loader
+            )
+
+    for task in mt.MULTITASK:
+        before = loss_of(task)
+        stage = trainer.Stage((task,), lr=1e-3, batch_size=8, epochs=5)
+        steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0))
+        trainer.train_stage(model, optimizer, stage, steps, rt, task)
+        assert loss_of(task) < 0.9 * before, task
+
+
+def test_stages_check_their_fields():
+    with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
+        trainer.Stage(("qqp",), 1e-5, 32)
+    with pytest.raises(ValueError, match="loss 'mnrl' does not fit task 'sst'"):
+        trainer.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
+    with pytest.raises(ValueError, match="a multitask stage needs"):
+        trainer.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
+    with pytest.raises(ValueError, match="unknown stage kind 'simcse'"):
+        trainer.Stage((), 1e-5, 32, kind="simcse")
+
+
+def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, monkeypatch):
+    real = simcse.OUTPUT_LOSSES["ce"]
+    monkeypatch.setitem(simcse.OUTPUT_LOSSES, "ce", lambda out, y: real(out, y) * float("nan"))
+    with pytest.raises(
+        SystemExit,
+        match=r"loss is nan at step 1 of stage 'loop 1: SST' \(task sst\).*best.safetensors",
+    ):
+        run(tiny_env, tmp_path / "run")
+    assert (tmp_path / "run" / "best.safetensors").is_file()
+    monkeypatch.undo()
+    mt.main(["--predict", str(tmp_path / "run")])  # the kept model still gives predictions
+    for task in mt.MULTITASK:
+        assert (tmp_path / "run" / "predictions" / f"{task}-test-output.csv").is_file()
+
+
+def test_simcse_stage_keeps_the_epoch_with_the_best_sts(tiny_env, tmp_path, monkeypatch):
+    scores = iter([0.5, 0.9, 0.1])  # epoch 2 is best: its weights must be the ones kept
+    kept = {}
+    real_after = trainer.BestEpoch.after_epoch
+
+    def scripted(self, epoch):
+        kept[epoch] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        real = trainer.evaluate_split
+        trainer.evaluate_split = lambda *a, **k: {
+            "sts": evaluation.TaskResult({"pearson": next(scores)})
+        }
+        try:
+            real_after(self, epoch)
+        finally:
+            trainer.evaluate_split = real
+
+    monkeypatch.setattr(trainer.BestEpoch, "after_epoch", scripted)
+    run(tiny_env, tmp_path / "run", "--preset", "simcse", "--simcse_batch_size", "8")
+    final = weights(tmp_path / "run" / "best.safetensors")
+    assert all(torch.equal(final[k], kept[1][k]) for k in final)
+    assert not all(torch.equal(final[k], kept[2][k]) for k in final)
+
+
+def test_pcgrad_step_applies_the_surgery_to_the_shared_encoder(tiny_config):
+    torch.manual_seed(0)
+    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0).train()
+    for m in model.modules():  # deterministic forwards so both computations see one graph
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    for layer in model.bert.encoder["layer"]:
+        layer.attention["self"].dropout_p = 0.0
+    rt = trainer.make_runtime("cpu", amp=False)
+    smart = SmartConfig(lambda_s=0.0, mu=0.0)
+    batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
+    batches["sst"]["labels"] = torch.tensor([0, 4, 2])
+    batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])
+    batches["sts"]["labels"] = torch.tensor([4.5, 0.5, 2.0])
+    shared = list(model.bert.parameters())
+
+    def losses():
+        return [trainer.batch_loss(model, t, b, smart, None, rt) for t, b in batches.items()]
+
+    grads = []  # the reference: each task's encoder gradient alone, then PCGrad by hand
+    for loss in losses():
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        grads.append(flatten_grads(shared))
+    expected = pcgrad(grads, torch.Generator().manual_seed(7))
+    conflicts = sum(float(grads[i] @ grads[j]) < 0 for i in range(3) for j in range(i))
+    assert conflicts > 0  # otherwise the surgery would be a plain sum
+
+    class Capture:  # an optimizer whose step records the gradients it would apply
+        param_groups = []
+
+        def zero_grad(self, set_to_none=True):
+            model.zero_grad(set_to_none=set_to_none)
+
+        def step(self):
+            self.flat = flatten_grads(shared)
+            self.head = model.heads["sst"].weight.grad.clone()
+
+    opt = Capture()
+    pcgrad_step(shared, opt, losses(), torch.Generator().manual_seed(7))
+    assert torch.allclose(opt.flat, expected, atol=1e-6)
+    model.zero_grad(set_to_none=True)
+    losses()[0].backward()
+    assert torch.allclose(opt.head, model.heads["sst"].weight.grad, atol=1e-7)  # own task only
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_requested_without_cuda_says_so():
+    with pytest.raises(SystemExit, match="no CUDA device is available"):
+        trainer.make_runtime("cuda", amp=True)
+
+
+def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_path, monkeypatch):
+    interrupt_stage(monkeypatch, 3)
+    with pytest.raises(SystemExit):
+        run(tiny_env, tmp_path / "run")
+    monkeypatch.undo()
+    mt.main(["--resume", str(tmp_path / "run")])
+    steps = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1:]
+    # 48 tiny examples in batches of 8: 6 steps for QQP, STS and SST, 1 for QQP 3%
+    assert [(s["stage"], s["step"]) for s in steps] == [
+        (k, n + 1) for k, count in enumerate((6, 6, 6, 1)) for n in range(count)
+    ]
+    assert len(metrics) == 4 and steps[0]["tasks"] == "para" and steps[7]["tasks"] == "sts"
+    for s in steps:
+        assert s["lr"] == 1e-3 and s["grad_norm"] > 0 and s["examples_per_s"] > 0
+    sst = [s["loss"] for s in steps if s["stage"] == 2]
+    assert json.loads(metrics[2])["train_loss"] == pytest.approx(sum(sst) / len(sst))
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "flags"),
+    [
+        (8, ["--preset", "thesis-smart", "--smart_batch_size", "8"]),  # the teacher is restored
+        (4, ["--preset", "multitask", "--multitask_epochs", "1", "--weighting", "random"]),
+        (8, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
+        (6, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
+    ],
+)  # the second stage's 2nd step; step 4 of 6; epoch 2 of SimCSE; the end of its epoch 1
+def test_a_stage_killed_midway_resumes_bit_for_bit(tiny_env, tmp_path, monkeypatch, kill_at, flags):
+    import os
+    import signal
+
+    straight = run(tiny_env, tmp_path / "straight", *flags)
+    real, calls = trainer.train_step, {"n": 0}
+
+    def sigterm_at_a_step(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    monkeypatch.setattr(trainer, "train_step", sigterm_at_a_step)
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit):
+            run(tiny_env, tmp_path / "resumed", *flags)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    monkeypatch.setattr(trainer, "train_step", real)
+    mt.main(["--resume", str(tmp_path / "resumed")])
+    resumed = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()[1:]
+    drop = ("seconds",)
+    assert [{k: v for k, v in json.loads(r).items() if k not in drop} for r in resumed] == [
+        {k: v for k, v in r.items() if k not in drop} for r in straight
+    ]
+    a = weights(tmp_path / "straight" / "state.safetensors")
+    b = weights(tmp_path / "resumed" / "state.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    logged = (tmp_path / "resumed" / "steps.jsonl").read_text().splitlines()
+    assert logged and len(logged) == len(
+        (tmp_path / "straight" / "steps.jsonl").read_text().splitlines()
+    )

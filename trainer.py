@@ -1,0 +1,561 @@
+"""The one training loop: a plan is a list of stages, run in order, scored after each.
+
+A `Stage` says what it trains (one task, several tasks at once, or the encoder alone on
+sentence tuples), for how long and with which settings. `train_step` is one update, the
+function bench.py times; `train_stage` repeats it over a stage's batches; `run_plan` runs
+every stage of a plan, scores the dev sets after each (a row of the forgetting table),
+keeps the best model and a resumable state in the run folder.
+
+Device and precision are decided once, in `make_runtime`.
+"""
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import checkpoint
+import datasets as data
+import evaluation
+import simcse
+from config import MultitaskConfig, OptimConfig, SimCSEConfig
+from evaluation import TASKS
+from optimizer import WEIGHTINGS, AdamW, combine_losses, step_losses
+from smart import EMATeacher, SmartConfig, smart_loss
+
+STEPS = "steps.jsonl"  # the step log of a run folder: one JSON line per training step
+CONTRASTIVE = "contrastive"  # the task_data key of a contrastive stage's sentence tuples
+STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
+
+
+# ---------------------------------------------------------------------------------------
+# Device and precision, decided once
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    amp_dtype: torch.dtype | None  # autocast dtype, None for float32
+    scaler: torch.amp.GradScaler | None  # only for float16
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+
+def make_runtime(device_arg: str, amp: bool) -> Runtime:
+    if device_arg.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device_arg}: no CUDA device is available here; use cpu")
+    device = torch.device(
+        device_arg if device_arg != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    )
+    if device.type != "cuda" or not amp:
+        return Runtime(device, None, None)
+    if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
+        return Runtime(device, torch.bfloat16, None)
+    return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"))
+
+
+# ---------------------------------------------------------------------------------------
+# Stages
+
+
+@dataclass
+class Stage:
+    tasks: tuple  # data sets it trains on: one task, several (multitask), none (contrastive)
+    lr: float  # AdamW learning rate during the stage
+    batch_size: int  # examples per step (per task, for simultaneous multitask steps)
+    kind: str = "task"  # 'task', 'multitask' or 'contrastive' (the encoder, no heads)
+    fraction: float = 1.0  # share of the training set, a fresh random subset each stage
+    epochs: int = 1  # passes over that share
+    name: str = ""  # label of the stage's row in the forgetting table
+    smart: SmartConfig = field(default_factory=lambda: SmartConfig(lambda_s=0.0, mu=0.0))
+    losses: dict = field(default_factory=dict)  # task -> loss name, where not the default
+    freeze_encoder: bool = False  # train only the heads (EquiBERT's frozen encoder)
+    multitask: MultitaskConfig | None = None  # multitask: mixing, weighting, order, sizes
+    contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature
+    select_by_sts: bool = False  # keep the epoch with the best STS dev Pearson (SimCSE)
+
+    def __post_init__(self):
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"unknown stage kind {self.kind!r}; expected one of {STAGE_KINDS}")
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
+        for task, loss in self.losses.items():
+            if loss not in TASKS[task].losses:
+                raise ValueError(
+                    f"loss {loss!r} does not fit task {task!r}; expected {TASKS[task].losses}"
+                )
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+        if self.kind == "task" and len(self.tasks) != 1:
+            raise ValueError(f"a task stage trains one task, got {self.tasks}")
+        if self.kind == "multitask" and (self.multitask is None or len(self.tasks) < 2):
+            raise ValueError("a multitask stage needs several tasks and its multitask settings")
+        if self.kind == CONTRASTIVE and (self.contrastive is None or self.tasks):
+            raise ValueError("a contrastive stage needs its SimCSE settings and no task")
+        self.name = self.name or self.default_name()
+
+    def default_name(self) -> str:
+        if self.kind == CONTRASTIVE:
+            return f"SimCSE ({self.contrastive.simcse_loss})"
+        if self.kind == "multitask":
+            m = self.multitask
+            how = m.weighting if m.mixing == "simultaneous" else f"{m.order} order"
+            return f"{m.mixing.replace('_', '-')} ({how})"
+        return TASKS[self.tasks[0]].title + (f" {self.fraction:.0%}" if self.fraction < 1 else "")
+
+    @property
+    def weighting(self) -> str:
+        """How a step combines its task losses (one loss: 'equal', a weight of 1)."""
+        return self.multitask.weighting if self.kind == "multitask" else WEIGHTINGS[0]
+
+
+class SingleTask:
+    """A one-task loader seen as steps of [(task, batch)], like a multitask stage's."""
+
+    def __init__(self, loader, task):
+        self.loader, self.task = loader, task
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        return ([(self.task, batch)] for batch in self.loader)
+
+
+def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator):
+    """The steps of a stage: each a list of (task, batch) trained together."""
+    if stage.kind != "multitask":
+        key = stage.tasks[0] if stage.kind == "task" else CONTRASTIVE
+        loader = data.fraction_loader(
+            task_data[key].train, stage.fraction, stage.batch_size, generator
+        )
+        return SingleTask(loader, key)
+    m, loaders = stage.multitask, {}
+    for task in stage.tasks:
+        dataset = task_data[task].train
+        if m.examples_per_task:
+            keep = data.standardized_indices(len(dataset), m.examples_per_task, generator)
+        else:
+            keep = torch.randperm(len(dataset), generator=generator).tolist()
+        loaders[task] = data.subset_loader(dataset, keep, stage.batch_size, generator)
+    return data.MultiTaskBatches(loaders, m.mixing, m.order, generator)
+
+
+# ---------------------------------------------------------------------------------------
+# Losses of one batch
+
+
+def smart_term(model, task, cfg: SmartConfig, batch, embeds, out, teacher):
+    """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task."""
+
+    def from_embeddings(e):  # (N, T, H) embedding output -> the task's output
+        return model(task, batch, e).float()
+
+    teacher_out = teacher.forward(model, task, batch).float() if teacher else None
+    mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
+    kind = TASKS[task].kind
+    return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, cfg, mask)
+
+
+def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, loss_name=None):
+    """The training loss of one batch: the task's loss, plus SMART's terms when on."""
+    name = loss_name or TASKS[task].losses[0]
+    with rt.autocast():
+        if name in simcse.PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
+            z = model.sentences(batch).float()  # (2B, H)
+            u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
+            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
+        embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
+        out = model(task, batch, embeds)
+        loss = simcse.OUTPUT_LOSSES[name](out.float(), batch["labels"])
+        if smart.active:
+            loss = loss + smart_term(model, task, smart, batch, embeds, out, teacher)
+    return loss
+
+
+def contrastive_loss(model, cfg: SimCSEConfig, batch, rt: Runtime):
+    """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads)."""
+    if cfg.simcse_loss == "unsup":  # the same sentences twice: dropout is the only noise
+        batch = {k: v.repeat(2, 1, 1) if k != "ids" else v for k, v in batch.items()}  # (2, B, T)
+    K = batch["input_ids"].size(0)
+    with rt.autocast():
+        z = model.sentences(batch).float()  # (K * B, H)
+    z = z.view(K, -1, z.size(-1))  # (K, B, H)
+    return simcse.OBJECTIVES[cfg.simcse_loss][1](z, cfg.temperature)
+
+
+# ---------------------------------------------------------------------------------------
+# The step and the stage
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def train_step(model, optimizer, stage: Stage, step_batches, rt: Runtime, teacher, generator):
+    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss."""
+    losses = []
+    for task, batch in step_batches:
+        batch = evaluation.to_device(batch, rt.device)
+        if stage.kind == CONTRASTIVE:
+            losses.append(contrastive_loss(model, stage.contrastive, batch, rt))
+        else:
+            loss_name = stage.losses.get(task)
+            losses.append(batch_loss(model, task, batch, stage.smart, teacher, rt, loss_name))
+    loss = combine_losses(losses, stage.weighting, generator)
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(t for t, _ in step_batches))
+    shared = [p for p in model.bert.parameters() if p.requires_grad]  # PCGrad's surgery
+    step_losses(loss, losses, stage.weighting, optimizer, shared, rt.scaler, generator)
+    if teacher:
+        teacher.update(model)
+    return loss
+
+
+def grad_norm(model) -> float:
+    """L2 norm of every gradient of the last step, for the step log."""
+    norms = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack(norms)).item() if norms else 0.0
+
+
+@dataclass
+class InStage:
+    """Checkpoints inside a stage: `save(position)` every `minutes` and when Ctrl-C or
+    SIGTERM asks for a stop; `resume`: a position saved earlier inside this stage."""
+
+    save: Callable[[dict], None]
+    minutes: float
+    resume: dict | None = None  # {"step", "running", "teacher", "rng"} of the checkpoint
+
+
+def prepare(model, optimizer, stage: Stage, rt: Runtime):
+    """The stage's learning rate, and which parameters it trains."""
+    for group in optimizer.param_groups:
+        group["lr"] = stage.lr
+    if stage.weighting == "pcgrad" and rt.scaler:
+        raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
+    model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
+
+
+def train_stage(
+    model, optimizer, stage, steps, rt: Runtime, desc: str, after_epoch=None, seed=0,
+    log=None, within: InStage | None = None,
+) -> float:  # fmt: skip
+    """Train one stage; returns the mean training loss.
+
+    after_epoch(epoch) runs after each epoch; log(record) gets one dict per step (loss, lr,
+    gradient norm, examples/s). Random draws of a step (loss weights, PCGrad's order) come
+    from a generator seeded by (seed, step), so the only state a resumed stage must rebuild
+    is the data order: `within.resume` replays the batches up to the saved step without
+    training on them, restores every generator there, and goes on as if never stopped.
+    """
+    prepare(model, optimizer, stage, rt)
+    total_steps = stage.epochs * len(steps)
+    teacher = EMATeacher(model, stage.smart, total_steps) if stage.smart.mu > 0 else None
+    resume = within.resume if within else None
+    done, running = (resume["step"], resume["running"]) if resume else (0, 0.0)
+    if teacher and resume:
+        teacher.params, teacher.step = resume["teacher"]
+    model.train()
+    step, last_save = 0, time.monotonic()
+    with (
+        checkpoint.signals_caught() as stop,
+        tqdm(total=total_steps, initial=done, desc=desc, leave=False, dynamic_ncols=True) as bar,
+    ):
+        for epoch in range(stage.epochs):
+            for step_batches in steps:
+                step += 1
+                if step <= done:  # replaying the data order up to the checkpoint
+                    if step == done:
+                        checkpoint.set_rng_state(*resume["rng"])
+                    continue
+                t0 = time.perf_counter()
+                generator = torch.Generator().manual_seed(seed * 100_003 + step)
+                try:
+                    loss = train_step(model, optimizer, stage, step_batches, rt, teacher, generator)
+                except NonFiniteLoss as e:
+                    where = f"at step {step} of stage '{stage.name}' (task {e.args[1]})"
+                    raise NonFiniteLoss(f"{e.args[0]} {where}") from None
+                loss = loss.item()
+                running += (loss - running) / step
+                bar.update()
+                bar.set_postfix(loss=f"{running:.4f}")
+                if log:
+                    log(step_record(model, stage, step_batches, epoch, step, loss, t0))
+                due = within and 0 < 60 * within.minutes < time.monotonic() - last_save
+                if within and (stop or due):
+                    within.save({"step": step, "running": running, "teacher": teacher})
+                    last_save = time.monotonic()
+                if stop:
+                    raise KeyboardInterrupt
+            if after_epoch and step >= done:
+                after_epoch(epoch)
+        if stop:  # asked during the last evaluation: the stage's end is a position too
+            within.save({"step": step, "running": running, "teacher": teacher})
+            raise KeyboardInterrupt
+    model.bert.requires_grad_(True)
+    return running
+
+
+def step_record(model, stage, step_batches, epoch, step, loss, t0) -> dict:
+    """One line of the step log."""
+    examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
+    return {
+        "epoch": epoch,
+        "step": step,
+        "tasks": "+".join(task for task, _ in step_batches),
+        "loss": loss,
+        "lr": stage.lr,
+        "grad_norm": grad_norm(model),
+        "examples_per_s": examples / (time.perf_counter() - t0),
+    }
+
+
+class BestEpoch:
+    """Score STS dev after each epoch and keep the best epoch's weights (SimCSE's choice)."""
+
+    def __init__(self, model, task_data, rt: Runtime, batch_size: int):
+        self.model, self.task_data, self.rt, self.batch_size = model, task_data, rt, batch_size
+        self.r, self.state = -math.inf, None
+
+    def after_epoch(self, epoch: int):
+        results = evaluate_split(
+            self.model, self.task_data, "dev", ("sts",), self.rt, self.batch_size
+        )
+        r = results["sts"].metrics["pearson"]
+        tqdm.write(f"  epoch {epoch + 1}: STS dev Pearson of the cosine {r:.4f}")
+        if r > self.r:
+            self.r = r
+            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self):
+        if self.state is not None:
+            self.model.load_state_dict(self.state)
+
+
+def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch_size: int):
+    loaders = {
+        t: data.make_loader(getattr(task_data[t], split), batch_size, shuffle=False) for t in tasks
+    }
+    with rt.autocast():
+        return evaluation.evaluate(model, loaders, rt.device)
+
+
+def new_optimizer(model, cfg: OptimConfig) -> AdamW:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
+
+
+# ---------------------------------------------------------------------------------------
+# A plan, run in a folder
+
+
+@dataclass
+class Run:
+    """Where and how a plan runs: its folder, device, scored tasks and evaluation batch."""
+
+    run_dir: Path
+    rt: Runtime
+    eval_tasks: tuple
+    eval_batch_size: int
+    seed: int
+    plan_length: int = 0  # stages in the plan, for progress messages
+    checkpoint_minutes: float = 0.0  # a checkpoint inside a stage this often (0: never)
+    resume: bool = False  # continue the run found in run_dir
+    score_train: bool = False  # also score the whole training split after each stage
+
+    def evaluate(self, model, task_data, split="dev"):
+        results = evaluate_split(
+            model, task_data, split, self.eval_tasks, self.rt, self.eval_batch_size
+        )
+        return evaluation.score_row(results, self.eval_tasks)
+
+    def show(self, row, mark=False):
+        print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
+
+
+def start(model, optimizer, task_data, run: Run) -> dict:
+    """A new run (scored once before training) or the progress of the one in run_dir."""
+    state_path, best_path = run.run_dir / checkpoint.STATE, run.run_dir / checkpoint.BEST
+    if state_path.exists() and not run.resume:
+        raise SystemExit(f"{run.run_dir} already holds a run; give another --run_dir")
+    progress = {"best": {"score": -math.inf, "stage": None, "index": None}, "rows": []}
+    progress["next_stage"] = 0
+    if state_path.exists():
+        progress, extra, rng = checkpoint.load_state(model, optimizer, run.rt.scaler, state_path)
+        if best_path.exists():  # found broken now, not after the remaining stages
+            checkpoint.read_tensors(best_path)
+        if "within" in progress:  # inside a stage: the generators are restored there
+            progress["within"] = resume_position(progress["within"], extra, rng, run.rt.device)
+        else:
+            checkpoint.set_rng_state(*rng)
+        print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
+    keep_logged_steps(run.run_dir / STEPS, progress)
+    print(evaluation.table_header(run.eval_tasks))
+    for row in progress["rows"]:
+        run.show(row)
+    if not progress["rows"]:  # the starting point: what training has to beat
+        row = {"stage": "start (no training)", "index": -1} | run.evaluate(model, task_data)
+        progress["rows"].append(row)
+        run.show(row)
+    return progress
+
+
+def keep_logged_steps(path: Path, progress: dict):
+    """The step log of what the checkpoint holds: a resumed run logs the rest again."""
+    done = (progress["next_stage"], progress.get("within", {}).get("step", 0))
+    lines = path.read_text().splitlines() if path.exists() else []
+    kept = [x for x in lines if (lambda r: (r["stage"], r["step"]) <= done)(json.loads(x))]
+    checkpoint.atomic_write("".join(x + "\n" for x in kept), path)
+
+
+def resume_position(within: dict, extra: dict, rng, device) -> dict:
+    """What train_stage needs to continue inside a stage, from a checkpoint's parts."""
+    teacher = {
+        k.removeprefix("teacher."): v.to(device)
+        for k, v in extra.items()
+        if k.startswith("teacher.")
+    }
+    state = {
+        k.removeprefix("best_epoch."): v.to(device)
+        for k, v in extra.items()
+        if k.startswith("best_epoch.")
+    }
+    return within | {
+        "teacher": (teacher, within["teacher_step"]) if teacher else None,
+        "best_epoch": (within["best_epoch_r"], state or None),
+        "rng": rng,
+    }
+
+
+def save_position(model, optimizer, progress: dict, position: dict, run: Run):
+    """A checkpoint inside stage progress['next_stage'] (called by train_stage)."""
+    teacher, (r, state) = position.pop("teacher"), position.pop("best_epoch")
+    extra = {f"best_epoch.{k}": v for k, v in (state or {}).items()}
+    if teacher:
+        extra |= {f"teacher.{k}": v for k, v in teacher.params.items()}
+        position["teacher_step"] = teacher.step
+    within = position | {"best_epoch_r": r}
+    checkpoint.save_state(
+        model, optimizer, run.rt.scaler, progress | {"within": within},
+        run.run_dir / checkpoint.STATE, extra,
+    )  # fmt: skip
+
+
+def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, within: InStage):
+    """Train stage k; returns its row of the forgetting table."""
+    generator = torch.Generator().manual_seed(run.seed * 1000 + k)
+    steps = stage_steps(task_data, stage, generator)
+    t0 = time.time() - (within.resume or {}).get("seconds", 0.0)
+    best_epoch = BestEpoch(model, task_data, run.rt, run.eval_batch_size)
+    if within.resume and within.resume.get("best_epoch"):
+        best_epoch.r, best_epoch.state = within.resume["best_epoch"]
+    save = within.save  # a checkpoint inside the stage also keeps the time and best epoch
+    within.save = lambda position: save(
+        position | {"seconds": time.time() - t0, "best_epoch": (best_epoch.r, best_epoch.state)}
+    )
+    after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
+    desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
+    with open(run.run_dir / STEPS, "a") as steps_log:
+
+        def log(record):
+            steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
+
+        train_loss = train_stage(
+            model, optimizer, stage, steps, run.rt, desc, after_epoch, run.seed * 1000 + k, log,
+            within,
+        )  # fmt: skip
+    if stage.select_by_sts:
+        best_epoch.restore()
+    row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
+    row |= {"train_loss": train_loss, "seconds": time.time() - t0}
+    row |= run.evaluate(model, task_data)
+    if run.score_train:
+        row["train"] = run.evaluate(model, task_data, "train")
+    return row
+
+
+def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
+    """Run every stage of `plan`, scoring `run.eval_tasks` after each; resumable.
+
+    Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
+    stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
+    best model so far) and state.safetensors (everything needed to continue after the last
+    finished stage; checkpoint.py). A stage whose score is not a number (e.g. the Pearson r
+    of a constant prediction) is never the best.
+    """
+    run.plan_length = len(plan)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    model = model.to(run.rt.device)
+    optimizer = new_optimizer(model, optim)
+    progress = start(model, optimizer, task_data, run)
+    best, rows = progress["best"], progress["rows"]
+    best_path = run.run_dir / checkpoint.BEST
+    for k in range(progress["next_stage"], len(plan)):
+        at_start = {"best": best, "rows": rows, "next_stage": k}
+        within = InStage(
+            lambda position, at_start=at_start: save_position(
+                model, optimizer, at_start, position, run
+            ),
+            run.checkpoint_minutes,
+            progress.pop("within", None),
+        )
+        try:
+            row = run_stage(model, optimizer, plan[k], k, task_data, run, within)
+        except NonFiniteLoss as e:
+            kept = f"; the best model so far is in {best_path}" if best_path.exists() else ""
+            kept += f" (predictions from it: --predict {run.run_dir})" if kept else ""
+            raise SystemExit(f"stopped: {e}{kept}") from None
+        score = evaluation.selection_score(row, run.eval_tasks)
+        rows.append(row)
+        lines = "".join(json.dumps(r) + "\n" for r in rows)
+        checkpoint.atomic_write(lines, run.run_dir / "metrics.jsonl")
+        if score > best["score"]:  # False for nan
+            best = {"score": score, "stage": row["stage"], "index": k}
+            checkpoint.save_best(model, row, best_path)
+        run.show(row, mark=best["index"] == k)
+        progress = {"best": best, "rows": rows, "next_stage": k + 1}
+        checkpoint.save_state(
+            model, optimizer, run.rt.scaler, progress, run.run_dir / checkpoint.STATE
+        )
+    return model, rows, best
+
+
+def write_predictions(model, task_data, run: Run, test: bool) -> Path:
+    """Dev (and test) predictions of the model in the CS224n output format."""
+    out_dir = run.run_dir / "predictions"
+    for split in ("dev", "test") if test else ("dev",):
+        results = evaluate_split(
+            model, task_data, split, run.eval_tasks, run.rt, run.eval_batch_size
+        )
+        for task, res in results.items():
+            evaluation.write_predictions(
+                evaluation.prediction_path(out_dir, task, split), task, res.ids, res.preds
+            )
+    return out_dir
+
+
+def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
+    """Print the forgetting table, reload the best model and write its predictions."""
+    print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
+    print(evaluation.table_header(run.eval_tasks))
+    for row in rows:
+        run.show(row, mark=row["index"] == best["index"])
+    if best["index"] is None:
+        print("no stage had a numeric score (a constant dev set?): predicting with the last model")
+    else:
+        best_path = run.run_dir / checkpoint.BEST
+        print(f"best stage: {best['stage']} (score {best['score']:.4f}), kept in {best_path}")
+        checkpoint.load_model(model, best_path)
+    out_dir = write_predictions(model, task_data, run, test)
+    print(f"predictions of the best model: {out_dir}")
