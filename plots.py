@@ -1,0 +1,188 @@
+"""Pictures of a run folder: the forgetting figure and the training loss of every step.
+
+    python plots.py RUN_DIR [--out DIR]
+
+forgetting.png: each task's dev score (SST and QQP accuracy, STS Pearson r, the overall
+score) after every stage, as in the thesis's forgetting figures: a score that falls after a
+stage of another task is forgetting. The untouched model's scores are dashed lines in the
+same colours, and the stage kept as the best model is shaded.
+loss.png: the training loss of every step (steps.jsonl) as faint dots, with its moving average,
+coloured by the task trained; thin vertical lines separate the stages, named on top
+(where a long run leaves room).
+
+For the individual preset, give the run folder: each task's sub-run gets its own pictures.
+Only this file imports matplotlib, and only its Figure class (drawn with the Agg canvas,
+no pyplot state, no display needed); training never imports it.
+"""
+
+import argparse
+import json
+import math
+from itertools import groupby
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from evaluation import MULTITASK, TASKS, selection_score
+
+METRICS, STEPS = "metrics.jsonl", "steps.jsonl"  # trainer.run_plan writes both
+COLORS = {
+    "sst": "tab:blue", "para": "tab:orange", "sts": "tab:green", "overall": "black",
+    "sst+para+sts": "tab:red", "contrastive": "tab:purple",
+}  # fmt: skip
+
+
+def read_rows(run_dir) -> list[dict]:
+    """metrics.jsonl: the untouched model's row first, then one row per finished stage."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise SystemExit(f"{run_dir}: no {METRICS} there; is it a run folder?")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def read_steps(run_dir) -> list[dict]:
+    """steps.jsonl, one record per training step; [] for runs made before the step log."""
+    path = Path(run_dir) / STEPS
+    if not path.is_file():
+        return []
+    lines = path.read_text().split("\n")[:-1]  # a stage still training may be mid-line
+    return [json.loads(line) for line in lines]
+
+
+def run_folders(run_dir: Path) -> list[Path]:
+    """The run folder itself, or its sub-runs when only they are scored (individual preset)."""
+    subs = sorted(p.parent for p in run_dir.glob(f"*/{METRICS}"))
+    return subs if subs and not (run_dir / METRICS).is_file() else [run_dir]
+
+
+def score_series(rows: list[dict]) -> dict[str, tuple[str, list[float]]]:
+    """Scored task (or 'overall') -> (its label, its score in every row, the start first)."""
+    tasks = [t for t in MULTITASK if t in rows[0]]
+    series = {}
+    for t in tasks:
+        label = f"{TASKS[t].title} {'r' if TASKS[t].kind == 'regression' else 'acc'}"
+        series[t] = (label, [selection_score(row, (t,)) for row in rows])
+    if "overall" in rows[0]:
+        series["overall"] = ("overall", [row["overall"] for row in rows])
+    return series
+
+
+def best_stage(rows: list[dict]) -> int | None:
+    """Position in rows[1:] of the stage run_plan keeps: the first best score, never NaN."""
+    tasks = [t for t in MULTITASK if t in rows[0]]
+    scores = [selection_score(row, tasks) for row in rows[1:]]
+    numeric = [i for i, s in enumerate(scores) if not math.isnan(s)]
+    return max(numeric, key=scores.__getitem__, default=None)
+
+
+def task_label(tasks: str) -> str:
+    """'sst+para+sts' -> 'SST+QQP+STS'; names that are not tasks stay as they are."""
+    return "+".join(TASKS[t].title if t in TASKS else t for t in tasks.split("+"))
+
+
+def moving_average(y: np.ndarray) -> np.ndarray:
+    """Trailing mean over ~5% of the points: the trend under the per-batch noise."""
+    w = max(1, len(y) // 20)
+    return np.convolve(y, np.ones(w) / w, mode="valid")  # (len(y) - w + 1,)
+
+
+def spaced(positions: list[float], gap: float) -> list[int]:
+    """Indices of the positions at least `gap` after the last one kept: labels that fit."""
+    kept = []
+    for i, x in enumerate(positions):
+        if not kept or x - positions[kept[-1]] >= gap:
+            kept.append(i)
+    return kept
+
+
+def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
+    """Each scored task's dev score over the stages; the start dashed, the kept stage shaded."""
+    names = [row["stage"] for row in rows[1:]]
+    x = np.arange(len(names))
+    fig = Figure(figsize=(max(6.0, 0.45 * len(names) + 3.5), 4.2), layout="constrained")
+    ax = fig.subplots()
+    for key, (label, values) in score_series(rows).items():
+        ax.plot(x, values[1:], marker="o", ms=4, color=COLORS[key], label=label)
+        ax.axhline(values[0], color=COLORS[key], ls="--", lw=1, alpha=0.6)
+    ax.plot([], [], color="gray", ls="--", lw=1, label="start (no training)")
+    best = best_stage(rows)
+    if best is not None:
+        ax.axvspan(best - 0.4, best + 0.4, color="gold", alpha=0.3, label=f"kept: {names[best]}")
+    ax.set_xticks(x, names, rotation=35, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set(ylabel="dev score", title=f"{title}: dev scores after each stage")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def draw_loss(steps: list[dict], path: Path, title: str) -> Path:
+    """Every step's loss and its trend, coloured by task, stage after stage."""
+    fig = Figure(figsize=(8.0, 4.0), layout="constrained")
+    ax = fig.subplots()
+    offset, middles, names, labelled = 0, [], [], set()
+    for _, stage in groupby(steps, key=lambda s: s["stage"]):
+        stage = list(stage)
+        x = offset + np.arange(1, len(stage) + 1)  # steps counted over the whole run
+        # one line per task trained: a round-robin stage interleaves its tasks' steps
+        for tasks in dict.fromkeys(s["tasks"] for s in stage):
+            at = [i for i, s in enumerate(stage) if s["tasks"] == tasks]
+            loss, color = np.array([stage[i]["loss"] for i in at]), COLORS.get(tasks, "tab:gray")
+            label = None if tasks in labelled else task_label(tasks)
+            labelled.add(tasks)
+            ax.scatter(x[at], loss, s=5, color=color, alpha=0.35, linewidths=0)
+            trend = moving_average(loss)
+            ax.plot(x[at][len(loss) - len(trend) :], trend, color=color, lw=1.6, label=label)
+        if offset:
+            ax.axvline(offset + 0.5, color="gray", lw=0.6)
+        middles.append(offset + len(stage) / 2)
+        names.append(stage[0]["name"])
+        offset += len(stage)
+    shown = spaced(middles, offset / 12)  # short stages of a long run share their space
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(
+        [middles[i] for i in shown], [names[i] for i in shown],
+        rotation=35, ha="left", rotation_mode="anchor", fontsize=7,
+    )  # fmt: skip
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set(xlabel="training step", ylabel="training loss", title=f"{title}: loss of every step")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_run(run_dir: Path, out: Path, title: str) -> list[Path]:
+    """Write forgetting.png and, when the run logged its steps, loss.png; returns their paths."""
+    rows, steps = read_rows(run_dir), read_steps(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [draw_forgetting(rows, out / "forgetting.png", title)]
+    if steps:
+        written.append(draw_loss(steps, out / "loss.png", title))
+    else:
+        print(f"{run_dir}: no loss.png, {STEPS} is absent or empty (older runs have none)")
+    return written
+
+
+def main(argv=None) -> list[Path]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "run_dir", type=Path, help="a run folder (holds metrics.jsonl), or an individual run's"
+    )
+    parser.add_argument("--out", type=Path, help="folder for the PNGs (default: the run folder)")
+    args = parser.parse_args(argv)
+    written = []
+    for folder in run_folders(args.run_dir):
+        sub = folder.relative_to(args.run_dir)
+        title = str(args.run_dir.resolve().name / sub)
+        written += plot_run(folder, (args.out or args.run_dir) / sub, title)
+    for path in written:
+        print(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""plots.py: the readers return what the run files hold; the pictures are real PNGs."""
+
+import json
+import math
+import struct
+
+import pytest
+
+import plots
+from helpers import run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) from the PNG header; fails on anything that is not a PNG."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def assert_small_png(path):
+    width, height = png_size(path)
+    assert 400 <= width <= 2500 and 250 <= height <= 1200, (path, width, height)
+
+
+def naive_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def scores(sst, para, sts) -> dict:
+    """A metrics row's scores, as trainer.run_plan writes them."""
+    f1 = {"macro_f1": 0.0, "weighted_f1": 0.0}
+    return {
+        "sst": {"accuracy": sst} | f1,
+        "para": {"accuracy": para} | f1,
+        "sts": {"pearson": sts},
+        "overall": (sst + para + (sts + 1) / 2) / 3,
+    }
+
+
+def write_jsonl(path, records, end="\n"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(json.dumps(r) for r in records) + end)
+
+
+def step(stage, name, n, tasks, loss):
+    return {"stage": stage, "name": name, "epoch": 0, "step": n, "tasks": tasks, "loss": loss,
+            "lr": 1e-5, "grad_norm": 1.0, "examples_per_s": 100.0}  # fmt: skip
+
+
+def test_a_tiny_run_gives_both_pictures_and_readers_match_its_files(tiny_env, tmp_path):
+    run_dir = tmp_path / "run"
+    run(tiny_env, run_dir)
+    rows, steps = plots.read_rows(run_dir), plots.read_steps(run_dir)
+    assert rows == naive_jsonl(run_dir / "metrics.jsonl")
+    assert steps == naive_jsonl(run_dir / "steps.jsonl")
+    assert rows[0]["stage"] == "start (no training)"
+    assert sorted({s["stage"] for s in steps}) == [row["index"] for row in rows[1:]]
+    written = plots.main([str(run_dir), "--out", str(tmp_path / "pictures")])
+    assert written == [tmp_path / "pictures" / "forgetting.png", tmp_path / "pictures" / "loss.png"]
+    for path in written:
+        assert_small_png(path)
+
+
+def test_forgetting_series_start_and_best_stage(tmp_path):
+    rows = [
+        {"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8),
+        {"stage": "QQP", "index": 0} | scores(0.2, 0.7, 0.8),
+        {"stage": "loop 1: SST", "index": 1} | scores(0.4, 0.7, 0.8),
+        {"stage": "loop 1: STS", "index": 2} | scores(0.4, 0.7, 0.8),  # ties: the first is kept
+    ]
+    series = plots.score_series(rows)
+    assert list(series) == ["sst", "para", "sts", "overall"]
+    assert series["sts"] == ("STS r", [0.8] * 4)
+    assert series["para"] == ("QQP acc", [0.5, 0.7, 0.7, 0.7])
+    assert plots.best_stage(rows) == 1
+    rows[2]["overall"] = rows[3]["overall"] = math.nan  # a NaN score is never the best
+    assert plots.best_stage(rows) == 0
+    assert plots.best_stage(rows[:1]) is None  # nothing trained yet
+
+
+def test_hand_written_steps_with_a_round_robin_stage_and_a_half_written_line(tmp_path, capsys):
+    rows = [{"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8)]
+    rows += [{"stage": f"stage {k}", "index": k} | scores(0.3, 0.6, 0.7) for k in range(2)]
+    write_jsonl(tmp_path / "metrics.jsonl", rows)
+    steps = [step(0, "QQP", n, "para", 0.7 - n / 100) for n in range(1, 41)]
+    steps += [step(1, "round robin", n, ("sst", "para", "sts")[n % 3], 1.0) for n in range(1, 31)]
+    write_jsonl(tmp_path / "steps.jsonl", steps)
+    with open(tmp_path / "steps.jsonl", "a") as f:
+        f.write('{"stage": 1, "name": "round ro')  # a stage still training, caught mid-line
+    assert plots.read_steps(tmp_path) == steps
+    written = plots.main([str(tmp_path)])
+    assert written == [tmp_path / "forgetting.png", tmp_path / "loss.png"]
+    for path in written:
+        assert_small_png(path)
+    assert capsys.readouterr().out.splitlines() == [str(p) for p in written]
+
+
+def test_a_run_without_a_step_log_gets_only_the_forgetting_picture(tmp_path, capsys):
+    rows = [{"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8)]
+    write_jsonl(tmp_path / "metrics.jsonl", rows + [rows[0] | {"stage": "QQP", "index": 0}])
+    assert plots.read_steps(tmp_path) == []
+    assert plots.main([str(tmp_path)]) == [tmp_path / "forgetting.png"]
+    assert "no loss.png" in capsys.readouterr().out
+    assert not (tmp_path / "loss.png").exists()
+
+
+def test_an_individual_run_gets_pictures_per_task(tmp_path):
+    for task, main in (("sst", {"accuracy": 0.3}), ("sts", {"pearson": 0.6})):
+        rows = [{"stage": "start (no training)", "index": -1, task: main}]
+        rows.append(rows[0] | {"stage": task, "index": 0})
+        write_jsonl(tmp_path / task / "metrics.jsonl", rows)
+        write_jsonl(tmp_path / task / "steps.jsonl", [step(0, task, 1, task, 1.0)])
+        assert list(plots.score_series(rows)) == [task]  # one task, no overall
+    written = plots.main([str(tmp_path), "--out", str(tmp_path / "pictures")])
+    assert [p.relative_to(tmp_path / "pictures").as_posix() for p in written] == [
+        "sst/forgetting.png", "sst/loss.png", "sts/forgetting.png", "sts/loss.png",
+    ]  # fmt: skip
+    for path in written:
+        assert_small_png(path)
+
+
+def test_a_folder_without_metrics_is_a_one_line_error(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        plots.main([str(tmp_path / "missing")])
+    message = str(stop.value)
+    assert "no metrics.jsonl" in message and str(tmp_path / "missing") in message
+    assert "\n" not in message
