@@ -1,8 +1,9 @@
 """Checkpoints of a run folder: safetensors and JSON, written atomically, never unpickled.
 
 - best.safetensors: the best model so far, with its config and its table row;
-- state.safetensors: everything needed to continue after the last finished stage (model,
-  optimizer moments, random generators, gradient scaler, best-so-far, table rows);
+- state.safetensors: everything needed to continue after the last finished stage, or from
+  a step inside a stage (model, optimizer moments, random generators, gradient scaler,
+  best-so-far, table rows; inside a stage also the teacher and the position);
 - metrics.jsonl and config.json: text.
 
 A checkpoint is one safetensors file: the tensors, plus one JSON document in the file's
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load, save
+from safetensors.torch import load_file, save
 
 BEST, STATE = "best.safetensors", "state.safetensors"
 
@@ -75,6 +76,7 @@ def atomic_write(data: bytes | str, path: Path) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            _fsync_folder(path.parent)  # the rename itself survives a power loss
         except OSError as e:
             tmp.unlink(missing_ok=True)
             full = " (the disk is full)" if e.errno == errno.ENOSPC else ""
@@ -82,6 +84,19 @@ def atomic_write(data: bytes | str, path: Path) -> None:
                 f"cannot write {path}: {e.strerror}{full}; the previous {path.name}, if any, "
                 "is unchanged"
             ) from None
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform without folder handles (Windows): the rename is enough
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (network mounts) cannot sync a folder
+    finally:
+        os.close(fd)
 
 
 def write_tensors(tensors: dict, info: dict, path: Path) -> None:
@@ -96,7 +111,7 @@ def read_tensors(path: Path) -> tuple[dict, dict]:
     try:
         with safe_open(str(path), "pt") as f:
             info = json.loads((f.metadata() or {})["info"])
-        return load(path.read_bytes()), info
+        return load_file(str(path)), info
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint") from None
     except (SafetensorError, OSError, KeyError, ValueError) as e:
@@ -221,10 +236,15 @@ def _interrupt(number, frame):
     raise KeyboardInterrupt
 
 
-def stop_on_sigterm() -> None:
-    """End a run on SIGTERM (`kill`, a notebook's stop) the way Ctrl-C does: between two
-    checkpoint writes, never in the middle of one."""
-    signal.signal(signal.SIGTERM, _interrupt)
+@contextlib.contextmanager
+def sigterm_stops():
+    """Within the block, SIGTERM (`kill`, a notebook's stop) ends the run the way Ctrl-C
+    does: between two checkpoint writes, never in the middle of one."""
+    old = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
@@ -236,13 +256,17 @@ def locked(run_dir: Path):
     except ImportError:  # Windows: no advisory locks; runs are not guarded there
         yield
         return
-    with open(run_dir / ".lock", "w") as lock:
+    with open(run_dir / ".lock", "a+") as lock:  # not "w": the holder's pid stays readable
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CheckpointError(
                 f"{run_dir} is in use by another run; wait for it or choose another --run_dir"
             ) from None
+        except OSError:  # a filesystem without locks (some network mounts): run unguarded
+            yield
+            return
+        lock.truncate(0)
         lock.write(str(os.getpid()))
         lock.flush()
         yield

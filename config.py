@@ -78,7 +78,7 @@ class OptimConfig:
 class ScheduleConfig:
     """schedule (the thesis's presets)"""
 
-    loops: int = option(10, "thesis presets: STS -> SST -> QQP 3%% loops", minimum=0)
+    loops: int = option(10, "thesis presets: loops of STS -> SST -> a share of QQP", minimum=0)
     para_fraction: float = option(
         0.03, "thesis presets: share of QQP per loop", positive=True, maximum=1
     )
@@ -261,7 +261,7 @@ def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=
     one group per dataclass. suppress: flags the user did not type are left out (to tell
     them apart from defaults). extra: (flag, help) of options that are not config fields."""
     parser = argparse.ArgumentParser(
-        description=description, epilog=epilog, formatter_class=HelpFormatter
+        description=description, epilog=epilog, formatter_class=HelpFormatter, allow_abbrev=False
     )
     groups = {}
     for path, f, value in leaves(cfg):
@@ -277,7 +277,8 @@ def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=
         help="show the Python traceback of an error instead of one line",
     )
     for flag, help in extra:  # with the first group, what to run
-        groups[""].add_argument(flag, default=argparse.SUPPRESS if suppress else None, help=help)
+        default = argparse.SUPPRESS if suppress else None
+        groups[""].add_argument(flag, default=default, metavar="RUN_DIR", help=help)
     return parser
 
 
@@ -305,6 +306,9 @@ def check(cfg) -> None:
                 raise SystemExit(f"{flag_of(f)} must be above 0, got {value}")
             if "maximum" in meta and v > meta["maximum"]:
                 raise SystemExit(f"{flag_of(f)} must be at most {meta['maximum']}, got {value}")
+        choices = meta.get("choices")
+        if choices and any(v not in choices for v in values if v is not None):
+            raise SystemExit(f"{flag_of(f)} {value!r} is not one of {list(choices)}")
 
 
 def parse(cfg, argv, description="", epilog="", overrides=None, extra=()):
@@ -365,3 +369,5 @@ def run_cli(main, argv=None):
         if "--debug" in argv:
             raise
         raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted") from None

@@ -188,14 +188,14 @@ def _columns(path: Path, header, text_columns, label_column) -> tuple[list[int],
 
 
 def _fields(line: str) -> list[str]:
-    """The tab-separated fields of one line, quoted fields read as csv reads them ("" is a
-    quote). No field of the CS224n files holds a tab or a newline, so a quote that does not
-    close on its own line is a stray one: the row is bad, and the next line is a new row
-    (read as one file, it would swallow the rows that follow)."""
-    try:
-        (fields,) = csv.reader([line], delimiter="\t", strict=True)
-    except csv.Error as err:
-        raise _BadRow(f"stray quote ({err}); a field may not span tabs or lines") from None
+    """The tab-separated fields of one line, quoted fields read as the handout's csv reader
+    reads them ("" is a quote, `"Harry Potter" is` gives `Harry Potter is`). No field of
+    the CS224n files holds a tab or a newline, so a quote that swallows a tab is a stray
+    one: the row is bad, and the next line is a new row (read as one file, the quote would
+    swallow the rows that follow)."""
+    (fields,) = csv.reader([line], delimiter="\t")
+    if any("\t" in field for field in fields):
+        raise _BadRow("stray quote: a quoted field runs over a tab; fields may not span tabs")
     return fields
 
 
@@ -232,11 +232,12 @@ def _read_table(
     if not path.is_file():
         raise FileNotFoundError(_missing_file_message(path))
     try:  # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first column
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        text = path.read_text(encoding="utf-8-sig")
+        lines = text.replace("\r\n", "\n").split("\n")  # not splitlines: \f, \x1c... are text
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: cannot read ({err}); expected UTF-8 text") from None
     try:
-        header = _fields(lines[0]) if lines else None
+        header = _fields(lines[0]) if lines[0].strip() else None
     except _BadRow as err:
         raise DataError(f"{path}:1: {err}") from None
     text_at, label_at = _columns(path, header, text_columns, label_column)

@@ -39,6 +39,7 @@ from base_bert import load_config, resolve_model_dir
 from bert import BertModel, mean_pool
 from config import ModelConfig, RunConfig
 from evaluation import MULTITASK, TASKS
+from simcse import OBJECTIVES
 from tokenizer import BertTokenizer
 from trainer import CONTRASTIVE, Run, Stage, finish, make_runtime, run_plan, write_predictions
 
@@ -172,7 +173,7 @@ def thesis_plan(cfg: RunConfig) -> list[Stage]:
 
 
 def sequential_plan(cfg: RunConfig) -> list[Stage]:
-    """QQP 3 epochs -> STS 10 -> SST 10 (thesis 4.2.2.1): forgetting in plain sight."""
+    """QQP -> STS -> SST, --sequential_epochs each (thesis 4.2.2.1): forgetting in plain sight."""
     epochs = zip(("para", "sts", "sst"), cfg.schedule.sequential_epochs, strict=True)
     return [task_stage(cfg, task, epochs=n) for task, n in epochs]
 
@@ -226,8 +227,8 @@ class Preset:
     overrides: dict = field(default_factory=dict)  # "group.field" -> value, under typed flags
 
 
-# The SMART presets switch SMART on; its weights are the SMART group's defaults, the
-# thesis's (config.SmartSettings: lambda_s 10 SST, 5 QQP and STS, mu 1, batch 8).
+# The SMART presets switch SMART on; its weights and batch size are the SMART group's
+# defaults (config.SmartSettings), which are the thesis's.
 SMART_ON = {"smart.enabled": True}
 
 PRESETS = {
@@ -266,7 +267,9 @@ PRESETS = {
 # Command line
 
 DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules."
-RESUME = ("--resume", "continue the run in this folder after its last finished stage")
+RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
+# settings of the machine rather than of the experiment: a resumed run may change them
+MACHINE = {"device.device", "device.amp", "device.compile", "data.data_dir", "checkpoint_minutes"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -325,7 +328,9 @@ def load_run_config(run_dir: str) -> RunConfig:
         text = json.loads(saved.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SystemExit(f"{saved}: not valid JSON ({e})") from None
-    return replace(config.from_dict(RunConfig, text, str(saved)), run_dir=str(run_dir))
+    cfg = config.from_dict(RunConfig, text, str(saved))
+    preset_overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
+    return replace(cfg, run_dir=str(run_dir))
 
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
@@ -339,12 +344,14 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         preset_overrides,
         extra=[RESUME, PREDICT, EXPORT, LABEL],
     )
+    machine = {p: v for p, v in typed.items() if p in MACHINE}  # may differ from the run's
     for name, folder in folders.items():
-        if folder and (typed or len([f for f in folders.values() if f]) > 1):
-            drop = config.flags_of(cfg, typed) or [f"--{n}" for n in folders if n != name]
+        others = {p: v for p, v in typed.items() if p not in MACHINE}
+        if folder and (others or len([f for f in folders.values() if f]) > 1):
+            drop = config.flags_of(cfg, others) or [f"--{n}" for n in folders if n != name]
             raise SystemExit(f"--{name} uses the run's own flags; drop: {', '.join(drop)}")
         if folder:
-            cfg = load_run_config(folder)
+            cfg = config.replace_paths(load_run_config(folder), machine)
     check_settings(cfg)
     return cfg, folders
 
@@ -363,11 +370,24 @@ def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
     return task_data
 
 
-def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool):
+def check_plans(cfg: RunConfig, plans: dict, rt):
+    """What only the stages and the device tell, refused before the run folder is touched."""
+    stages = [s for plan in plans.values() for s in plan]
+    if cfg.smart.enabled and not any(s.smart.active for s in stages):
+        raise SystemExit(f"--smart changes no stage of --preset {cfg.preset}: it regularizes "
+                         "single-task stages (thesis, sequential, individual)")  # fmt: skip
+    if rt.scaler and any(s.weighting == "pcgrad" for s in stages):
+        raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
+    for s in stages:
+        objective = s.contrastive.simcse_loss if s.contrastive else None
+        if objective and s.contrastive.simcse_data == "para" and OBJECTIVES[objective][0] == 3:
+            raise SystemExit(f"--simcse_loss {objective} needs negatives: use --simcse_data snli")
+
+
+def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    rt = make_runtime(cfg.device.device, cfg.device.amp)
     precision = rt.amp_dtype or torch.float32
     print(f"device {rt.device}, precision {precision}, model {cfg.model.bert}, run {run_dir}")
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
@@ -424,11 +444,12 @@ def export(cfg: RunConfig, run_dir: Path, rt):
     print(f"exported {run_dir / 'export'}: load it with --bert {run_dir / 'export'}")
 
 
-def label(cfg: RunConfig, run_dir: Path, rt, lines) -> list[str]:
-    """One line of labels per input line: a sentence, or two separated by a tab."""
+def label(cfg: RunConfig, run_dir: Path, rt, lines):
+    """Print labels for each input line as it comes: a sentence, or two separated by a tab
+    (blank lines are skipped)."""
     model, _ = best_model(cfg, run_dir, rt)
-    tokenizer, out = BertTokenizer.from_pretrained(cfg.model.bert), []
-    for n, line in enumerate(x.strip() for x in lines):
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    for n, line in enumerate(x.strip("\r\n ") for x in lines):
         a, _, b = line.partition("\t")
         if b:
             pair, outputs = [data.PairExample(str(n), a, b, None)], {}
@@ -440,39 +461,41 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines) -> list[str]:
                         task, evaluation.to_device(dataset.collate([0]), rt.device)
                     )
             p, score = torch.sigmoid(outputs["para"]).item(), outputs["sts"].item()
-            out.append(f"paraphrase {p:.3f}\tsimilarity {score:.2f}\t{line}")
+            print(f"paraphrase {p:.3f}\tsimilarity {score:.2f}\t{line}", flush=True)
         elif a:
             example = data.SentenceExample(str(n), a, None)
             batch = data.SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
             with torch.no_grad():
                 probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
-            out.append(f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})\t{line}")
-    return out
+            label = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
+            print(f"{label}\t{line}", flush=True)
 
 
 def main(argv=None):
     cfg, folders = parse_args(argv)
     check_model(cfg)
+    rt = make_runtime(cfg.device.device, cfg.device.amp)
     run_dir = Path(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     if folders["predict"] or folders["export"] or folders["label"]:
         if cfg.preset == "individual" and not folders["predict"]:
             raise SystemExit("the individual preset keeps a model per task; this needs one")
-        rt = make_runtime(cfg.device.device, cfg.device.amp)
         if folders["label"]:
-            return print("\n".join(label(cfg, run_dir, rt, sys.stdin)))
+            return label(cfg, run_dir, rt, sys.stdin)
         return (predict if folders["predict"] else export)(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans(cfg)
+    check_plans(cfg, plans, rt)
     with checkpoint.locked(run_dir):
-        if not resume and any((run_dir / name / checkpoint.STATE).exists() for name in plans):
+        if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
         if not resume:
+            cfg = replace(cfg, run_dir=str(run_dir))
             checkpoint.atomic_write(
                 json.dumps(config.to_dict(cfg), indent=1), run_dir / "config.json"
             )
-        checkpoint.stop_on_sigterm()
         try:
-            train(cfg, plans, run_dir, resume)
+            with checkpoint.sigterm_stops():
+                train(cfg, plans, run_dir, resume, rt)
         except KeyboardInterrupt:
             print(f"\ninterrupted; the run is saved: continue it with --resume {run_dir}")
             raise SystemExit(130) from None

@@ -53,9 +53,12 @@ class Runtime:
 def make_runtime(device_arg: str, amp: bool) -> Runtime:
     if device_arg.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {device_arg}: no CUDA device is available here; use cpu")
-    device = torch.device(
-        device_arg if device_arg != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
-    )
+    try:
+        device = torch.device(
+            device_arg if device_arg != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+        )
+    except RuntimeError:
+        raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N") from None
     if device.type != "cuda" or not amp:
         return Runtime(device, None, None)
     if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
@@ -235,7 +238,7 @@ class InStage:
 
     save: Callable[[dict], None]
     minutes: float
-    resume: dict | None = None  # {"step", "running", "teacher", "rng"} of the checkpoint
+    resume: dict | None = None  # trainer.resume_position of a checkpoint inside this stage
 
 
 def prepare(model, optimizer, stage: Stage, rt: Runtime):
@@ -255,9 +258,10 @@ def train_stage(
 
     after_epoch(epoch) runs after each epoch; log(record) gets one dict per step (loss, lr,
     gradient norm, examples/s). Random draws of a step (loss weights, PCGrad's order) come
-    from a generator seeded by (seed, step), so the only state a resumed stage must rebuild
-    is the data order: `within.resume` replays the batches up to the saved step without
-    training on them, restores every generator there, and goes on as if never stopped.
+    from a generator seeded by (seed, step), so the data order can be rebuilt by replaying
+    it: `within.resume` (model and optimizer are already loaded) iterates the batches up to
+    the saved step without training on them, restores the global generators, the teacher
+    and the running loss there, and goes on as if never stopped.
     """
     prepare(model, optimizer, stage, rt)
     total_steps = stage.epochs * len(steps)
@@ -301,7 +305,8 @@ def train_stage(
             if after_epoch and step >= done:
                 after_epoch(epoch)
         if stop:  # asked during the last evaluation: the stage's end is a position too
-            within.save({"step": step, "running": running, "teacher": teacher})
+            if within:
+                within.save({"step": step, "running": running, "teacher": teacher})
             raise KeyboardInterrupt
     model.bert.requires_grad_(True)
     return running
@@ -401,6 +406,8 @@ def start(model, optimizer, task_data, run: Run) -> dict:
             checkpoint.set_rng_state(*rng)
         print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
     keep_logged_steps(run.run_dir / STEPS, progress)
+    rows = "".join(json.dumps(r) + "\n" for r in progress["rows"])
+    checkpoint.atomic_write(rows, run.run_dir / "metrics.jsonl")  # what the state holds
     print(evaluation.table_header(run.eval_tasks))
     for row in progress["rows"]:
         run.show(row)
@@ -414,9 +421,15 @@ def start(model, optimizer, task_data, run: Run) -> dict:
 def keep_logged_steps(path: Path, progress: dict):
     """The step log of what the checkpoint holds: a resumed run logs the rest again."""
     done = (progress["next_stage"], progress.get("within", {}).get("step", 0))
-    lines = path.read_text().splitlines() if path.exists() else []
-    kept = [x for x in lines if (lambda r: (r["stage"], r["step"]) <= done)(json.loads(x))]
-    checkpoint.atomic_write("".join(x + "\n" for x in kept), path)
+    kept = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed run may be cut short
+            continue
+        if (record["stage"], record["step"]) <= done:
+            kept.append(line + "\n")
+    checkpoint.atomic_write("".join(kept), path)
 
 
 def resume_position(within: dict, extra: dict, rng, device) -> dict:
@@ -460,16 +473,21 @@ def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, withi
     best_epoch = BestEpoch(model, task_data, run.rt, run.eval_batch_size)
     if within.resume and within.resume.get("best_epoch"):
         best_epoch.r, best_epoch.state = within.resume["best_epoch"]
-    save = within.save  # a checkpoint inside the stage also keeps the time and best epoch
-    within.save = lambda position: save(
-        position | {"seconds": time.time() - t0, "best_epoch": (best_epoch.r, best_epoch.state)}
-    )
     after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
     desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
     with open(run.run_dir / STEPS, "a") as steps_log:
 
         def log(record):
             steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
+
+        save_position = within.save
+
+        def save_here(position):  # with the stage's time and best epoch; its log on disk
+            steps_log.flush()
+            best = (best_epoch.r, best_epoch.state)
+            save_position(position | {"seconds": time.time() - t0, "best_epoch": best})
+
+        within.save = save_here
 
         train_loss = train_stage(
             model, optimizer, stage, steps, run.rt, desc, after_epoch, run.seed * 1000 + k, log,
@@ -491,7 +509,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
     stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
     best model so far) and state.safetensors (everything needed to continue after the last
-    finished stage; checkpoint.py). A stage whose score is not a number (e.g. the Pearson r
+    finished stage, or from inside a stage; checkpoint.py). A stage whose score is not a number (e.g. the Pearson r
     of a constant prediction) is never the best.
     """
     run.plan_length = len(plan)

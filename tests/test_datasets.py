@@ -233,25 +233,27 @@ def test_a_stray_quote_spoils_its_own_row_only(tmp_path):
     # line is a bad row, and the lines after it are rows of their own (not swallowed).
     rows = [f'{i}\ts{i}\t"say ""hi"" {i}"\t1' for i in range(60)]
     rows[3] = '3\ts3\t"an opening quote that never closes\t2'
+    rows[4] = '4\ts4\t"Harry Potter" is great\t\x0c3'  # read as the handout reads it
     path = tmp_path / "sst.csv"
     path.write_text(SST_HEADER + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
     with pytest.raises(D.DataError, match=r":5: stray quote"):
         D.read_sentiment(path, 5, strict=True)
     got, warned = read_quietly(D.read_sentiment, path, 5)
     assert len(got) == 59 and got[0] == D.SentenceExample("s0", 'say "hi" 0', 1)
+    assert got[3] == D.SentenceExample("s4", "Harry Potter is great", 3)  # \f: not a newline
     assert "skipped 1 bad row(s) at line(s) 5;" in warned[0]
 
 
 def test_ids_are_unique_single_words_and_a_bom_is_not_a_column(tmp_path):
     # An id with a tab or newline would forge a row of a prediction file; a repeated id
     # would be predicted twice. The byte-order mark of an Excel export is not text.
-    lines = [SST_HEADER, "0\ta\tone\t1", '1\t"b\tx"\ttwo\t1', "2\ta\tthree\t2", "3\tc\tfour\t3"]
+    lines = [SST_HEADER, "0\ta\tone\t1", '1\t"b x"\ttwo\t1', "2\ta\tthree\t2", "3\tc\tfour\t3"]
     path = tmp_path / "sst.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8-sig")
     got, warned = read_quietly(D.read_sentiment, path, 5)
     assert [e.id for e in got] == ["a", "c"]
     assert "skipped 2 bad row(s) at line(s) 3, 4;" in warned[0]
-    assert "line 3: id 'b\\tx' has a space or a comma" in warned[0]
+    assert "line 3: id 'b x' has a space or a comma" in warned[0]
     del lines[2]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8-sig")
     with pytest.raises(D.DataError, match=r":3: id 'a' repeats line 2"):

@@ -449,7 +449,39 @@ def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, mo
     run(tiny_env, tmp_path / "run", "--loops", "0")
     capsys.readouterr()
     monkeypatch.setattr("sys.stdin", io.StringIO("good movie\nthe cat\tthe dog\n\n"))
-    mt.main(["--label", str(tmp_path / "run")])
+    mt.main(["--label", str(tmp_path / "run")])  # prints each line's labels as it goes
     lines = capsys.readouterr().out.splitlines()[-2:]
     assert re.fullmatch(r"sentiment [0-4] \(p 0\.\d\d\)\tgood movie", lines[0])
     assert re.fullmatch(r"paraphrase 0\.\d{3}\tsimilarity [0-5]\.\d\d\tthe cat\tthe dog", lines[1])
+
+
+def test_a_device_that_does_not_exist_stops_before_a_run_folder_is_made(tmp_path):
+    with pytest.raises(SystemExit, match="--device gpu: expected auto, cpu, cuda or cuda:N"):
+        mt.main(["--device", "gpu", "--run_dir", str(tmp_path / "run"), "--bert", "minilm"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_holding_another_presets_run_is_refused(tiny_env, tmp_path, monkeypatch):
+    (tmp_path / "run" / "sst").mkdir(parents=True)
+    (tmp_path / "run" / "sst" / "state.safetensors").write_bytes(b"individual preset's")
+    no_training(monkeypatch)
+    with pytest.raises(SystemExit, match="already holds a run"):
+        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+
+
+def test_smart_with_a_preset_it_does_not_change_is_refused():
+    with pytest.raises(SystemExit, match="--smart changes no stage of --preset multitask"):
+        mt.main(["--preset", "multitask", "--smart", "--bert", "minilm"])
+
+
+def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, tmp_path):
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    cfg, _ = mt.parse_args(["--resume", str(tmp_path / "run"), "--device", "cpu", "--no_amp"])
+    assert cfg.device.device == "cpu" and not cfg.device.amp and cfg.optim.lr == 1e-3
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["run_dir"] == str(
+        tmp_path / "run"
+    )
+    saved = tmp_path / "run" / "config.json"
+    saved.write_text(saved.read_text().replace('"pooling": "mean"', '"pooling": "max"'))
+    with pytest.raises(SystemExit, match=r"--pooling 'max' is not one of \['mean', 'cls'\]"):
+        mt.parse_args(["--resume", str(tmp_path / "run")])

@@ -171,6 +171,8 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
     with pytest.raises(SystemExit):
         run(tiny_env, tmp_path / "run")
     monkeypatch.undo()
+    with open(tmp_path / "run" / "steps.jsonl", "a") as f:
+        f.write('{"stage": 2, "st')  # the last line of a process killed while writing it
     mt.main(["--resume", str(tmp_path / "run")])
     steps = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1:]
