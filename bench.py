@@ -76,7 +76,7 @@ class Target:
 TARGETS = {
     "tokenizer": Target("ratio", "<=", 0.5),  # time: twice the pure-Python throughput
     "forward_manual": Target("ratio", "<=", 1.2),  # time, hand-written attention vs eager
-    "forward_sdpa": Target("ratio", "<=", 1.0),  # time, sdpa vs sdpa
+    "forward_sdpa": Target("ratio", "<=", 1.05),  # time, sdpa vs sdpa: the same torch kernel
     "train_step": Target("ratio", "<=", 1.05),  # time of forward + backward + AdamW
     "smart_time": Target("ratio", "<=", 3.5),  # SMART step vs plain step
     "adamw": Target("ratio", "<=", 1.3),  # one optimizer step, like vs like
