@@ -250,7 +250,10 @@ def sigterm_stops():
 @contextlib.contextmanager
 def locked(run_dir: Path):
     """Hold run_dir/.lock while a run writes there; a second process is refused."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"cannot make the run folder {run_dir}: {e.strerror}") from None
     try:
         import fcntl
     except ImportError:  # Windows: no advisory locks; runs are not guarded there

@@ -12,6 +12,7 @@ keep a run's config as JSON in its folder, so `--resume` reads the run's own set
 
 import argparse
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,9 @@ class ModelConfig:
     pooling: str = option(
         "mean", "sentence embedding: masked mean or BERT's pooled [CLS]", choices=("mean", "cls")
     )
-    dropout: float = option(0.1, "dropout on the sentence embedding before each head", minimum=0)
+    dropout: float = option(
+        0.1, "dropout on the sentence embedding before each head", minimum=0, maximum=1
+    )
     attention: str = option(
         "manual", "hand-written attention or torch's fused SDPA", choices=("manual", "sdpa")
     )
@@ -300,6 +303,8 @@ def check(cfg) -> None:
         for v in values:
             if not isinstance(v, int | float) or isinstance(v, bool):
                 continue
+            if not math.isfinite(v):
+                raise SystemExit(f"{flag_of(f)} must be a finite number, got {value}")
             if "minimum" in meta and v < meta["minimum"]:
                 raise SystemExit(f"{flag_of(f)} must be at least {meta['minimum']}, got {value}")
             if meta.get("positive") and v <= 0:

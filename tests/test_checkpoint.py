@@ -92,6 +92,13 @@ def test_an_interrupt_during_a_write_waits_for_the_write(tmp_path, monkeypatch):
     assert (tmp_path / "f.txt").read_text() == "whole\n"
 
 
+def test_a_run_folder_that_cannot_be_made_says_why(tmp_path):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot make the run folder .*afile"):
+        with checkpoint.locked(tmp_path / "afile" / "run"):
+            pass
+
+
 def test_a_run_folder_is_locked_while_a_run_writes(tmp_path):
     with checkpoint.locked(tmp_path / "run"):
         with pytest.raises(checkpoint.CheckpointError, match="in use by another run"):

@@ -57,6 +57,9 @@ def test_switches_and_lists_parse():
         (["--sequential_epochs", "1", "0", "1"], r"--sequential_epochs must be at least 1"),
         (["--simcse_batch_size", "1"], "--simcse_batch_size must be at least 2, got 1"),
         (["--max_length", "2"], "--max_length must be at least 3, got 2"),
+        (["--lr", "nan"], "--lr must be a finite number, got nan"),
+        (["--mu", "inf"], "--mu must be a finite number, got inf"),
+        (["--dropout", "1.5"], "--dropout must be at most 1, got 1.5"),
     ],
 )
 def test_out_of_range_values_name_the_flag(argv, message):
