@@ -169,9 +169,10 @@ def save_best(model, row: dict, path: Path):
     write_tensors(tensors, {"config": model.config(), "row": row}, path)
 
 
-def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None):
+def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None, rng=None):
     """The run after a finished stage, or inside one. progress: best, rows, next_stage
-    (and `within`: the position inside that stage); extra: more tensors by name."""
+    (and `within`: the position inside that stage); extra: more tensors by name; rng: the
+    generators' states (rng_state()) to keep instead of the present ones."""
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors |= {f"extra.{k}": v for k, v in (extra or {}).items()}
     opt = optimizer.state_dict()
@@ -182,7 +183,7 @@ def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None)
                 tensors[f"optimizer.{index}.{name}"] = value
             else:
                 opt_info["state"].setdefault(str(index), {})[name] = value
-    rng_tensors, rng_info = rng_state()
+    rng_tensors, rng_info = rng or rng_state()
     tensors |= {f"rng.{k}": v for k, v in rng_tensors.items()}
     info = {"config": model.config(), "optimizer": opt_info, "rng": rng_info}
     info["scaler"] = scaler.state_dict() if scaler else None

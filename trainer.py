@@ -239,6 +239,7 @@ class InStage:
     save: Callable[[dict], None]
     minutes: float
     resume: dict | None = None  # trainer.resume_position of a checkpoint inside this stage
+    end: dict | None = None  # the position after the last step (its generators included)
 
 
 def prepare(model, optimizer, stage: Stage, rt: Runtime):
@@ -248,6 +249,17 @@ def prepare(model, optimizer, stage: Stage, rt: Runtime):
     if stage.weighting == "pcgrad" and rt.scaler:
         raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
+
+
+def resumed(within: "InStage | None", teacher) -> tuple[dict | None, int, float]:
+    """(saved position, steps done, their mean loss) of a stage resumed from inside it; the
+    teacher gets its saved parameters."""
+    resume = within.resume if within else None
+    if not resume:
+        return None, 0, 0.0
+    if teacher and resume["teacher"]:
+        teacher.params, teacher.step = resume["teacher"]
+    return resume, resume["step"], resume["running"]
 
 
 def train_stage(
@@ -266,10 +278,7 @@ def train_stage(
     prepare(model, optimizer, stage, rt)
     total_steps = stage.epochs * len(steps)
     teacher = EMATeacher(model, stage.smart, total_steps) if stage.smart.mu > 0 else None
-    resume = within.resume if within else None
-    done, running = (resume["step"], resume["running"]) if resume else (0, 0.0)
-    if teacher and resume:
-        teacher.params, teacher.step = resume["teacher"]
+    resume, done, running = resumed(within, teacher)
     model.train()
     step, last_save = 0, time.monotonic()
     with (
@@ -296,6 +305,8 @@ def train_stage(
                 bar.set_postfix(loss=f"{running:.4f}")
                 if log:
                     log(step_record(model, stage, step_batches, epoch, step, loss, t0))
+                if within and step == total_steps:  # the stage's end, as a position to resume
+                    within.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
                 due = within and 0 < 60 * within.minutes < time.monotonic() - last_save
                 if within and (stop or due):
                     within.save({"step": step, "running": running, "teacher": teacher})
@@ -304,9 +315,9 @@ def train_stage(
                     raise KeyboardInterrupt
             if after_epoch and step >= done:
                 after_epoch(epoch)
-        if stop:  # asked during the last evaluation: the stage's end is a position too
-            if within:
-                within.save({"step": step, "running": running, "teacher": teacher})
+        if stop:  # asked during the last epoch's evaluation: save the stage's end
+            if within and within.end:
+                within.save(within.end | {"teacher": None})
             raise KeyboardInterrupt
     model.bert.requires_grad_(True)
     return running
@@ -454,6 +465,7 @@ def resume_position(within: dict, extra: dict, rng, device) -> dict:
 def save_position(model, optimizer, progress: dict, position: dict, run: Run):
     """A checkpoint inside stage progress['next_stage'] (called by train_stage)."""
     teacher, (r, state) = position.pop("teacher"), position.pop("best_epoch")
+    rng = position.pop("rng", None)  # the stage's end: the generators as they were then
     extra = {f"best_epoch.{k}": v for k, v in (state or {}).items()}
     if teacher:
         extra |= {f"teacher.{k}": v for k, v in teacher.params.items()}
@@ -461,7 +473,7 @@ def save_position(model, optimizer, progress: dict, position: dict, run: Run):
     within = position | {"best_epoch_r": r}
     checkpoint.save_state(
         model, optimizer, run.rt.scaler, progress | {"within": within},
-        run.run_dir / checkpoint.STATE, extra,
+        run.run_dir / checkpoint.STATE, extra, rng,
     )  # fmt: skip
 
 
@@ -483,7 +495,8 @@ def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, withi
         save_position = within.save
 
         def save_here(position):  # with the stage's time and best epoch; its log on disk
-            steps_log.flush()
+            if not steps_log.closed:  # closed: a stop during the stage's evaluation
+                steps_log.flush()
             best = (best_epoch.r, best_epoch.state)
             save_position(position | {"seconds": time.time() - t0, "best_epoch": best})
 
@@ -497,9 +510,14 @@ def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, withi
         best_epoch.restore()
     row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
     row |= {"train_loss": train_loss, "seconds": time.time() - t0}
-    row |= run.evaluate(model, task_data)
-    if run.score_train:
-        row["train"] = run.evaluate(model, task_data, "train")
+    with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
+        row |= run.evaluate(model, task_data)
+        if run.score_train:
+            row["train"] = run.evaluate(model, task_data, "train")
+    if stop:
+        if within.end:
+            within.save(within.end | {"teacher": None})
+        raise KeyboardInterrupt
     return row
 
 
@@ -509,8 +527,8 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
     stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
     best model so far) and state.safetensors (everything needed to continue after the last
-    finished stage, or from inside a stage; checkpoint.py). A stage whose score is not a number (e.g. the Pearson r
-    of a constant prediction) is never the best.
+    finished stage, or from inside a stage; checkpoint.py). A stage whose score is not a
+    number (e.g. the Pearson r of a constant prediction) is never the best.
     """
     run.plan_length = len(plan)
     run.run_dir.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,34 @@ def interrupt_stage(monkeypatch, n):
     monkeypatch.setattr(trainer, "train_stage", interrupted)
 
 
+def sigterm_on_call(monkeypatch, owner, name, n):
+    """Make the n-th call of owner.name send SIGTERM to this process (a stop from outside)."""
+    import os
+    import signal
+
+    real, calls = getattr(owner, name), {"n": 0}
+
+    def stopped(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, stopped)
+
+
+def assert_same_run(straight_rows, straight_dir, resumed_dir):
+    """The resumed run's table rows (but their times) and final weights equal the
+    uninterrupted run's, bit for bit."""
+    rows = [json.loads(r) for r in (resumed_dir / "metrics.jsonl").read_text().splitlines()[1:]]
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in rows] == [
+        {k: v for k, v in r.items() if k not in drop} for r in straight_rows
+    ]
+    a, b = weights(straight_dir / "state.safetensors"), weights(resumed_dir / "state.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def run(tiny_env, run_dir, *extra):
     """main() on the tiny data; returns the rows after the start row."""
     bert_dir, data_dir = tiny_env

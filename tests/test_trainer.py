@@ -12,7 +12,15 @@ import simcse
 import trainer
 from bert import BertModel
 from config import DataConfig, ModelConfig, OptimConfig
-from helpers import interrupt_stage, pair_batch, run, sentence_batch, weights
+from helpers import (
+    assert_same_run,
+    interrupt_stage,
+    pair_batch,
+    run,
+    sentence_batch,
+    sigterm_on_call,
+    weights,
+)
 from optimizer import flatten_grads, pcgrad, pcgrad_step
 from smart import SmartConfig
 from tokenizer import BertTokenizer
@@ -197,36 +205,35 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
     ],
 )  # the second stage's 2nd step; step 4 of 6; epoch 2 of SimCSE; the end of its epoch 1
 def test_a_stage_killed_midway_resumes_bit_for_bit(tiny_env, tmp_path, monkeypatch, kill_at, flags):
-    import os
-    import signal
-
     straight = run(tiny_env, tmp_path / "straight", *flags)
-    real, calls = trainer.train_step, {"n": 0}
-
-    def sigterm_at_a_step(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == kill_at:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(*a, **k)
-
-    monkeypatch.setattr(trainer, "train_step", sigterm_at_a_step)
-    old = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(SystemExit):
-            run(tiny_env, tmp_path / "resumed", *flags)
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    monkeypatch.setattr(trainer, "train_step", real)
+    sigterm_on_call(monkeypatch, trainer, "train_step", kill_at)
+    with pytest.raises(SystemExit):  # the run saves and stops
+        run(tiny_env, tmp_path / "resumed", *flags)
+    monkeypatch.undo()
     mt.main(["--resume", str(tmp_path / "resumed")])
-    resumed = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()[1:]
-    drop = ("seconds",)
-    assert [{k: v for k, v in json.loads(r).items() if k not in drop} for r in resumed] == [
-        {k: v for k, v in r.items() if k not in drop} for r in straight
-    ]
-    a = weights(tmp_path / "straight" / "state.safetensors")
-    b = weights(tmp_path / "resumed" / "state.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
     logged = (tmp_path / "resumed" / "steps.jsonl").read_text().splitlines()
     assert logged and len(logged) == len(
         (tmp_path / "straight" / "steps.jsonl").read_text().splitlines()
     )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--preset", "simcse", "--simcse_epochs", "2", "--simcse_batch_size", "8"],
+        ["--preset", "thesis-smart", "--smart_batch_size", "8"],
+    ],
+)
+def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
+    tiny_env, tmp_path, monkeypatch, flags
+):
+    straight = run(tiny_env, tmp_path / "straight", *flags)
+    sigterm_on_call(monkeypatch, trainer.Run, "evaluate", 2)  # 1: the start row; 2: stage 1's
+    with pytest.raises(SystemExit):
+        run(tiny_env, tmp_path / "resumed", *flags)
+    monkeypatch.undo()
+    steps = (tmp_path / "resumed" / "steps.jsonl").read_text().splitlines()
+    assert steps and all(json.loads(x)["stage"] == 0 for x in steps)  # stage 1 was kept
+    mt.main(["--resume", str(tmp_path / "resumed")])
+    assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
