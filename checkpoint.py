@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 BEST, STATE = "best.safetensors", "state.safetensors"
 
@@ -109,9 +109,9 @@ def read_tensors(path: Path) -> tuple[dict, dict]:
     """(tensors, info) of a file written by write_tensors."""
     path = Path(path)
     try:
-        with safe_open(str(path), "pt") as f:
+        with safe_open(str(path), "pt") as f:  # one read: the metadata, then the tensors
             info = json.loads((f.metadata() or {})["info"])
-        return load_file(str(path)), info
+            return {k: f.get_tensor(k) for k in f.keys()}, info
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint") from None
     except (SafetensorError, OSError, KeyError, ValueError) as e:
@@ -144,13 +144,14 @@ def check_compatible(saved: dict, current: dict, path):
         )
 
 
-def _split(tensors: dict, prefix: str) -> dict:
+def split(tensors: dict, prefix: str) -> dict:
+    """The tensors named `prefix...`, by the rest of their name."""
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _load_weights(model, tensors: dict, info: dict, path: Path) -> None:
     check_compatible(info["config"], json.loads(json.dumps(model.config())), path)
-    weights = _split(tensors, "model.")
+    weights = split(tensors, "model.")
     if weights.keys() != model.state_dict().keys():
         raise CheckpointError(f"{path}: its tensors are not this model's")
     model.load_state_dict(weights)
@@ -196,7 +197,7 @@ def load_state(model, optimizer, scaler, path: Path) -> tuple[dict, dict, tuple]
     tensors, info = read_tensors(path)
     _load_weights(model, tensors, info, path)
     opt_state = {int(i): dict(v) for i, v in info["optimizer"]["state"].items()}
-    for key, value in _split(tensors, "optimizer.").items():
+    for key, value in split(tensors, "optimizer.").items():
         index, name = key.split(".", 1)
         opt_state.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict(
@@ -205,7 +206,7 @@ def load_state(model, optimizer, scaler, path: Path) -> tuple[dict, dict, tuple]
     if scaler and info.get("scaler"):
         scaler.load_state_dict(info["scaler"])
     progress = {k: info[k] for k in ("best", "rows", "next_stage", "within") if k in info}
-    return progress, _split(tensors, "extra."), (_split(tensors, "rng."), info["rng"])
+    return progress, split(tensors, "extra."), (split(tensors, "rng."), info["rng"])
 
 
 def rng_state() -> tuple[dict, dict]:

@@ -148,7 +148,7 @@ class SmartSettings:
     def for_task(self, task: str) -> SmartConfig:
         """SMART's settings for a stage of `task`; both weights 0 when SMART is off."""
         if not self.enabled:
-            return SmartConfig(lambda_s=0.0, mu=0.0)
+            return SmartConfig.off()
         lambdas = {"sst": self.lambda_sst, "para": self.lambda_para, "sts": self.lambda_sts}
         return SmartConfig(lambda_s=lambdas[task], mu=self.mu)
 

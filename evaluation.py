@@ -247,6 +247,15 @@ def format_row(name: str, row: dict, tasks) -> str:
     return " | ".join(cells)
 
 
+def format_table(rows: list[dict], tasks, best_index=None) -> str:
+    """The header and one line per row; `*` marks the row of stage `best_index`."""
+    lines = [table_header(tasks)]
+    for row in rows:
+        mark = " *" if best_index is not None and row.get("index") == best_index else ""
+        lines.append(format_row(row["stage"], row, tasks) + mark)
+    return "\n".join(lines)
+
+
 def table_header(tasks) -> str:
     cells = [f"{'stage':<20s}"]
     for t in tasks:

@@ -41,7 +41,17 @@ from config import ModelConfig, RunConfig
 from evaluation import MULTITASK, TASKS
 from simcse import OBJECTIVES
 from tokenizer import BertTokenizer
-from trainer import CONTRASTIVE, Run, Stage, finish, make_runtime, run_plan, write_predictions
+from trainer import (
+    CONTRASTIVE,
+    METRICS,
+    Run,
+    Stage,
+    check_runtime,
+    finish,
+    make_runtime,
+    run_plan,
+    write_predictions,
+)
 
 
 class MultitaskBERT(nn.Module):
@@ -344,14 +354,15 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         preset_overrides,
         extra=[RESUME, PREDICT, EXPORT, LABEL],
     )
-    machine = {p: v for p, v in typed.items() if p in MACHINE}  # may differ from the run's
-    for name, folder in folders.items():
-        others = {p: v for p, v in typed.items() if p not in MACHINE}
-        if folder and (others or len([f for f in folders.values() if f]) > 1):
-            drop = config.flags_of(cfg, others) or [f"--{n}" for n in folders if n != name]
+    chosen = [(name, folder) for name, folder in folders.items() if folder]
+    if chosen:  # the run's own config; only the machine's settings may differ
+        (name, folder), *more = chosen
+        experiment = {p: v for p, v in typed.items() if p not in MACHINE}
+        if experiment or more:
+            drop = config.flags_of(cfg, experiment) or [f"--{n}" for n, _ in more]
             raise SystemExit(f"--{name} uses the run's own flags; drop: {', '.join(drop)}")
-        if folder:
-            cfg = config.replace_paths(load_run_config(folder), machine)
+        machine = {p: v for p, v in typed.items() if p in MACHINE}
+        cfg = config.replace_paths(load_run_config(folder), machine)
     check_settings(cfg)
     return cfg, folders
 
@@ -376,8 +387,7 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
     if cfg.smart.enabled and not any(s.smart.active for s in stages):
         raise SystemExit(f"--smart changes no stage of --preset {cfg.preset}: it regularizes "
                          "single-task stages (thesis, sequential, individual)")  # fmt: skip
-    if rt.scaler and any(s.weighting == "pcgrad" for s in stages):
-        raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
+    check_runtime(stages, rt)
     for s in stages:
         objective = s.contrastive.simcse_loss if s.contrastive else None
         if objective and s.contrastive.simcse_data == "para" and OBJECTIVES[objective][0] == 3:
@@ -395,14 +405,18 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     cross = cfg.multitask.cross_encode
     make_model = model_factory(cfg.model, MULTITASK, cross, cfg.device.compile)
     for name, plan in plans.items():
-        tasks = (name,) if name else MULTITASK
-        run = Run(
-            run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed,
-            checkpoint_minutes=cfg.checkpoint_minutes, resume=resume,
-        )  # fmt: skip
+        minutes = cfg.checkpoint_minutes
+        run = sub_run(cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume)
         t0 = time.time()
         model, rows, best = run_plan(plan, make_model(), task_data, cfg.optim, run)
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
+
+
+def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
+    """The run of sub-plan `name`: the folder itself and all tasks for '', else a folder of
+    its own scored on its one task (the individual preset)."""
+    tasks = (name,) if name else MULTITASK
+    return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
 
 
 def best_model(cfg: RunConfig, run_dir: Path, rt):
@@ -418,8 +432,7 @@ def predict(cfg: RunConfig, run_dir: Path, rt):
     cross = cfg.multitask.cross_encode
     task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
     for name in PRESETS[cfg.preset].plans(cfg):
-        tasks = (name,) if name else MULTITASK
-        run = Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed)
+        run = sub_run(cfg, run_dir, name, rt)
         model, info = best_model(cfg, run.run_dir, rt)
         print(evaluation.table_header(run.eval_tasks))
         run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
@@ -430,13 +443,12 @@ def predict(cfg: RunConfig, run_dir: Path, rt):
 def export(cfg: RunConfig, run_dir: Path, rt):
     """The best model as a standard folder, with a short report of the run."""
     model, info = best_model(cfg, run_dir, rt)
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    table = [evaluation.table_header(MULTITASK)]
-    table += [evaluation.format_row(r["stage"], r, MULTITASK) for r in rows]
+    rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines()]
+    table = evaluation.format_table(rows, MULTITASK, info["row"]["index"])
     report = (
         f"# {cfg.preset} run: {run_dir}\n\nBest stage: {info['row']['stage']}. "
         f"torch {torch.__version__}, trained from {cfg.model.bert}.\n\n"
-        "```\n" + "\n".join(table) + "\n```\n\nConfig:\n\n```json\n"
+        "```\n" + table + "\n```\n\nConfig:\n\n```json\n"
         + json.dumps(config.to_dict(cfg), indent=1) + "\n```\n"
     )  # fmt: skip
     vocab = resolve_model_dir(cfg.model.bert) / "vocab.txt"
@@ -452,23 +464,23 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
     for n, line in enumerate(x.strip("\r\n ") for x in lines):
         a, _, b = line.partition("\t")
         if b:
-            pair, outputs = [data.PairExample(str(n), a, b, None)], {}
-            for task in ("para", "sts"):  # each as trained: siamese or cross-encoded
-                cross = task in cfg.multitask.cross_encode
+            pair, batches = [data.PairExample(str(n), a, b, None)], {}
+            for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:
                 dataset = data.PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
-                with torch.no_grad():
-                    outputs[task] = model(
-                        task, evaluation.to_device(dataset.collate([0]), rt.device)
-                    )
-            p, score = torch.sigmoid(outputs["para"]).item(), outputs["sts"].item()
+                batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
+            with torch.no_grad():  # each task as it was trained: siamese or cross-encoded
+                p, score = (
+                    model(t, batches[t in cfg.multitask.cross_encode]) for t in ("para", "sts")
+                )
+            p, score = torch.sigmoid(p).item(), score.item()
             print(f"paraphrase {p:.3f}\tsimilarity {score:.2f}\t{line}", flush=True)
         elif a:
             example = data.SentenceExample(str(n), a, None)
             batch = data.SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
             with torch.no_grad():
                 probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
-            label = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
-            print(f"{label}\t{line}", flush=True)
+            sentiment = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
+            print(f"{sentiment}\t{line}", flush=True)
 
 
 def main(argv=None):

@@ -25,8 +25,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from evaluation import MULTITASK, TASKS, selection_score
+from trainer import METRICS, STEPS
 
-METRICS, STEPS = "metrics.jsonl", "steps.jsonl"  # trainer.run_plan writes both
 COLORS = {
     "sst": "tab:blue", "para": "tab:orange", "sts": "tab:green", "overall": "black",
     "sst+para+sts": "tab:red", "contrastive": "tab:purple",

@@ -49,6 +49,11 @@ class SmartConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
 
+    @classmethod
+    def off(cls) -> "SmartConfig":
+        """Both weights 0: the loss is the task's alone."""
+        return cls(lambda_s=0.0, mu=0.0)
+
     @property
     def active(self) -> bool:
         """True when SMART changes the loss (the loop can skip the teacher pass otherwise)."""

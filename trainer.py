@@ -29,6 +29,7 @@ from evaluation import TASKS
 from optimizer import WEIGHTINGS, AdamW, combine_losses, step_losses
 from smart import EMATeacher, SmartConfig, smart_loss
 
+METRICS = "metrics.jsonl"  # the forgetting table of a run folder: one JSON row per stage
 STEPS = "steps.jsonl"  # the step log of a run folder: one JSON line per training step
 CONTRASTIVE = "contrastive"  # the task_data key of a contrastive stage's sentence tuples
 STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
@@ -79,7 +80,7 @@ class Stage:
     fraction: float = 1.0  # share of the training set, a fresh random subset each stage
     epochs: int = 1  # passes over that share
     name: str = ""  # label of the stage's row in the forgetting table
-    smart: SmartConfig = field(default_factory=lambda: SmartConfig(lambda_s=0.0, mu=0.0))
+    smart: SmartConfig = field(default_factory=SmartConfig.off)
     losses: dict = field(default_factory=dict)  # task -> loss name, where not the default
     freeze_encoder: bool = False  # train only the heads (EquiBERT's frozen encoder)
     multitask: MultitaskConfig | None = None  # multitask: mixing, weighting, order, sizes
@@ -218,7 +219,8 @@ def train_step(model, optimizer, stage: Stage, step_batches, rt: Runtime, teache
     loss = combine_losses(losses, stage.weighting, generator)
     if not torch.isfinite(loss):
         raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(t for t, _ in step_batches))
-    shared = [p for p in model.bert.parameters() if p.requires_grad]  # PCGrad's surgery
+    pcgrad = stage.weighting == "pcgrad"  # its surgery acts on the shared encoder only
+    shared = [p for p in model.bert.parameters() if p.requires_grad] if pcgrad else []
     step_losses(loss, losses, stage.weighting, optimizer, shared, rt.scaler, generator)
     if teacher:
         teacher.update(model)
@@ -241,13 +243,23 @@ class InStage:
     resume: dict | None = None  # trainer.resume_position of a checkpoint inside this stage
     end: dict | None = None  # the position after the last step (its generators included)
 
+    def save_end(self):
+        """A stop after the last step (during an evaluation): save the stage's end, stop."""
+        if self.end:
+            self.save(self.end | {"teacher": None})  # no step left for the teacher to serve
+        raise KeyboardInterrupt
 
-def prepare(model, optimizer, stage: Stage, rt: Runtime):
+
+def check_runtime(stages: list[Stage], rt: Runtime):
+    """What the device's precision cannot do, refused before any training."""
+    if rt.scaler and any(s.weighting == "pcgrad" for s in stages):
+        raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
+
+
+def prepare(model, optimizer, stage: Stage):
     """The stage's learning rate, and which parameters it trains."""
     for group in optimizer.param_groups:
         group["lr"] = stage.lr
-    if stage.weighting == "pcgrad" and rt.scaler:
-        raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
@@ -275,7 +287,7 @@ def train_stage(
     the saved step without training on them, restores the global generators, the teacher
     and the running loss there, and goes on as if never stopped.
     """
-    prepare(model, optimizer, stage, rt)
+    prepare(model, optimizer, stage)
     total_steps = stage.epochs * len(steps)
     teacher = EMATeacher(model, stage.smart, total_steps) if stage.smart.mu > 0 else None
     resume, done, running = resumed(within, teacher)
@@ -315,10 +327,10 @@ def train_stage(
                     raise KeyboardInterrupt
             if after_epoch and step >= done:
                 after_epoch(epoch)
-        if stop:  # asked during the last epoch's evaluation: save the stage's end
-            if within and within.end:
-                within.save(within.end | {"teacher": None})
-            raise KeyboardInterrupt
+        if stop:  # asked during the last epoch's evaluation
+            if not within:
+                raise KeyboardInterrupt
+            within.save_end()
     model.bert.requires_grad_(True)
     return running
 
@@ -417,16 +429,17 @@ def start(model, optimizer, task_data, run: Run) -> dict:
             checkpoint.set_rng_state(*rng)
         print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
     keep_logged_steps(run.run_dir / STEPS, progress)
-    rows = "".join(json.dumps(r) + "\n" for r in progress["rows"])
-    checkpoint.atomic_write(rows, run.run_dir / "metrics.jsonl")  # what the state holds
-    print(evaluation.table_header(run.eval_tasks))
-    for row in progress["rows"]:
-        run.show(row)
+    write_rows(run.run_dir, progress["rows"])  # what the state holds
+    print(evaluation.format_table(progress["rows"], run.eval_tasks))
     if not progress["rows"]:  # the starting point: what training has to beat
         row = {"stage": "start (no training)", "index": -1} | run.evaluate(model, task_data)
         progress["rows"].append(row)
         run.show(row)
     return progress
+
+
+def write_rows(run_dir: Path, rows: list[dict]):
+    checkpoint.atomic_write("".join(json.dumps(r) + "\n" for r in rows), run_dir / METRICS)
 
 
 def keep_logged_steps(path: Path, progress: dict):
@@ -445,16 +458,8 @@ def keep_logged_steps(path: Path, progress: dict):
 
 def resume_position(within: dict, extra: dict, rng, device) -> dict:
     """What train_stage needs to continue inside a stage, from a checkpoint's parts."""
-    teacher = {
-        k.removeprefix("teacher."): v.to(device)
-        for k, v in extra.items()
-        if k.startswith("teacher.")
-    }
-    state = {
-        k.removeprefix("best_epoch."): v.to(device)
-        for k, v in extra.items()
-        if k.startswith("best_epoch.")
-    }
+    teacher = {k: v.to(device) for k, v in checkpoint.split(extra, "teacher.").items()}
+    state = {k: v.to(device) for k, v in checkpoint.split(extra, "best_epoch.").items()}
     return within | {
         "teacher": (teacher, within["teacher_step"]) if teacher else None,
         "best_epoch": (within["best_epoch_r"], state or None),
@@ -477,14 +482,18 @@ def save_position(model, optimizer, progress: dict, position: dict, run: Run):
     )  # fmt: skip
 
 
-def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, within: InStage):
-    """Train stage k; returns its row of the forgetting table."""
+def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, at_start, resume):
+    """Train stage k; returns its row of the forgetting table.
+
+    at_start: the run's progress before the stage (what a checkpoint inside it keeps);
+    resume: the position of such a checkpoint, to continue from (None: from the start).
+    """
     generator = torch.Generator().manual_seed(run.seed * 1000 + k)
     steps = stage_steps(task_data, stage, generator)
-    t0 = time.time() - (within.resume or {}).get("seconds", 0.0)
+    t0 = time.time() - (resume or {}).get("seconds", 0.0)
     best_epoch = BestEpoch(model, task_data, run.rt, run.eval_batch_size)
-    if within.resume and within.resume.get("best_epoch"):
-        best_epoch.r, best_epoch.state = within.resume["best_epoch"]
+    if resume:
+        best_epoch.r, best_epoch.state = resume["best_epoch"]
     after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
     desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
     with open(run.run_dir / STEPS, "a") as steps_log:
@@ -492,32 +501,29 @@ def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, withi
         def log(record):
             steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
 
-        save_position = within.save
+        def save(position):  # a checkpoint inside the stage, its step log on disk first
+            steps_log.flush()
+            position |= {
+                "seconds": time.time() - t0,
+                "best_epoch": (best_epoch.r, best_epoch.state),
+            }
+            save_position(model, optimizer, at_start, position, run)
 
-        def save_here(position):  # with the stage's time and best epoch; its log on disk
-            if not steps_log.closed:  # closed: a stop during the stage's evaluation
-                steps_log.flush()
-            best = (best_epoch.r, best_epoch.state)
-            save_position(position | {"seconds": time.time() - t0, "best_epoch": best})
-
-        within.save = save_here
-
+        within = InStage(save, run.checkpoint_minutes, resume)
+        seed = run.seed * 1000 + k
         train_loss = train_stage(
-            model, optimizer, stage, steps, run.rt, desc, after_epoch, run.seed * 1000 + k, log,
-            within,
-        )  # fmt: skip
-    if stage.select_by_sts:
-        best_epoch.restore()
-    row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
-    row |= {"train_loss": train_loss, "seconds": time.time() - t0}
-    with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-        row |= run.evaluate(model, task_data)
-        if run.score_train:
-            row["train"] = run.evaluate(model, task_data, "train")
-    if stop:
-        if within.end:
-            within.save(within.end | {"teacher": None})
-        raise KeyboardInterrupt
+            model, optimizer, stage, steps, run.rt, desc, after_epoch, seed, log, within
+        )
+        if stage.select_by_sts:
+            best_epoch.restore()
+        row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
+        row |= {"train_loss": train_loss, "seconds": time.time() - t0}
+        with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
+            row |= run.evaluate(model, task_data)
+            if run.score_train:
+                row["train"] = run.evaluate(model, task_data, "train")
+        if stop:
+            within.save_end()
     return row
 
 
@@ -539,23 +545,16 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     best_path = run.run_dir / checkpoint.BEST
     for k in range(progress["next_stage"], len(plan)):
         at_start = {"best": best, "rows": rows, "next_stage": k}
-        within = InStage(
-            lambda position, at_start=at_start: save_position(
-                model, optimizer, at_start, position, run
-            ),
-            run.checkpoint_minutes,
-            progress.pop("within", None),
-        )
         try:
-            row = run_stage(model, optimizer, plan[k], k, task_data, run, within)
+            resume = progress.pop("within", None)
+            row = run_stage(model, optimizer, plan[k], k, task_data, run, at_start, resume)
         except NonFiniteLoss as e:
             kept = f"; the best model so far is in {best_path}" if best_path.exists() else ""
             kept += f" (predictions from it: --predict {run.run_dir})" if kept else ""
             raise SystemExit(f"stopped: {e}{kept}") from None
         score = evaluation.selection_score(row, run.eval_tasks)
         rows.append(row)
-        lines = "".join(json.dumps(r) + "\n" for r in rows)
-        checkpoint.atomic_write(lines, run.run_dir / "metrics.jsonl")
+        write_rows(run.run_dir, rows)
         if score > best["score"]:  # False for nan
             best = {"score": score, "stage": row["stage"], "index": k}
             checkpoint.save_best(model, row, best_path)
@@ -584,9 +583,7 @@ def write_predictions(model, task_data, run: Run, test: bool) -> Path:
 def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
     """Print the forgetting table, reload the best model and write its predictions."""
     print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
-    print(evaluation.table_header(run.eval_tasks))
-    for row in rows:
-        run.show(row, mark=row["index"] == best["index"])
+    print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
     if best["index"] is None:
         print("no stage had a numeric score (a constant dev set?): predicting with the last model")
     else:

@@ -23,8 +23,7 @@ def pair_batch(B=3, T=5, vocab=100, seed=0):
 
 def weights(path):
     """The model tensors of a checkpoint file (best or state), by parameter name."""
-    tensors, _ = checkpoint.read_tensors(path)
-    return {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    return checkpoint.split(checkpoint.read_tensors(path)[0], "model.")
 
 
 def interrupt_stage(monkeypatch, n):
