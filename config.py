@@ -21,9 +21,9 @@ from base_bert import ModelError
 from checkpoint import CheckpointError
 from datasets import MIXINGS, ORDERS, DataError
 from evaluation import TASKS
-from optimizer import WEIGHTINGS
+from optimizer import DECAYS, WEIGHTINGS
 from simcse import OBJECTIVES
-from smart import SmartConfig
+from smart import DROPOUT, SmartConfig
 
 
 def option(default, help: str, **meta):
@@ -75,6 +75,30 @@ class OptimConfig:
     weight_decay: float = option(0.0, "AdamW decoupled weight decay", minimum=0)
     batch_size: int = option(32, "training batch size", minimum=1)
     foreach_adamw: bool = option(False, "AdamW's multi-tensor fast path")
+    warmup: float = option(
+        0.0, "share of each stage's steps over which the lr rises linearly from 0", minimum=0,
+        maximum=1,
+    )  # fmt: skip
+    decay: str = option(
+        "constant", "lr after the warmup: constant, or linear decay over the stage",
+        choices=DECAYS,
+    )  # fmt: skip
+    head_lr_scale: float = option(
+        1.0, "task heads learn at this multiple of the stage's lr (a fresh head barely moves "
+        "at an encoder's lr)", positive=True,
+    )  # fmt: skip
+    max_grad_norm: float = option(
+        0.0, "clip the gradient to this global L2 norm before each update (0: no clipping)",
+        minimum=0,
+    )  # fmt: skip
+    accumulate: int = option(
+        1, "cut each batch into this many micro-batches: the same gradient as the whole "
+        "batch, less memory", minimum=1,
+    )  # fmt: skip
+    l2sp: float = option(
+        0.0, "L2-SP weight alpha: add alpha/2 * ||w - w_pretrained||^2 over the encoder "
+        "(Li et al. 2018), a pull back toward what it knew", minimum=0,
+    )  # fmt: skip
 
 
 @dataclass
@@ -120,7 +144,8 @@ class MultitaskConfig:
     )
     sts_loss: str | None = option(
         None,
-        "STS loss: MSE on the 0-5 score (default), L1, cosine vs labels in [-1, 1], ranking",
+        "STS loss: MSE on the 0-5 score (default), L1, cosine vs labels in [-1, 1] (no head "
+        "dropout), cosine vs labels in [0, 1] (Sentence-BERT), ranking",
         choices=TASKS["sts"].losses,
     )
     cross_encode: list = option(
@@ -144,13 +169,29 @@ class SmartSettings:
     smart_batch_size: int = option(
         8, "batch size of SMART stages (the thesis's memory limit)", minimum=1
     )
+    smart_dropout: str = option(
+        SmartConfig.dropout,
+        "dropout masks of SMART's passes: the clean pass's (shared: R_s is the perturbation's "
+        "effect, as in the paper) or their own (independent: the thesis's code, i.e. R-Drop)",
+        choices=DROPOUT,
+    )
+    smart_epsilon: float = option(
+        SmartConfig.epsilon,
+        "radius of the perturbation (infinity norm; initial noise = radius, ascent step = "
+        "100 x radius, the paper's 1e-5 / 1e-3 ratio)",
+        positive=True,
+    )
 
     def for_task(self, task: str) -> SmartConfig:
         """SMART's settings for a stage of `task`; both weights 0 when SMART is off."""
         if not self.enabled:
             return SmartConfig.off()
         lambdas = {"sst": self.lambda_sst, "para": self.lambda_para, "sts": self.lambda_sts}
-        return SmartConfig(lambda_s=lambdas[task], mu=self.mu)
+        eps = self.smart_epsilon
+        return SmartConfig(
+            lambda_s=lambdas[task], mu=self.mu, sigma=eps, eta=100 * eps, epsilon=eps,
+            dropout=self.smart_dropout,
+        )  # fmt: skip
 
 
 @dataclass

@@ -549,6 +549,21 @@ def make_loader(
     )
 
 
+def split_batch(batch: dict, parts: int) -> list[dict]:
+    """A batch cut into at most `parts` micro-batches of consecutive examples, for gradient
+    accumulation: sentences (B, T) and sentence tuples (K, B, T) are cut along B; labels
+    (B,) and ids along their only dimension. The last micro-batch may be smaller."""
+    B = batch["input_ids"].shape[-2]
+    size = -(-B // parts)  # ceil(B / parts)
+
+    def cut(value, part):
+        if isinstance(value, torch.Tensor) and value.dim() == 3:
+            return value[:, part].contiguous()  # (K, b, T)
+        return value[part]
+
+    return [{k: cut(v, slice(i, i + size)) for k, v in batch.items()} for i in range(0, B, size)]
+
+
 def standardized_indices(n: int, size: int, generator: torch.Generator) -> list[int]:
     """`size` indices into a data set of n: a random sample when size <= n, else whole
     shuffled passes repeated and topped up (Broadhurst & Maffezzoli standardize each task

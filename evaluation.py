@@ -132,7 +132,7 @@ TASKS = {
         "STS",
         "Predicted_Similiary",
         "cosine(u, v) * 2.5 + 2.5",
-        ("mse", "l1", "cosine_mse", "mnrl"),
+        ("mse", "l1", "cosine_mse", "cosine_sbert", "mnrl"),
     ),  # fmt: skip
 }
 
@@ -269,6 +269,62 @@ def table_header(tasks) -> str:
         cells.append(f"{'overall':>8s}")
     line = " | ".join(cells)
     return f"{line}\n{'-' * len(line)}"
+
+
+# ---------------------------------------------------------------------------------------
+# Forgetting measured: three numbers per task from the table's rows
+
+
+def main_score(row: dict, task: str) -> float:
+    """A row's main number for `task`: Pearson r, accuracy, or the overall score."""
+    if task == "overall":
+        return row["overall"]
+    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
+
+
+def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
+    """Forgetting measures of a run, from its table: rows[0] scores the untouched model,
+    row k >= 1 the model after stage k. For each task t (and 'overall' when all three are
+    scored), s_k being t's dev score in row k and K the last row:
+
+    average_forgetting: mean over k >= 1 of max(s_0 .. s_{k-1}) - s_k, the best score
+        reached before a stage minus the score after it (Chaudhry et al. 2018, measured
+        after every stage); > 0: lost, < 0: every stage improved on the best.
+    final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
+    backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
+        Ranzato 2017): what the later stages did to what t's own stages reached; None when
+        no stage trained t ('overall': every stage counts).
+    """
+    if len(rows) < 2:
+        raise ValueError(f"forgetting needs the start row and a stage's, got {len(rows)} rows")
+    names = list(tasks) + (["overall"] if set(MULTITASK) <= set(tasks) else [])
+    out = {}
+    for t in names:
+        s = [main_score(row, t) for row in rows]
+        drops = [max(s[:k]) - s[k] for k in range(1, len(s))]
+        trained = [
+            k for k in range(1, len(s)) if t == "overall" or t in rows[k].get("tasks", ())
+        ]  # fmt: skip
+        out[t] = {
+            "average_forgetting": float(np.mean(drops)),
+            "final_minus_start": s[-1] - s[0],
+            "backward_transfer": float(np.mean([s[-1] - s[k] for k in trained]))
+            if trained
+            else None,
+        }
+    return out
+
+
+def format_forgetting(measures: dict) -> str:
+    """The measures of `forgetting` as a small table, one column per task."""
+    names = list(measures)
+    titles = [TASKS[t].title if t in TASKS else t for t in names]
+    lines = [f"{'forgetting (dev)':<20s} | " + " | ".join(f"{t:>8s}" for t in titles)]
+    for key in ("average_forgetting", "final_minus_start", "backward_transfer"):
+        cells = [measures[t][key] for t in names]
+        text = [f"{'':>8s}" if c is None else f"{c:>+8.4f}" for c in cells]
+        lines.append(f"{key.replace('_', ' '):<20s} | " + " | ".join(text))
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------

@@ -237,9 +237,9 @@ class Preset:
     overrides: dict = field(default_factory=dict)  # "group.field" -> value, under typed flags
 
 
-# The SMART presets switch SMART on; its weights and batch size are the SMART group's
-# defaults (config.SmartSettings), which are the thesis's.
-SMART_ON = {"smart.enabled": True}
+# The thesis's SMART presets switch SMART on with the SMART group's weights and batch size
+# (config.SmartSettings, the thesis's) and the thesis's independent dropout masks (R-Drop).
+SMART_ON = {"smart.enabled": True, "smart.smart_dropout": "independent"}
 
 PRESETS = {
     "thesis": Preset("SBERT, the thesis schedule (Fig. 4.10, Table 4.11)", one_run(thesis_plan)),
@@ -387,7 +387,7 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
     if cfg.smart.enabled and not any(s.smart.active for s in stages):
         raise SystemExit(f"--smart changes no stage of --preset {cfg.preset}: it regularizes "
                          "single-task stages (thesis, sequential, individual)")  # fmt: skip
-    check_runtime(stages, rt)
+    check_runtime(stages, rt, cfg.optim)
     for s in stages:
         objective = s.contrastive.simcse_loss if s.contrastive else None
         if objective and s.contrastive.simcse_data == "para" and OBJECTIVES[objective][0] == 3:

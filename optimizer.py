@@ -26,8 +26,10 @@ they are summed. It lives here because it changes the gradient the optimizer see
     write_flat_grads(params, pcgrad(grads))
     optimizer.step()
 
-`step_losses` is the training loop's update from one step's task losses: their sum with
-equal or random weights (Lin et al., 2022), or PCGrad's surgery.
+The training loop's update combines a step's task losses with equal or random weights
+(Lin et al., 2022), or with PCGrad's surgery; the rest of this file is that update's
+arithmetic: the learning-rate schedule within a stage, the L2-SP pull toward the
+pretrained weights, gradient clipping and the (scaled) backward.
 """
 
 import math
@@ -288,40 +290,90 @@ def random_loss_weights(num_tasks: int, generator: torch.Generator | None = None
 # The training step's update from several task losses
 
 WEIGHTINGS = ("equal", "random", "pcgrad")  # how a step combines its task losses
+DECAYS = ("constant", "linear")  # the learning rate after a stage's warmup
+
+
+def loss_weights(
+    num_tasks: int, weighting: str, generator: torch.Generator | None = None
+) -> list[float]:
+    """The weights of a step's task losses: random ones, or equal (also PCGrad's report)."""
+    if weighting == "random":
+        return random_loss_weights(num_tasks, generator).tolist()
+    return [1 / num_tasks] * num_tasks
 
 
 def combine_losses(
     losses: list[torch.Tensor], weighting: str, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """The step's loss: random weights, or equal ones (also what PCGrad reports)."""
-    if weighting == "random":
-        weights = random_loss_weights(len(losses), generator)
-    else:
-        weights = torch.full((len(losses),), 1 / len(losses))
-    return sum(w * x for w, x in zip(weights.tolist(), losses, strict=True))
+    """The step's loss: the task losses with their `loss_weights`."""
+    weights = loss_weights(len(losses), weighting, generator)
+    return sum(w * x for w, x in zip(weights, losses, strict=True))
 
 
-def backward_step(loss: torch.Tensor, optimizer, scaler=None) -> None:
-    """zero_grad, backward and step; under float16 the loss is scaled (GradScaler) so that
-    small gradients do not underflow."""
-    optimizer.zero_grad(set_to_none=True)
+def lr_factor(step: int, total: int, warmup: float = 0.0, decay: str = "constant") -> float:
+    """Multiplier of a stage's learning rate at its update `step` (1-based) of `total`.
+
+    Linear warmup from 0 over the first round(warmup * total) updates (BERT's recipe,
+    Devlin et al. 2019), then constant, or a linear decay whose last update still moves
+    (1 / (remaining + 1) of the peak).
+    """
+    if decay not in DECAYS:
+        raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
+    if not 1 <= step <= total:
+        raise ValueError(f"step must lie in [1, {total}], got {step}")
+    w = round(warmup * total)
+    if step <= w:
+        return step / w
+    if decay == "linear":
+        return 1 - (step - w) / (total - w + 1)
+    return 1.0
+
+
+def l2_sp(params: Iterable[torch.Tensor], anchors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """L2-SP (Li, Grandvalet & Davoine, 2018): 1/2 * sum ||w - w0||^2 over the parameters,
+    w0 their starting point (the pretrained weights), so fine-tuning is pulled back toward
+    what the encoder knew instead of toward 0 as weight decay does."""
+    pairs = list(zip(params, anchors, strict=True))
+    if not pairs:
+        raise ValueError("l2_sp: got no parameters")
+    return sum((p - a.detach()).pow(2).sum() for p, a in pairs) / 2
+
+
+def backward(loss: torch.Tensor, scaler=None) -> None:
+    """loss.backward(); under float16 the loss is scaled first (GradScaler) so that small
+    gradients do not underflow. Gradients add up over calls (accumulation)."""
+    (scaler.scale(loss) if scaler else loss).backward()
+
+
+def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> None:
+    """Step on the accumulated gradients: clipped to a global L2 norm of max_grad_norm
+    first when > 0 (unscaled first under float16, so the norm is the true one)."""
+    if max_grad_norm > 0:
+        if scaler:
+            scaler.unscale_(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     if scaler:
-        scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
     else:
-        loss.backward()
         optimizer.step()
 
 
-def pcgrad_step(shared: list, optimizer, losses: list[torch.Tensor], generator=None) -> None:
-    """One update from several task losses with gradient surgery (PCGrad).
+def backward_step(loss: torch.Tensor, optimizer, scaler=None) -> None:
+    """zero_grad, backward and step: one plain update."""
+    optimizer.zero_grad(set_to_none=True)
+    backward(loss, scaler)
+    optimizer_step(optimizer, scaler)
+
+
+def pcgrad_backward(shared: list, losses: list[torch.Tensor], generator=None) -> None:
+    """Gradients of several task losses with gradient surgery (PCGrad), not yet applied.
 
     Each task's gradient on the `shared` parameters (the encoder) is taken alone (one flat
     copy per task), projected off the others where they conflict, and summed; parameters
     outside `shared` (the per-task heads) just accumulate their own task's gradient.
     """
-    optimizer.zero_grad(set_to_none=True)
     grads = []
     for loss in losses:
         for p in shared:
@@ -329,13 +381,10 @@ def pcgrad_step(shared: list, optimizer, losses: list[torch.Tensor], generator=N
         loss.backward()
         grads.append(flatten_grads(shared))  # (P,)
     write_flat_grads(shared, pcgrad(grads, generator))
+
+
+def pcgrad_step(shared: list, optimizer, losses: list[torch.Tensor], generator=None) -> None:
+    """zero_grad, PCGrad's gradients and step: one update from several task losses."""
+    optimizer.zero_grad(set_to_none=True)
+    pcgrad_backward(shared, losses, generator)
     optimizer.step()
-
-
-def step_losses(loss, losses, weighting, optimizer, shared, scaler=None, generator=None):
-    """Update from one step: PCGrad when asked and there are tasks to reconcile, else the
-    plain backward of the combined `loss` (from combine_losses)."""
-    if weighting == "pcgrad" and len(losses) > 1:
-        pcgrad_step(shared, optimizer, losses, generator)
-    else:
-        backward_step(loss, optimizer, scaler)

@@ -153,6 +153,9 @@ OUTPUT_LOSSES = {
     "bce": lambda out, y: F.binary_cross_entropy_with_logits(out, y.to(out.dtype)),
     "mse": lambda out, y: F.mse_loss(out, y.to(out.dtype)),
     "l1": lambda out, y: F.l1_loss(out, y.to(out.dtype)),  # Auslin et al.'s STS option
+    # STS only: the head's cosine (out = 2.5 cos + 2.5) against score / 5 in [0, 1], the
+    # Sentence-BERT target (Reimers & Gurevych 2019); 'mse' asks cos = -1 of unrelated pairs
+    "cosine_sbert": lambda out, y: F.mse_loss((out - 2.5) / 2.5, y.to(out.dtype) / 5),
 }
 
 POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive

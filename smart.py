@@ -15,6 +15,7 @@ which head `f` to run, so one code path serves classification, binary and regres
 """
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from torch import nn
 from torch.func import functional_call
 
 KINDS = ("classification", "binary", "regression")
+DROPOUT = ("shared", "independent")  # dropout masks of SMART's passes (SmartConfig.dropout)
 
 
 @dataclass
@@ -36,6 +38,8 @@ class SmartConfig:
     beta_start: float = 0.99  # teacher momentum during the first warmup_frac of a stage
     beta_end: float = 0.999  # teacher momentum after that
     warmup_frac: float = 0.1  # share of a stage's steps that use beta_start
+    dropout: str = "shared"  # 'shared': every pass of a step draws the clean pass's dropout
+    # masks (the paper's R_s); 'independent': each pass its own (the thesis's code: R-Drop)
 
     def __post_init__(self):
         if self.lambda_s < 0 or self.mu < 0:
@@ -45,6 +49,8 @@ class SmartConfig:
                 f"need sigma >= 0, eta >= 0, epsilon > 0, steps >= 0; got sigma={self.sigma}, "
                 f"eta={self.eta}, epsilon={self.epsilon}, steps={self.steps}"
             )
+        if self.dropout not in DROPOUT:
+            raise ValueError(f"dropout must be one of {DROPOUT}, got {self.dropout!r}")
         for name in ("beta_start", "beta_end"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
@@ -147,15 +153,47 @@ def adversarial_regularizer(
     for _ in range(steps):
         noise.requires_grad_(True)
         adv = divergence(f(base + noise), target, kind)
-        # adv is tiny (~epsilon^2): scaled by 1/epsilon, float16 backward does not underflow;
-        # the step is normalized below, so the scale does not change it
+        # only the direction of the gradient is used (the step is normalized below), so the
+        # divergence is divided by its own value: the backward then carries numbers near 1
+        # whether adv is ~epsilon^2 (shared masks) or ~1 (R-Drop), and float16 can neither
+        # underflow nor overflow (a 1/epsilon scale gives gradients of ~1e5 under R-Drop)
         (grad,) = torch.autograd.grad(
-            adv / epsilon, noise, allow_unused=True, materialize_grads=True
-        )
+            adv / adv.detach().clamp(min=1e-30), noise, allow_unused=True,
+            materialize_grads=True,
+        )  # fmt: skip
         # per-example infinity norm: every example moves by eta in its largest coordinate
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))
     return divergence(f(embeds + noise.detach()), clean, kind)
+
+
+def below_resolution(epsilon: float, dtype: torch.dtype | None) -> bool:
+    """True when a perturbation of size epsilon on embeddings of size ~1 is rounded away by
+    autocast to `dtype` (bf16 resolves ~8e-3, fp16 ~1e-3; the paper's epsilon is 1e-5)."""
+    return dtype in (torch.bfloat16, torch.float16) and epsilon < torch.finfo(dtype).eps
+
+
+class SameDropout:
+    """The random generators as they are now, to be replayed: every forward run under
+    `replay()` draws the dropout masks of the first forward made after this was created
+    (same shapes, same order of draws); the global generators then go on as if untouched.
+
+    SMART's R_s compares the output on perturbed embeddings with the clean output; with
+    masks of their own the passes would mostly differ by dropout (R-Drop, Liang et al. 2021).
+    """
+
+    def __init__(self, device: torch.device):
+        self.devices = [device] if device.type == "cuda" else []
+        self.cpu = torch.get_rng_state()
+        self.cuda = [torch.cuda.get_rng_state(d) for d in self.devices]
+
+    @contextmanager
+    def replay(self):
+        with torch.random.fork_rng(devices=self.devices, device_type="cuda"):
+            torch.set_rng_state(self.cpu)
+            for d, state in zip(self.devices, self.cuda, strict=True):
+                torch.cuda.set_rng_state(state, d)
+            yield
 
 
 def beta_schedule(

@@ -26,13 +26,24 @@ import evaluation
 import simcse
 from config import MultitaskConfig, OptimConfig, SimCSEConfig
 from evaluation import TASKS
-from optimizer import WEIGHTINGS, AdamW, combine_losses, step_losses
-from smart import EMATeacher, SmartConfig, smart_loss
+from optimizer import (
+    WEIGHTINGS,
+    AdamW,
+    backward,
+    l2_sp,
+    loss_weights,
+    lr_factor,
+    optimizer_step,
+    pcgrad_backward,
+)
+from smart import EMATeacher, SameDropout, SmartConfig, below_resolution, smart_loss
 
 METRICS = "metrics.jsonl"  # the forgetting table of a run folder: one JSON row per stage
+FORGETTING = "forgetting.json"  # evaluation.forgetting of the table, written at the end
 STEPS = "steps.jsonl"  # the step log of a run folder: one JSON line per training step
 CONTRASTIVE = "contrastive"  # the task_data key of a contrastive stage's sentence tuples
 STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
+IN_BATCH_LOSSES = {"mnrl"}  # task losses whose negatives are the batch's other examples
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,16 +170,32 @@ def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator):
 # Losses of one batch
 
 
-def smart_term(model, task, cfg: SmartConfig, batch, embeds, out, teacher):
-    """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task."""
+def smart_term(model, task, cfg: SmartConfig, batch, embeds, out, teacher, rt, masks):
+    """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task.
+
+    masks: (before the embedding, after it) SameDropout states, so that the perturbed and
+    the teacher's passes draw the clean pass's dropout masks; None: masks of their own.
+    A perturbation below autocast's resolution is run in float32, the clean pass again too.
+    """
+    exact = masks is not None and below_resolution(cfg.epsilon, rt.amp_dtype)
+    same_embed, same = masks or (None, None)
+
+    def replayed(state):
+        return state.replay() if state else nullcontext()
 
     def from_embeddings(e):  # (N, T, H) embedding output -> the task's output
-        return model(task, batch, e).float()
+        precision = torch.autocast(rt.device.type, enabled=False) if exact else nullcontext()
+        with replayed(same), precision:
+            return model(task, batch, e.float() if exact else e).float()
 
-    teacher_out = teacher.forward(model, task, batch).float() if teacher else None
+    clean = from_embeddings(embeds) if exact else out.float()
+    teacher_out = None
+    if teacher:
+        with replayed(same_embed):
+            teacher_out = teacher.forward(model, task, batch).float()
     mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
     kind = TASKS[task].kind
-    return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, cfg, mask)
+    return smart_loss(from_embeddings, embeds, clean, kind, teacher_out, cfg, mask)
 
 
 def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, loss_name=None):
@@ -179,11 +206,14 @@ def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, los
             z = model.sentences(batch).float()  # (2B, H)
             u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
             return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
+        shared = smart.active and smart.dropout == "shared"
+        same_embed = SameDropout(rt.device) if shared else None
         embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
+        masks = (same_embed, SameDropout(rt.device)) if shared else None
         out = model(task, batch, embeds)
         loss = simcse.OUTPUT_LOSSES[name](out.float(), batch["labels"])
         if smart.active:
-            loss = loss + smart_term(model, task, smart, batch, embeds, out, teacher)
+            loss = loss + smart_term(model, task, smart, batch, embeds, out, teacher, rt, masks)
     return loss
 
 
@@ -206,25 +236,56 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-def train_step(model, optimizer, stage: Stage, step_batches, rt: Runtime, teacher, generator):
-    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss."""
-    losses = []
-    for task, batch in step_batches:
-        batch = evaluation.to_device(batch, rt.device)
-        if stage.kind == CONTRASTIVE:
-            losses.append(contrastive_loss(model, stage.contrastive, batch, rt))
-        else:
-            loss_name = stage.losses.get(task)
-            losses.append(batch_loss(model, task, batch, stage.smart, teacher, rt, loss_name))
-    loss = combine_losses(losses, stage.weighting, generator)
-    if not torch.isfinite(loss):
-        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(t for t, _ in step_batches))
-    pcgrad = stage.weighting == "pcgrad"  # its surgery acts on the shared encoder only
-    shared = [p for p in model.bert.parameters() if p.requires_grad] if pcgrad else []
-    step_losses(loss, losses, stage.weighting, optimizer, shared, rt.scaler, generator)
+def train_step(
+    model, optimizer, stage: Stage, step_batches, rt: Runtime, teacher, generator,
+    optim: OptimConfig | None = None, anchor: list | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss.
+
+    optim: the update's tools (accumulation, clipping, L2-SP weight); anchor: the encoder's
+    pretrained weights, in model.bert.parameters() order, for L2-SP.
+    """
+    optim = optim or OptimConfig()
+    weights = loss_weights(len(step_batches), stage.weighting, generator)
+    optimizer.zero_grad(set_to_none=True)
+    if stage.weighting == "pcgrad" and len(step_batches) > 1:  # one whole batch per task
+        losses = [task_loss(model, stage, task, batch, rt, teacher) for task, batch in step_batches]
+        loss = sum(w * x for w, x in zip(weights, losses, strict=True))
+        check_finite(loss, step_batches)
+        # the surgery acts on the shared encoder only
+        pcgrad_backward([p for p in model.bert.parameters() if p.requires_grad], losses, generator)
+    else:  # micro-batch i of every task, weighted by its share of the batch
+        micro = [data.split_batch(batch, optim.accumulate) for _, batch in step_batches]
+        loss = 0.0
+        for i in range(max(len(parts) for parts in micro)):
+            part = sum(
+                w * parts[i]["input_ids"].shape[-2] / batch["input_ids"].shape[-2]
+                * task_loss(model, stage, task, parts[i], rt, teacher)
+                for (task, batch), parts, w in zip(step_batches, micro, weights, strict=True)
+                if i < len(parts)
+            )  # fmt: skip
+            if i == 0 and anchor is not None and optim.l2sp > 0:
+                part = part + optim.l2sp * l2_sp(model.bert.parameters(), anchor)
+            check_finite(part, step_batches)
+            backward(part, rt.scaler)
+            loss = loss + part.detach()
+    optimizer_step(optimizer, rt.scaler, optim.max_grad_norm)
     if teacher:
         teacher.update(model)
     return loss
+
+
+def task_loss(model, stage: Stage, task, batch, rt: Runtime, teacher) -> torch.Tensor:
+    """One batch's loss in this stage: a contrastive objective or the task's loss."""
+    batch = evaluation.to_device(batch, rt.device)
+    if stage.kind == CONTRASTIVE:
+        return contrastive_loss(model, stage.contrastive, batch, rt)
+    return batch_loss(model, task, batch, stage.smart, teacher, rt, stage.losses.get(task))
+
+
+def check_finite(loss: torch.Tensor, step_batches):
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(t for t, _ in step_batches))
 
 
 def grad_norm(model) -> float:
@@ -250,16 +311,41 @@ class InStage:
         raise KeyboardInterrupt
 
 
-def check_runtime(stages: list[Stage], rt: Runtime):
-    """What the device's precision cannot do, refused before any training."""
-    if rt.scaler and any(s.weighting == "pcgrad" for s in stages):
+def check_runtime(stages: list[Stage], rt: Runtime, optim: OptimConfig | None = None):
+    """What the device's precision or the update's tools cannot do, refused before any
+    training."""
+    optim = optim or OptimConfig()
+    pcgrad = any(s.weighting == "pcgrad" for s in stages)
+    if rt.scaler and pcgrad:
         raise SystemExit("PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
+    if pcgrad and (optim.accumulate > 1 or optim.l2sp > 0):
+        raise SystemExit(
+            "--weighting pcgrad takes each task's whole-batch gradient and would project the "
+            "L2-SP pull: use it without --accumulate and --l2sp"
+        )
+    in_batch = [
+        s.name for s in stages
+        if s.kind == CONTRASTIVE or set(s.losses.values()) & IN_BATCH_LOSSES
+    ]  # fmt: skip
+    if optim.accumulate > 1 and in_batch:
+        raise SystemExit(
+            f"--accumulate {optim.accumulate}: stage '{in_batch[0]}' compares each example "
+            "with the others of its batch, so micro-batches would change its loss; use 1"
+        )
+
+
+def set_lr(optimizer, stage: Stage, factor: float = 1.0):
+    """The stage's learning rate times `factor` (its schedule), times each parameter group's
+    lr_scale (the heads' --head_lr_scale) unless the encoder is frozen: then the stage's lr
+    is the heads' own."""
+    for group in optimizer.param_groups:
+        scale = 1.0 if stage.freeze_encoder else group.get("lr_scale", 1.0)
+        group["lr"] = stage.lr * factor * scale
 
 
 def prepare(model, optimizer, stage: Stage):
     """The stage's learning rate, and which parameters it trains."""
-    for group in optimizer.param_groups:
-        group["lr"] = stage.lr
+    set_lr(optimizer, stage)
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
@@ -276,7 +362,7 @@ def resumed(within: "InStage | None", teacher) -> tuple[dict | None, int, float]
 
 def train_stage(
     model, optimizer, stage, steps, rt: Runtime, desc: str, after_epoch=None, seed=0,
-    log=None, within: InStage | None = None,
+    log=None, within: InStage | None = None, optim: OptimConfig | None = None, anchor=None,
 ) -> float:  # fmt: skip
     """Train one stage; returns the mean training loss.
 
@@ -285,8 +371,10 @@ def train_stage(
     from a generator seeded by (seed, step), so the data order can be rebuilt by replaying
     it: `within.resume` (model and optimizer are already loaded) iterates the batches up to
     the saved step without training on them, restores the global generators, the teacher
-    and the running loss there, and goes on as if never stopped.
+    and the running loss there, and goes on as if never stopped. optim: the learning-rate
+    schedule within the stage and the update's tools (train_step); anchor: for L2-SP.
     """
+    optim = optim or OptimConfig()
     prepare(model, optimizer, stage)
     total_steps = stage.epochs * len(steps)
     teacher = EMATeacher(model, stage.smart, total_steps) if stage.smart.mu > 0 else None
@@ -306,8 +394,12 @@ def train_stage(
                     continue
                 t0 = time.perf_counter()
                 generator = torch.Generator().manual_seed(seed * 100_003 + step)
+                set_lr(optimizer, stage, lr_factor(step, total_steps, optim.warmup, optim.decay))
                 try:
-                    loss = train_step(model, optimizer, stage, step_batches, rt, teacher, generator)
+                    loss = train_step(
+                        model, optimizer, stage, step_batches, rt, teacher, generator, optim,
+                        anchor,
+                    )  # fmt: skip
                 except NonFiniteLoss as e:
                     where = f"at step {step} of stage '{stage.name}' (task {e.args[1]})"
                     raise NonFiniteLoss(f"{e.args[0]} {where}") from None
@@ -316,7 +408,7 @@ def train_stage(
                 bar.update()
                 bar.set_postfix(loss=f"{running:.4f}")
                 if log:
-                    log(step_record(model, stage, step_batches, epoch, step, loss, t0))
+                    log(step_record(model, optimizer, step_batches, epoch, step, loss, t0))
                 if within and step == total_steps:  # the stage's end, as a position to resume
                     within.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
                 due = within and 0 < 60 * within.minutes < time.monotonic() - last_save
@@ -335,7 +427,7 @@ def train_stage(
     return running
 
 
-def step_record(model, stage, step_batches, epoch, step, loss, t0) -> dict:
+def step_record(model, optimizer, step_batches, epoch, step, loss, t0) -> dict:
     """One line of the step log."""
     examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
     return {
@@ -343,7 +435,7 @@ def step_record(model, stage, step_batches, epoch, step, loss, t0) -> dict:
         "step": step,
         "tasks": "+".join(task for task, _ in step_batches),
         "loss": loss,
-        "lr": stage.lr,
+        "lr": optimizer.param_groups[0]["lr"],  # the encoder's
         "grad_norm": grad_norm(model),
         "examples_per_s": examples / (time.perf_counter() - t0),
     }
@@ -380,8 +472,17 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
 
 
 def new_optimizer(model, cfg: OptimConfig) -> AdamW:
-    params = [p for p in model.parameters() if p.requires_grad]
-    return AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
+    """AdamW over two parameter groups: the encoder, then the heads (lr x --head_lr_scale)."""
+    encoder = list(model.bert.parameters())
+    heads = [p for name, p in model.named_parameters() if not name.startswith("bert.")]
+    groups = [
+        {"params": encoder, "lr_scale": 1.0},
+        {"params": heads, "lr_scale": cfg.head_lr_scale},
+    ]
+    return AdamW(
+        [g for g in groups if g["params"]], lr=cfg.lr, weight_decay=cfg.weight_decay,
+        foreach=cfg.foreach_adamw,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
@@ -482,11 +583,15 @@ def save_position(model, optimizer, progress: dict, position: dict, run: Run):
     )  # fmt: skip
 
 
-def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, at_start, resume):
+def run_stage(
+    model, optimizer, stage: Stage, k: int, task_data, run: Run, at_start, resume, optim,
+    anchor,
+) -> dict:  # fmt: skip
     """Train stage k; returns its row of the forgetting table.
 
     at_start: the run's progress before the stage (what a checkpoint inside it keeps);
-    resume: the position of such a checkpoint, to continue from (None: from the start).
+    resume: the position of such a checkpoint, to continue from (None: from the start);
+    optim, anchor: as in train_stage.
     """
     generator = torch.Generator().manual_seed(run.seed * 1000 + k)
     steps = stage_steps(task_data, stage, generator)
@@ -512,8 +617,9 @@ def run_stage(model, optimizer, stage: Stage, k: int, task_data, run: Run, at_st
         within = InStage(save, run.checkpoint_minutes, resume)
         seed = run.seed * 1000 + k
         train_loss = train_stage(
-            model, optimizer, stage, steps, run.rt, desc, after_epoch, seed, log, within
-        )
+            model, optimizer, stage, steps, run.rt, desc, after_epoch, seed, log, within, optim,
+            anchor,
+        )  # fmt: skip
         if stage.select_by_sts:
             best_epoch.restore()
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
@@ -540,6 +646,8 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     run.run_dir.mkdir(parents=True, exist_ok=True)
     model = model.to(run.rt.device)
     optimizer = new_optimizer(model, optim)
+    # L2-SP's anchor: the encoder as loaded, before a resumed run's checkpoint replaces it
+    anchor = [p.detach().clone() for p in model.bert.parameters()] if optim.l2sp else None
     progress = start(model, optimizer, task_data, run)
     best, rows = progress["best"], progress["rows"]
     best_path = run.run_dir / checkpoint.BEST
@@ -547,7 +655,9 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         at_start = {"best": best, "rows": rows, "next_stage": k}
         try:
             resume = progress.pop("within", None)
-            row = run_stage(model, optimizer, plan[k], k, task_data, run, at_start, resume)
+            row = run_stage(
+                model, optimizer, plan[k], k, task_data, run, at_start, resume, optim, anchor
+            )
         except NonFiniteLoss as e:
             kept = f"; the best model so far is in {best_path}" if best_path.exists() else ""
             kept += f" (predictions from it: --predict {run.run_dir})" if kept else ""
@@ -584,6 +694,10 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
     """Print the forgetting table, reload the best model and write its predictions."""
     print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
     print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
+    if len(rows) > 1:
+        measures = evaluation.forgetting(rows, run.eval_tasks)
+        print(evaluation.format_forgetting(measures))
+        checkpoint.atomic_write(json.dumps(measures, indent=1) + "\n", run.run_dir / FORGETTING)
     if best["index"] is None:
         print("no stage had a numeric score (a constant dev set?): predicting with the last model")
     else:

@@ -182,3 +182,34 @@ def test_prediction_files_round_trip(tmp_path):
     (tmp_path / "bad.csv").write_text("id \t Predicted_Sentiment \na1 ; 3\n")
     with pytest.raises(ValueError, match=r"bad.csv:2: .* has no ','"):
         E.read_predictions(tmp_path / "bad.csv")
+
+
+def test_forgetting_measures_of_a_hand_made_table():
+    def row(sst, para, sts, tasks):
+        r = {"sst": {"accuracy": sst}, "para": {"accuracy": para}, "sts": {"pearson": sts}}
+        return r | {"overall": E.overall_score(sst, para, sts), "tasks": tasks}
+
+    rows = [
+        row(0.2, 0.5, 0.8, []),  # the untouched model
+        row(0.2, 0.7, 0.7, ["para"]),
+        row(0.1, 0.6, 0.9, ["sts"]),
+        row(0.4, 0.6, 0.6, ["sst"]),
+    ]
+    m = E.forgetting(rows, E.MULTITASK)
+    # STS: best before each stage 0.8, 0.8, 0.9 minus 0.7, 0.9, 0.6 -> 0.1, -0.1, 0.3
+    assert m["sts"]["average_forgetting"] == pytest.approx((0.1 - 0.1 + 0.3) / 3)
+    assert m["sts"]["final_minus_start"] == pytest.approx(-0.2)
+    assert m["sts"]["backward_transfer"] == pytest.approx(0.6 - 0.9)  # after its own stage
+    # QQP: 0.5 -> 0.7 (gain), then 0.6 and 0.6 against the best 0.7
+    assert m["para"]["average_forgetting"] == pytest.approx((-0.2 + 0.1 + 0.1) / 3)
+    assert m["para"]["backward_transfer"] == pytest.approx(0.6 - 0.7)
+    assert m["sst"]["backward_transfer"] == pytest.approx(0.0)  # trained last
+    overall = [r["overall"] for r in rows]
+    drops = [max(overall[:k]) - overall[k] for k in (1, 2, 3)]
+    assert m["overall"]["average_forgetting"] == pytest.approx(sum(drops) / 3)
+    assert m["overall"]["backward_transfer"] == pytest.approx(
+        sum(overall[3] - overall[k] for k in (1, 2, 3)) / 3
+    )
+    untrained = E.forgetting([rows[0], row(0.3, 0.5, 0.8, [])], E.MULTITASK)
+    assert untrained["sst"]["backward_transfer"] is None
+    assert "average forgetting" in E.format_forgetting(m)

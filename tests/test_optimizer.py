@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from optimizer import AdamW, flatten_grads, pcgrad, project_conflicting, write_flat_grads
+from optimizer import (
+    AdamW,
+    flatten_grads,
+    l2_sp,
+    lr_factor,
+    pcgrad,
+    project_conflicting,
+    write_flat_grads,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -350,3 +358,31 @@ def test_random_loss_weights_sum_to_one_and_vary():
     assert draws.std(0).min() > 0.05  # they change from step to step
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     assert torch.equal(random_loss_weights(3, g1), random_loss_weights(3, g2))
+
+
+# ---------------------------------------------------------------- schedule and L2-SP
+
+
+def test_lr_factor_warms_up_then_decays_linearly():
+    # 8 updates, 2 of warmup: 1/2, 1, then 6 steps down by 1/7 each, never reaching 0
+    expected = [0.5, 1.0] + [1 - k / 7 for k in range(1, 7)]
+    assert [lr_factor(i, 8, 0.25, "linear") for i in range(1, 9)] == pytest.approx(expected)
+    assert [lr_factor(i, 8, 0.25) for i in range(1, 9)] == pytest.approx([0.5] + [1.0] * 7)
+    assert [lr_factor(i, 3) for i in (1, 2, 3)] == [1.0, 1.0, 1.0]  # the thesis: constant
+    with pytest.raises(ValueError, match="step must lie in"):
+        lr_factor(0, 8)
+
+
+def test_l2_sp_is_half_the_squared_distance_and_pulls_back():
+    torch.manual_seed(0)
+    anchors = [torch.randn(3, 4), torch.randn(5)]
+    params = [(a + torch.randn_like(a)).requires_grad_() for a in anchors]
+    value = l2_sp(params, anchors)
+    naive = 0.0
+    for p, a in zip(params, anchors, strict=True):
+        for x, y in zip(p.detach().flatten().tolist(), a.flatten().tolist(), strict=True):
+            naive += (x - y) ** 2 / 2
+    assert value.item() == pytest.approx(naive, rel=1e-6)
+    value.backward()
+    for p, a in zip(params, anchors, strict=True):  # gradient w - w0: back toward the anchor
+        torch.testing.assert_close(p.grad, p.detach() - a)

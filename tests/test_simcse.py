@@ -216,3 +216,11 @@ def test_every_loss_a_task_allows_exists():
     for task, spec in TASKS.items():
         for loss in spec.losses:
             assert loss in simcse.OUTPUT_LOSSES or loss in simcse.PAIR_LOSSES, (task, loss)
+
+
+def test_sbert_target_is_the_cosine_against_score_over_5():
+    cos = torch.tensor([0.9, 0.1, -0.3, 0.5])
+    scores = torch.tensor([4.5, 0.0, 1.0, 2.5])
+    out = cos * 2.5 + 2.5  # what the STS head returns
+    naive = sum((c - y / 5) ** 2 for c, y in zip(cos.tolist(), scores.tolist(), strict=True)) / 4
+    assert simcse.OUTPUT_LOSSES["cosine_sbert"](out, scores).item() == pytest.approx(naive)

@@ -2,6 +2,7 @@
 teacher, and the contract with the training loop (zero weights = a plain step)."""
 
 import math
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from base_bert import BertConfig
 from bert import BertModel
 from smart import (
     EMATeacher,
+    SameDropout,
     SmartConfig,
     adversarial_regularizer,
     beta_schedule,
@@ -409,3 +411,52 @@ def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="beta_end"):
         SmartConfig(beta_end=1.0)
     assert SmartConfig().active
+    with pytest.raises(ValueError, match="dropout must be one of"):
+        SmartConfig(dropout="rdrop")
+
+
+# ---------------------------------------------------------------- dropout masks of the passes
+
+
+def smoothness(eps: float, shared: bool, seed: int = 0) -> float:
+    """R_s of TinyClassifier in train mode (dropout 0.3) at radius eps (sigma = eps, ascent
+    step 100 eps as the paper's ratio), with the clean pass's dropout masks or new ones."""
+    model = TinyClassifier(dropout=0.3).train()
+    ids, mask = batch()
+    torch.manual_seed(seed)
+    embeds = model.bert.embed(ids)
+    same = SameDropout(torch.device("cpu"))
+    clean = model.head_on(embeds, mask)
+
+    def f(e):
+        with same.replay() if shared else nullcontext():
+            return model.head_on(e, mask)
+
+    r_s = adversarial_regularizer(f, embeds, clean, "classification", mask, eps, 100 * eps, eps)
+    return r_s.item()
+
+
+def test_shared_masks_make_r_s_vanish_with_epsilon_and_grow_with_it():
+    r = {eps: smoothness(eps, shared=True) for eps in (1e-8, 1e-5, 1e-4, 1e-3)}
+    assert r[1e-8] < 1e-12  # no perturbation, no divergence: dropout no longer counts
+    assert r[1e-5] < r[1e-4] < r[1e-3]
+    assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic in a small radius
+
+
+def test_independent_masks_measure_dropout_instead():
+    r = {eps: smoothness(eps, shared=False) for eps in (1e-8, 1e-5)}
+    # the thesis's R_s: dropout noise, the same whatever the perturbation, and ~1e5 times
+    # what a radius of 1e-5 causes with the clean pass's masks
+    assert r[1e-5] == pytest.approx(r[1e-8], rel=0.01)
+    assert r[1e-5] > 1e4 * smoothness(1e-5, shared=True)
+
+
+def test_replay_draws_the_same_masks_and_leaves_the_generator_alone():
+    torch.manual_seed(5)
+    same = SameDropout(torch.device("cpu"))
+    first = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    after = torch.get_rng_state()
+    with same.replay():
+        again = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    assert torch.equal(first, again)
+    assert torch.equal(torch.get_rng_state(), after)  # the global stream goes on untouched

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import datasets as data
 import evaluation
@@ -11,7 +12,7 @@ import multitask_classifier as mt
 import simcse
 import trainer
 from bert import BertModel
-from config import DataConfig, ModelConfig, OptimConfig
+from config import DataConfig, ModelConfig, MultitaskConfig, OptimConfig
 from helpers import (
     assert_same_run,
     interrupt_stage,
@@ -22,7 +23,7 @@ from helpers import (
     weights,
 )
 from optimizer import flatten_grads, pcgrad, pcgrad_step
-from smart import SmartConfig
+from smart import EMATeacher, SameDropout, SmartConfig
 from tokenizer import BertTokenizer
 
 
@@ -199,6 +200,29 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
     ("kill_at", "flags"),
     [
         (8, ["--preset", "thesis-smart", "--smart_batch_size", "8"]),  # the teacher is restored
+        (
+            8,
+            [
+                "--preset",
+                "thesis-smart",
+                "--smart_batch_size",
+                "8",
+                "--smart_dropout",
+                "shared",
+                "--warmup",
+                "0.3",
+                "--decay",
+                "linear",
+                "--l2sp",
+                "0.5",
+                "--head_lr_scale",
+                "10",
+                "--accumulate",
+                "2",
+                "--max_grad_norm",
+                "1",
+            ],
+        ),  # every tool of the update
         (4, ["--preset", "multitask", "--multitask_epochs", "1", "--weighting", "random"]),
         (8, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
         (6, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
@@ -237,3 +261,151 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
     assert steps and all(json.loads(x)["stage"] == 0 for x in steps)  # stage 1 was kept
     mt.main(["--resume", str(tmp_path / "resumed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
+
+
+# ---------------------------------------------------------------------------------------
+# SMART's passes, and the update's tools (issue: a defense against forgetting)
+
+
+def tiny_model_and_data(tiny_env, dropout=0.1):
+    bert_dir, data_dir = tiny_env
+    tok = BertTokenizer.from_pretrained(str(bert_dir))
+    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
+    torch.manual_seed(0)
+    model = mt.model_factory(ModelConfig(bert=str(bert_dir), dropout=dropout), mt.MULTITASK)()
+    return model, task_data
+
+
+def first_batch(task_data, task, size):
+    return next(iter(data.make_loader(task_data[task].train, size, shuffle=False)))
+
+
+def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
+    """trainer.smart_term on one batch, its passes set up as batch_loss sets them up."""
+    torch.manual_seed(0)
+    with rt.autocast():
+        shared = cfg.dropout == "shared"
+        same_embed = SameDropout(rt.device) if shared else None
+        embeds = model.embed(batch)
+        masks = (same_embed, SameDropout(rt.device)) if shared else None
+        out = model(task, batch, embeds)
+        return trainer.smart_term(model, task, cfg, batch, embeds, out, teacher, rt, masks).item()
+
+
+def test_r_s_responds_to_the_perturbation_under_bf16_autocast(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch = first_batch(task_data, "sst", 8)
+    rt = trainer.Runtime(torch.device("cpu"), torch.bfloat16, None)
+
+    def r_s(eps, dropout="shared"):
+        cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
+        return smart_value(model, batch, cfg, rt)
+
+    r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
+    # bf16 resolves ~8e-3: without float32 passes a 1e-5 perturbation would be rounded away
+    assert r[1e-9] < 1e-3 * r[1e-5]
+    assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
+    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: bf16 dropout noise
+
+
+def test_the_teacher_pass_shares_the_clean_pass_dropout(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch = first_batch(task_data, "sst", 8)
+    rt = trainer.make_runtime("cpu", amp=False)
+    teacher = EMATeacher(model)  # the model's own weights: only dropout can differ
+    bregman = {
+        d: smart_value(model, batch, SmartConfig(lambda_s=0, mu=1, dropout=d), rt, teacher)
+        for d in ("shared", "independent")
+    }
+    assert bregman["shared"] < 1e-12 and bregman["independent"] > 1e-6
+
+
+def gradient_of_one_step(tiny_env, optim, weighting="random"):
+    """Gradients left by one multitask train_step (lr 0, eval mode: no dropout)."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.eval()
+    stage = trainer.Stage(
+        mt.MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
+    )
+    step = [(t, first_batch(task_data, t, 7)) for t in mt.MULTITASK]
+    optimizer = trainer.new_optimizer(model, optim)
+    rt = trainer.make_runtime("cpu", amp=False)
+    generator = torch.Generator().manual_seed(3)
+    loss = trainer.train_step(model, optimizer, stage, step, rt, None, generator, optim)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert len(grads) > 20  # the encoder's and the heads' (the unused pooler has none)
+    return loss.item(), grads
+
+
+def test_accumulated_micro_batches_give_the_whole_batch_gradient(tiny_env):
+    loss, whole = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
+    for parts in (2, 3, 7):  # 7 = 3 + 3 + 1 for 3 parts: a short last micro-batch
+        micro_loss, micro = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, accumulate=parts))
+        assert micro_loss == pytest.approx(loss, rel=1e-6) and micro.keys() == whole.keys()
+        # float32 sums in another order: 1e-6 of the largest gradient entry (the key bias's
+        # gradient is 0 up to rounding, so no tolerance of its own would do)
+        atol = 1e-6 * max(g.abs().max().item() for g in whole.values())
+        for name, g in whole.items():
+            torch.testing.assert_close(micro[name], g, rtol=1e-5, atol=atol, msg=name)
+
+
+def test_clipping_scales_the_gradient_to_the_norm(tiny_env):
+    _, free = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in free.values()])).item()
+    _, clipped = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, max_grad_norm=norm / 4))
+    atol = 1e-6 * max(g.abs().max().item() for g in free.values())
+    for name, g in free.items():
+        torch.testing.assert_close(clipped[name], g / 4, rtol=1e-5, atol=atol, msg=name)
+
+
+def test_heads_get_their_own_learning_rate(tiny_env):
+    model, _ = tiny_model_and_data(tiny_env)
+    optimizer = trainer.new_optimizer(model, OptimConfig(head_lr_scale=20))
+    encoder, heads = (g["params"] for g in optimizer.param_groups)
+    assert {id(p) for p in encoder} == {id(p) for p in model.bert.parameters()}
+    assert {id(p) for p in encoder + heads} == {id(p) for p in model.parameters()}
+    trainer.set_lr(optimizer, trainer.Stage(("sst",), 2e-5, 8), 0.5)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-5, 2e-4])
+    frozen = trainer.Stage(("sst",), 1e-3, 8, freeze_encoder=True)  # its lr is the heads'
+    trainer.set_lr(optimizer, frozen)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3])
+
+
+def test_the_step_log_follows_warmup_and_linear_decay(tiny_env, tmp_path):
+    run(tiny_env, tmp_path / "run", "--warmup", "0.5", "--decay", "linear")
+    steps = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    for stage in {s["stage"] for s in steps}:
+        lrs = [s["lr"] for s in steps if s["stage"] == stage]
+        n, w = len(lrs), round(0.5 * len(lrs))
+        expected = [
+            1e-3 * (i / w if i <= w else 1 - (i - w) / (n - w + 1)) for i in range(1, n + 1)
+        ]
+        assert lrs == pytest.approx(expected), stage
+
+
+def test_l2sp_keeps_the_encoder_near_its_pretrained_weights(tiny_env, tmp_path):
+    start = load_file(tiny_env[0] / "model.safetensors")
+
+    def drift(*flags):
+        run(tiny_env, tmp_path / "-".join(flags or ("plain",)), *flags)
+        trained = weights(tmp_path / "-".join(flags or ("plain",)) / "state.safetensors")
+        sq = [(trained[f"bert.{k}"] - v).pow(2).sum() for k, v in start.items()]
+        return torch.stack(sq).sum().sqrt().item()
+
+    assert drift("--l2sp", "1000") < 0.5 * drift()
+
+
+def test_tools_that_would_change_the_method_are_refused():
+    rt = trainer.make_runtime("cpu", amp=False)
+    simcse_stage = mt.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
+    with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
+        trainer.check_runtime([simcse_stage], rt, OptimConfig(accumulate=2))
+    mnrl = trainer.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
+    with pytest.raises(SystemExit, match="micro-batches would change its loss"):
+        trainer.check_runtime([mnrl], rt, OptimConfig(accumulate=2))
+    pcgrad = mt.multitask_plan(mt.parse_args(["--preset", "multitask", "--weighting", "pcgrad"])[0])
+    with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
+        trainer.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
+    trainer.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
