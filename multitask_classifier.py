@@ -18,10 +18,12 @@ every stage all three dev sets are scored: one row of the forgetting table.
 """
 
 import json
+import os
 import random
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from trainer import (
     Stage,
     check_runtime,
     finish,
+    from_main,
     make_runtime,
     run_plan,
     write_predictions,
@@ -241,6 +244,17 @@ class Preset:
 # (config.SmartSettings, the thesis's) and the thesis's independent dropout masks (R-Drop).
 SMART_ON = {"smart.enabled": True, "smart.smart_dropout": "independent"}
 
+# What the ablation (README, "Forgetting") found to keep what the encoder knew while it
+# learns the tasks: STS trained toward cosines in [0, 1] as the encoder was, heads that
+# learn fast on an encoder that moves slowly, and a warmup that spares the first steps.
+DEFENDED = {
+    "multitask.sts_loss": "cosine_sbert",
+    "optim.lr": 2e-5,
+    "optim.head_lr_scale": 50.0,
+    "optim.warmup": 0.1,
+    "optim.decay": "linear",
+}
+
 PRESETS = {
     "thesis": Preset("SBERT, the thesis schedule (Fig. 4.10, Table 4.11)", one_run(thesis_plan)),
     "thesis-smart": Preset(
@@ -250,6 +264,12 @@ PRESETS = {
         "SimCSE on SNLI, then SMART + SBERT, the thesis schedule (Tables 4.12-4.13)",
         one_run(lambda cfg: [simcse_stage(cfg)] + thesis_plan(cfg)),
         SMART_ON,
+    ),
+    "defended": Preset(
+        "the thesis schedule defended against forgetting: the Sentence-BERT STS target, "
+        "heads at 50x the lr, warmup and linear decay (README, 'Forgetting')",
+        one_run(thesis_plan),
+        DEFENDED,
     ),
     "simcse": Preset(
         "SimCSE alone, scored on all tasks (Table 4.12)", one_run(lambda cfg: [simcse_stage(cfg)])
@@ -487,7 +507,9 @@ def main(argv=None):
     cfg, folders = parse_args(argv)
     check_model(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.amp)
-    run_dir = Path(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = Path(
+        from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
+    )
     if folders["predict"] or folders["export"] or folders["label"]:
         if cfg.preset == "individual" and not folders["predict"]:
             raise SystemExit("the individual preset keeps a model per task; this needs one")
@@ -497,11 +519,13 @@ def main(argv=None):
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans(cfg)
     check_plans(cfg, plans, rt)
-    with checkpoint.locked(run_dir):
+    if not rt.main:  # under torchrun the main process prints and writes; the others train
+        sys.stdout = open(os.devnull, "w")  # for the rest of the process
+    with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
-        if not resume:
-            cfg = replace(cfg, run_dir=str(run_dir))
+        cfg = replace(cfg, run_dir=str(run_dir))
+        if not resume and rt.main:
             checkpoint.atomic_write(
                 json.dumps(config.to_dict(cfg), indent=1), run_dir / "config.json"
             )

@@ -367,19 +367,23 @@ def backward_step(loss: torch.Tensor, optimizer, scaler=None) -> None:
     optimizer_step(optimizer, scaler)
 
 
-def pcgrad_backward(shared: list, losses: list[torch.Tensor], generator=None) -> None:
+def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None) -> None:
     """Gradients of several task losses with gradient surgery (PCGrad), not yet applied.
 
     Each task's gradient on the `shared` parameters (the encoder) is taken alone (one flat
     copy per task), projected off the others where they conflict, and summed; parameters
     outside `shared` (the per-task heads) just accumulate their own task's gradient.
+    reduce(flat) -> flat: applied to each task's gradient before the surgery (data parallel:
+    the sum over processes); a loss of None contributes zeros (no example of that task here).
     """
     grads = []
     for loss in losses:
         for p in shared:
             p.grad = None
-        loss.backward()
-        grads.append(flatten_grads(shared))  # (P,)
+        if loss is not None:
+            loss.backward()
+        flat = flatten_grads(shared)  # (P,)
+        grads.append(reduce(flat) if reduce else flat)
     write_flat_grads(shared, pcgrad(grads, generator))
 
 

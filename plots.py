@@ -1,6 +1,7 @@
 """Pictures of a run folder: the forgetting figure and the training loss of every step.
 
     python plots.py RUN_DIR [--out DIR]
+    python plots.py --table "plain=runs/a,runs/b" "defended=runs/c,runs/d"
 
 forgetting.png: each task's dev score (SST and QQP accuracy, STS Pearson r, the overall
 score) after every stage, as in the thesis's forgetting figures: a score that falls after a
@@ -9,6 +10,9 @@ same colours, and the stage kept as the best model is shaded.
 loss.png: the training loss of every step (steps.jsonl) as faint dots, with its moving average,
 coloured by the task trained; thin vertical lines separate the stages, named on top
 (where a long run leaves room).
+
+--table prints a Markdown table comparing recipes, each run with one or more seeds (best
+stage's scores, average forgetting, minutes; evaluation.compare_runs); no picture is drawn.
 
 For the individual preset, give the run folder: each task's sub-run gets its own pictures.
 Only this file imports matplotlib, and only its Figure class (drawn with the Agg canvas,
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from evaluation import MULTITASK, TASKS, selection_score
+from evaluation import MULTITASK, TASKS, compare_runs, selection_score
 from trainer import METRICS, STEPS
 
 COLORS = {
@@ -170,10 +174,26 @@ def main(argv=None) -> list[Path]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "run_dir", type=Path, help="a run folder (holds metrics.jsonl), or an individual run's"
-    )
+        "run_dir", type=Path, nargs="?",
+        help="a run folder (holds metrics.jsonl), or an individual run's",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="folder for the PNGs (default: the run folder)")
+    parser.add_argument(
+        "--table", nargs="+", metavar="NAME=DIR[,DIR...]",
+        help="print a Markdown table of these recipes, the runs of each separated by commas",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.table:
+        recipes = {}
+        for spec in args.table:
+            name, sep, dirs = spec.partition("=")
+            if not sep or not dirs:
+                parser.error(f"--table {spec!r}: expected NAME=DIR[,DIR...]")
+            recipes[name] = [read_rows(d) for d in dirs.split(",")]
+        print(compare_runs(recipes))
+        return []
+    if args.run_dir is None:
+        parser.error("give a run folder, or --table")
     written = []
     for folder in run_folders(args.run_dir):
         sub = folder.relative_to(args.run_dir)

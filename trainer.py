@@ -11,6 +11,7 @@ Device and precision are decided once, in `make_runtime`.
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 import checkpoint
@@ -30,11 +32,13 @@ from optimizer import (
     WEIGHTINGS,
     AdamW,
     backward,
+    flatten_grads,
     l2_sp,
     loss_weights,
     lr_factor,
     optimizer_step,
     pcgrad_backward,
+    write_flat_grads,
 )
 from smart import EMATeacher, SameDropout, SmartConfig, below_resolution, smart_loss
 
@@ -55,14 +59,23 @@ class Runtime:
     device: torch.device
     amp_dtype: torch.dtype | None  # autocast dtype, None for float32
     scaler: torch.amp.GradScaler | None  # only for float16
+    rank: int = 0  # this process among `world` data-parallel ones (torchrun)
+    world: int = 1
 
     def autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
+    @property
+    def main(self) -> bool:
+        """The process that scores, prints and writes files (the only one without torchrun)."""
+        return self.rank == 0
+
 
 def make_runtime(device_arg: str, amp: bool) -> Runtime:
+    """The device and precision; under torchrun (WORLD_SIZE > 1) also joins the process
+    group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU."""
     if device_arg.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {device_arg}: no CUDA device is available here; use cpu")
     try:
@@ -71,11 +84,67 @@ def make_runtime(device_arg: str, amp: bool) -> Runtime:
         )
     except RuntimeError:
         raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N") from None
+    rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        rank = dist.get_rank()
     if device.type != "cuda" or not amp:
-        return Runtime(device, None, None)
+        return Runtime(device, None, None, rank, world)
     if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
-        return Runtime(device, torch.bfloat16, None)
-    return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"))
+        return Runtime(device, torch.bfloat16, None, rank, world)
+    return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"), rank, world)
+
+
+# ---------------------------------------------------------------------------------------
+# Data parallel: every process builds the same global batches and trains on its share
+
+
+def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:
+    """This process's micro-batches of a global batch, each with its share of the batch: the
+    batch is cut into `world` shards (this process takes shard `rank`, maybe none when the
+    batch is smaller than the world), each shard into `accumulate` micro-batches. Losses
+    weighted by the shares and gradients summed over processes give the batch's gradient."""
+    B = batch["input_ids"].shape[-2]
+    shards = data.split_batch(batch, rt.world)
+    if rt.rank >= len(shards):
+        return []
+    micro = data.split_batch(shards[rt.rank], accumulate)
+    return [(m, m["input_ids"].shape[-2] / B) for m in micro]
+
+
+def sum_over_processes(tensor: torch.Tensor, rt: Runtime) -> torch.Tensor:
+    """In place: the sum of this tensor over the processes (itself alone without torchrun)."""
+    if rt.world > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def sum_gradients(params: list, rt: Runtime) -> None:
+    """Sum every gradient over the processes (what DistributedDataParallel does, in one
+    flat buffer). A parameter gets one where any process has one; zeros stand in for the
+    others, so every process sends the same shapes."""
+    if rt.world == 1:
+        return
+    has = sum_over_processes(
+        torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=rt.device),
+        rt,
+    )  # fmt: skip
+    used = [p for p, n in zip(params, has.tolist(), strict=True) if n > 0]
+    if used:
+        write_flat_grads(used, sum_over_processes(flatten_grads(used), rt))
+
+
+def from_main(value, rt: Runtime):
+    """The main process's value of a Python object, on every process."""
+    if rt.world == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,33 +311,45 @@ def train_step(
 ) -> torch.Tensor:  # fmt: skip
     """One update from `step_batches`, [(task, batch), ...]; returns the step's loss.
 
+    Each batch is the global one: under torchrun each process trains on its share
+    (my_parts) and the gradients are summed over the processes before the update.
     optim: the update's tools (accumulation, clipping, L2-SP weight); anchor: the encoder's
     pretrained weights, in model.bert.parameters() order, for L2-SP.
     """
     optim = optim or OptimConfig()
     weights = loss_weights(len(step_batches), stage.weighting, generator)
+    parts = [my_parts(batch, rt, optim.accumulate) for _, batch in step_batches]
+    tasks = [task for task, _ in step_batches]
+    params = list(model.parameters())
     optimizer.zero_grad(set_to_none=True)
-    if stage.weighting == "pcgrad" and len(step_batches) > 1:  # one whole batch per task
-        losses = [task_loss(model, stage, task, batch, rt, teacher) for task, batch in step_batches]
-        loss = sum(w * x for w, x in zip(weights, losses, strict=True))
-        check_finite(loss, step_batches)
-        # the surgery acts on the shared encoder only
-        pcgrad_backward([p for p in model.bert.parameters() if p.requires_grad], losses, generator)
+    if stage.weighting == "pcgrad" and len(step_batches) > 1:  # whole shards, one per task
+        losses = [
+            sum(share * task_loss(model, stage, task, m, rt, teacher) for m, share in mine)
+            if mine
+            else None  # this process has no example of the task in this step
+            for task, mine in zip(tasks, parts, strict=True)
+        ]  # fmt: skip
+        loss = sum(w * x.detach() for w, x in zip(weights, losses, strict=True) if x is not None)
+        # the surgery acts on the shared encoder, on each task's gradient summed over processes
+        shared = [p for p in model.bert.parameters() if p.requires_grad]
+        pcgrad_backward(shared, losses, generator, lambda g: sum_over_processes(g, rt))
+        in_shared = {id(p) for p in shared}
+        sum_gradients([p for p in params if id(p) not in in_shared], rt)  # the heads'
     else:  # micro-batch i of every task, weighted by its share of the batch
-        micro = [data.split_batch(batch, optim.accumulate) for _, batch in step_batches]
         loss = 0.0
-        for i in range(max(len(parts) for parts in micro)):
+        for i in range(max(map(len, parts))):
             part = sum(
-                w * parts[i]["input_ids"].shape[-2] / batch["input_ids"].shape[-2]
-                * task_loss(model, stage, task, parts[i], rt, teacher)
-                for (task, batch), parts, w in zip(step_batches, micro, weights, strict=True)
-                if i < len(parts)
+                w * mine[i][1] * task_loss(model, stage, task, mine[i][0], rt, teacher)
+                for task, mine, w in zip(tasks, parts, weights, strict=True)
+                if i < len(mine)
             )  # fmt: skip
-            if i == 0 and anchor is not None and optim.l2sp > 0:
+            if i == 0 and rt.main and anchor is not None and optim.l2sp > 0:
                 part = part + optim.l2sp * l2_sp(model.bert.parameters(), anchor)
-            check_finite(part, step_batches)
             backward(part, rt.scaler)
             loss = loss + part.detach()
+        sum_gradients(params, rt)
+    loss = sum_over_processes(torch.as_tensor(loss, dtype=torch.float32, device=rt.device), rt)
+    check_finite(loss, tasks)  # the same verdict on every process
     optimizer_step(optimizer, rt.scaler, optim.max_grad_norm)
     if teacher:
         teacher.update(model)
@@ -283,9 +364,9 @@ def task_loss(model, stage: Stage, task, batch, rt: Runtime, teacher) -> torch.T
     return batch_loss(model, task, batch, stage.smart, teacher, rt, stage.losses.get(task))
 
 
-def check_finite(loss: torch.Tensor, step_batches):
+def check_finite(loss: torch.Tensor, tasks):
     if not torch.isfinite(loss):
-        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(t for t, _ in step_batches))
+        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(tasks))
 
 
 def grad_norm(model) -> float:
@@ -383,7 +464,14 @@ def train_stage(
     step, last_save = 0, time.monotonic()
     with (
         checkpoint.signals_caught() as stop,
-        tqdm(total=total_steps, initial=done, desc=desc, leave=False, dynamic_ncols=True) as bar,
+        tqdm(
+            total=total_steps,
+            initial=done,
+            desc=desc,
+            leave=False,
+            dynamic_ncols=True,
+            disable=not rt.main,
+        ) as bar,
     ):
         for epoch in range(stage.epochs):
             for step_batches in steps:
@@ -411,11 +499,15 @@ def train_stage(
                     log(step_record(model, optimizer, step_batches, epoch, step, loss, t0))
                 if within and step == total_steps:  # the stage's end, as a position to resume
                     within.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
-                due = within and 0 < 60 * within.minutes < time.monotonic() - last_save
-                if within and (stop or due):
+                halt = bool(stop)
+                due = bool(within) and 0 < 60 * within.minutes < time.monotonic() - last_save
+                if rt.world > 1:  # every process stops (and saves) at the same step
+                    flags = torch.tensor([halt, due], dtype=torch.float32, device=rt.device)
+                    halt, due = (x > 0 for x in sum_over_processes(flags, rt).tolist())
+                if within and (halt or due):
                     within.save({"step": step, "running": running, "teacher": teacher})
                     last_save = time.monotonic()
-                if stop:
+                if halt:
                     raise KeyboardInterrupt
             if after_epoch and step >= done:
                 after_epoch(epoch)
@@ -449,11 +541,14 @@ class BestEpoch:
         self.r, self.state = -math.inf, None
 
     def after_epoch(self, epoch: int):
-        results = evaluate_split(
-            self.model, self.task_data, "dev", ("sts",), self.rt, self.batch_size
-        )
-        r = results["sts"].metrics["pearson"]
-        tqdm.write(f"  epoch {epoch + 1}: STS dev Pearson of the cosine {r:.4f}")
+        r = None
+        if self.rt.main:  # scores once; every process keeps the same epoch
+            results = evaluate_split(
+                self.model, self.task_data, "dev", ("sts",), self.rt, self.batch_size
+            )
+            r = results["sts"].metrics["pearson"]
+            tqdm.write(f"  epoch {epoch + 1}: STS dev Pearson of the cosine {r:.4f}")
+        r = from_main(r, self.rt)
         if r > self.r:
             self.r = r
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -529,6 +624,8 @@ def start(model, optimizer, task_data, run: Run) -> dict:
         else:
             checkpoint.set_rng_state(*rng)
         print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
+    if not run.rt.main:  # the main process scores and writes
+        return progress
     keep_logged_steps(run.run_dir / STEPS, progress)
     write_rows(run.run_dir, progress["rows"])  # what the state holds
     print(evaluation.format_table(progress["rows"], run.eval_tasks))
@@ -570,6 +667,8 @@ def resume_position(within: dict, extra: dict, rng, device) -> dict:
 
 def save_position(model, optimizer, progress: dict, position: dict, run: Run):
     """A checkpoint inside stage progress['next_stage'] (called by train_stage)."""
+    if not run.rt.main:
+        return
     teacher, (r, state) = position.pop("teacher"), position.pop("best_epoch")
     rng = position.pop("rng", None)  # the stage's end: the generators as they were then
     extra = {f"best_epoch.{k}": v for k, v in (state or {}).items()}
@@ -601,7 +700,7 @@ def run_stage(
         best_epoch.r, best_epoch.state = resume["best_epoch"]
     after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
     desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
-    with open(run.run_dir / STEPS, "a") as steps_log:
+    with open(run.run_dir / STEPS if run.rt.main else os.devnull, "a") as steps_log:
 
         def log(record):
             steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
@@ -624,6 +723,8 @@ def run_stage(
             best_epoch.restore()
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
         row |= {"train_loss": train_loss, "seconds": time.time() - t0}
+        if not run.rt.main:  # the main process scores the stage
+            return row
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
             row |= run.evaluate(model, task_data)
             if run.score_train:
@@ -649,6 +750,9 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     # L2-SP's anchor: the encoder as loaded, before a resumed run's checkpoint replaces it
     anchor = [p.detach().clone() for p in model.bert.parameters()] if optim.l2sp else None
     progress = start(model, optimizer, task_data, run)
+    if run.rt.world > 1:  # the same starting weights everywhere, as DDP makes sure too
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
     best, rows = progress["best"], progress["rows"]
     best_path = run.run_dir / checkpoint.BEST
     for k in range(progress["next_stage"], len(plan)):
@@ -662,6 +766,8 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             kept = f"; the best model so far is in {best_path}" if best_path.exists() else ""
             kept += f" (predictions from it: --predict {run.run_dir})" if kept else ""
             raise SystemExit(f"stopped: {e}{kept}") from None
+        if not run.rt.main:  # the main process keeps the table, the best model and the state
+            continue
         score = evaluation.selection_score(row, run.eval_tasks)
         rows.append(row)
         write_rows(run.run_dir, rows)
@@ -692,6 +798,8 @@ def write_predictions(model, task_data, run: Run, test: bool) -> Path:
 
 def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
     """Print the forgetting table, reload the best model and write its predictions."""
+    if not run.rt.main:
+        return
     print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
     print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
     if len(rows) > 1:

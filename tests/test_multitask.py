@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import checkpoint
 import datasets as data
+import evaluation
 import multitask_classifier as mt
 from bert import BertModel, mean_pool
 from helpers import interrupt_stage, pair_batch, run, sentence_batch, weights
@@ -485,3 +486,15 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
     saved.write_text(saved.read_text().replace('"pooling": "mean"', '"pooling": "max"'))
     with pytest.raises(SystemExit, match=r"--pooling 'max' is not one of \['mean', 'cls'\]"):
         mt.parse_args(["--resume", str(tmp_path / "run")])
+
+
+def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(tiny_env, tmp_path):
+    cfg, _ = mt.parse_args(["--preset", "defended", "--lr", "3e-5"])
+    assert cfg.optim.lr == 3e-5  # a typed flag wins over the preset
+    assert (cfg.optim.head_lr_scale, cfg.optim.warmup, cfg.optim.decay) == (50.0, 0.1, "linear")
+    assert cfg.multitask.sts_loss == "cosine_sbert" and not cfg.smart.enabled
+    run(tiny_env, tmp_path / "run", "--preset", "defended")
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
+    assert kept == evaluation.forgetting(rows, mt.MULTITASK)
+    assert set(kept) == {"sst", "para", "sts", "overall"}

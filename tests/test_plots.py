@@ -127,3 +127,40 @@ def test_a_folder_without_metrics_is_a_one_line_error(tmp_path):
     message = str(stop.value)
     assert "no metrics.jsonl" in message and str(tmp_path / "missing") in message
     assert "\n" not in message
+
+
+def test_a_table_of_recipes_over_seeds(tmp_path, capsys):
+    def one_run(name, best_sst, seconds):
+        rows = [
+            {"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8),
+            {"stage": "QQP", "index": 0, "tasks": ["para"], "seconds": seconds}
+            | scores(0.2, 0.7, 0.6),
+            {"stage": "SST", "index": 1, "tasks": ["sst"], "seconds": seconds}
+            | scores(best_sst, 0.7, 0.7),
+        ]
+        write_jsonl(tmp_path / name / "metrics.jsonl", rows)
+        return rows
+
+    a, b = one_run("a", 0.4, 60.0), one_run("b", 0.5, 120.0)
+    one_run("c", 0.3, 30.0)
+    plots.main(["--table", f"plain={tmp_path / 'a'},{tmp_path / 'b'}", f"one={tmp_path / 'c'}"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| recipe | seeds | best overall |") and len(lines) == 4
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    overall = [a[2]["overall"], b[2]["overall"]]
+    sd = math.sqrt(sum((x - sum(overall) / 2) ** 2 for x in overall))  # n - 1 = 1
+    assert cells[:3] == ["plain", "2", f"{sum(overall) / 2:.4f} ± {sd:.4f}"]
+    assert cells[3] == f"{0.45:.3f} ± {math.sqrt(2 * 0.05**2):.3f}"  # SST of the best stages
+    forget = [
+        (
+            (r[0]["overall"] - r[1]["overall"])
+            + (max(r[0]["overall"], r[1]["overall"]) - r[2]["overall"])
+        )
+        / 2
+        for r in (a, b)
+    ]
+    assert cells[6].startswith(f"{sum(forget) / 2:.4f}")
+    assert cells[7] == f"{(2 + 4) / 2:.1f} ± {math.sqrt(2):.1f}"  # minutes: 2 and 4
+    assert lines[3].split("|")[2].strip() == "1"  # one seed: no spread
+    with pytest.raises(SystemExit):
+        plots.main(["--table", "nodirs"])

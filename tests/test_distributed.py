@@ -1,0 +1,113 @@
+"""Data-parallel training under torchrun: 2 CPU processes (gloo) against 1, on a tiny BERT.
+
+Dropout is off (model and heads), so one process and two differ only by float rounding:
+the two sum their halves' gradients where one process takes the whole batch's mean.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_tiny_checkpoint, write_tiny_data
+from torch import distributed
+
+import multitask_classifier as mt
+from base_bert import BertConfig
+from helpers import weights
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not distributed.is_available(), reason="no torch.distributed")
+
+# Attention key biases get no gradient in exact arithmetic (a shift that softmax ignores), so
+# AdamW turns their rounding noise into +-lr steps, differently in one process and in two.
+NOISE_ONLY = "attention.self.key.bias"
+
+
+@pytest.fixture
+def env(tmp_path):
+    config = BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    return write_tiny_checkpoint(tmp_path / "bert", config), write_tiny_data(tmp_path / "data")
+
+
+def argv(env, run_dir, *extra):
+    bert_dir, data_dir = env
+    return [
+        "--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir),
+        "--batch_size", "8", "--lr", "1e-3", "--seed", "0", "--loops", "1", "--dropout", "0",
+        "--max_length", "64", "--no_test_predictions", *extra,
+    ]  # fmt: skip
+
+
+def torchrun(args, wait=True):
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        str(ROOT / "multitask_classifier.py"), *args,
+    ]  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    if not wait:
+        return subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def assert_close_weights(a_dir, b_dir, atol=2e-5):
+    a, b = weights(a_dir / "state.safetensors"), weights(b_dir / "state.safetensors")
+    assert a.keys() == b.keys()
+    compared = [k for k in a if NOISE_ONLY not in k]
+    assert len(compared) > 20
+    for k in compared:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=atol, msg=k)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--preset", "thesis"],
+        ["--preset", "thesis-smart", "--smart_batch_size", "8", "--smart_dropout", "shared"],
+        ["--preset", "multitask", "--weighting", "pcgrad", "--multitask_epochs", "1"],
+    ],
+    ids=["plain", "smart", "pcgrad"],
+)
+def test_two_processes_train_the_weights_of_one(env, tmp_path, flags):
+    mt.main(argv(env, tmp_path / "one", *flags))
+    out = torchrun(argv(env, tmp_path / "two", *flags)).stdout
+    assert out.count("forgetting table") == 1  # one process prints
+    assert_close_weights(tmp_path / "one", tmp_path / "two")
+    one = (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
+    two = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len(one) == len(two)  # one table, its rows written once
+    for a, b in zip(one[1:], two[1:], strict=True):  # each dev set scored whole, once
+        a, b = json.loads(a), json.loads(b)
+        assert a["stage"] == b["stage"] and abs(a["train_loss"] - b["train_loss"]) < 1e-4
+    steps = (tmp_path / "two" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == len((tmp_path / "one" / "steps.jsonl").read_text().splitlines())
+
+
+def test_a_stopped_two_process_run_resumes_to_the_same_weights(env, tmp_path):
+    bigger = (env[0], write_tiny_data(tmp_path / "more", n_train=400))
+    torchrun(argv(bigger, tmp_path / "straight"))
+    run = torchrun(argv(bigger, tmp_path / "resumed"), wait=False)
+    steps = tmp_path / "resumed" / "steps.jsonl"
+    deadline = time.monotonic() + 120
+    while run.poll() is None and not (steps.is_file() and steps.stat().st_size > 0):
+        assert time.monotonic() < deadline, "no training step within 2 minutes"
+        time.sleep(0.02)
+    os.killpg(run.pid, signal.SIGTERM)  # torchrun passes it on to both processes
+    assert run.wait(timeout=120) != 0, "the run ended before it could be stopped"
+    logged = len(steps.read_text().splitlines())
+    total = len((tmp_path / "straight" / "steps.jsonl").read_text().splitlines())
+    assert 0 < logged < total  # stopped inside the plan, its checkpoint on disk
+    torchrun(["--resume", str(tmp_path / "resumed")])
+    assert len(steps.read_text().splitlines()) == total
+    assert_close_weights(tmp_path / "straight", tmp_path / "resumed", atol=1e-6)
