@@ -200,6 +200,23 @@ def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResu
     return TaskResult(metrics, ids, preds.tolist())
 
 
+def best_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The cut t for which `score > t` predicts the 0/1 labels most accurately: the midpoint
+    between two neighbouring sorted scores (or just outside their range); the first best."""
+    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels).astype(bool)
+    order = np.argsort(scores, kind="stable")
+    s, y = scores[order], labels[order]
+    # cutting before position i: negatives below it right, positives from it on right
+    right = np.concatenate([[0], np.cumsum(~y)]) + np.concatenate([np.cumsum(y[::-1])[::-1], [0]])
+    cuts = [i for i in range(len(s) + 1) if i in (0, len(s)) or s[i - 1] < s[i]]
+    i = max(cuts, key=lambda c: right[c])  # ties: the first
+    if i == 0:
+        return float(s[0] - 1.0) if len(s) else 0.0
+    if i == len(s):
+        return float(s[-1])
+    return float((s[i - 1] + s[i]) / 2)
+
+
 def overall_from_results(results: Mapping[str, TaskResult]) -> float:
     """The overall score from the sst, para and sts results of one evaluate() call."""
     missing = [t for t in MULTITASK if not results.get(t, TaskResult({})).metrics]

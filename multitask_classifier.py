@@ -65,7 +65,13 @@ class MultitaskBERT(nn.Module):
     Pair batches are siamese, (2, B, T): both sentences go through BERT in one forward.
     """
 
-    def __init__(self, bert: BertModel, tasks=MULTITASK, pooling="mean", dropout=0.1, cross=()):
+    def __init__(
+        self, bert: BertModel, tasks=MULTITASK, pooling="mean", dropout=0.1, cross=(),
+        cosine=(),
+    ):  # fmt: skip
+        """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
+        the cosine of their two embeddings against a threshold (their loss trains only the
+        embeddings, e.g. --para_loss contrastive): no head, trainer.fit_thresholds."""
         super().__init__()
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
@@ -77,9 +83,12 @@ class MultitaskBERT(nn.Module):
             spec = TASKS[name]
             if spec.kind == "classification":
                 self.heads[name] = nn.Linear(H, spec.num_labels)
-            elif spec.kind == "binary":
+            elif spec.kind == "binary" and name not in cosine:
                 self.heads[name] = nn.Linear(3 * H, 1)  # on [u, v, |u - v|]
             # regression (similarity) is a scaled cosine: no parameters
+        self.cosine = tuple(cosine)
+        for name in self.cosine:  # a paraphrase when cos(u, v) > threshold
+            self.register_buffer(f"{name}_threshold", torch.zeros(()))
         self.cross = tuple(cross)
         for name in self.cross:  # cross-encoded pairs: a linear head on [CLS] a [SEP] b [SEP]
             self.heads[f"{name}_cross"] = nn.Linear(H, 1)
@@ -93,7 +102,7 @@ class MultitaskBERT(nn.Module):
             "pooling": self.pooling,
             "dropout": self.dropout.p,
             "cross": list(self.cross),
-        }
+        } | ({"cosine": list(self.cosine)} if self.cosine else {})  # older runs have none
 
     @staticmethod
     def flat_inputs(batch):
@@ -129,6 +138,8 @@ class MultitaskBERT(nn.Module):
         u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
         if kind == "regression":
             return F.cosine_similarity(u, v, dim=-1) * 2.5 + 2.5  # (B,) in [0, 5]
+        if task in self.cosine:  # > 0: a paraphrase
+            return F.cosine_similarity(u, v, dim=-1) - getattr(self, f"{task}_threshold")  # (B,)
         head, d = self.heads[task], (u - v).abs()
         # A paraphrase is symmetric, so average both orders: W_u and W_v then act alike.
         both = head(torch.cat([u, v, d], -1)) + head(torch.cat([v, u, d], -1))  # (B, 1)
@@ -138,7 +149,9 @@ class MultitaskBERT(nn.Module):
         return self(task, batch)
 
 
-def model_factory(cfg: ModelConfig, tasks, cross=(), compile=False) -> Callable[[], MultitaskBERT]:
+def model_factory(
+    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=()
+) -> Callable[[], MultitaskBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
     at the same point of every run)."""
 
@@ -147,7 +160,7 @@ def model_factory(cfg: ModelConfig, tasks, cross=(), compile=False) -> Callable[
         if compile:
             for layer in bert.encoder["layer"]:
                 layer.compile(dynamic=True)
-        return MultitaskBERT(bert, tasks, cfg.pooling, cfg.dropout, cross)
+        return MultitaskBERT(bert, tasks, cfg.pooling, cfg.dropout, cross, cosine)
 
     return make
 
@@ -160,6 +173,15 @@ def loss_choices(cfg: RunConfig) -> dict:
     """--para_loss / --sts_loss, where they differ from the task's default loss."""
     chosen = {"para": cfg.multitask.para_loss, "sts": cfg.multitask.sts_loss}
     return {task: loss for task, loss in chosen.items() if loss}
+
+
+def cosine_tasks(cfg: RunConfig) -> tuple:
+    """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
+    out by a cosine threshold, not by a head that loss would never train."""
+    return tuple(
+        t for t, loss in loss_choices(cfg).items()
+        if loss in simcse.PAIR_LOSSES and TASKS[t].kind == "binary"
+    )  # fmt: skip
 
 
 def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
@@ -423,7 +445,7 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     task_data = load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
     cross = cfg.multitask.cross_encode
-    make_model = model_factory(cfg.model, MULTITASK, cross, cfg.device.compile)
+    make_model = model_factory(cfg.model, MULTITASK, cross, cfg.device.compile, cosine_tasks(cfg))
     for name, plan in plans.items():
         minutes = cfg.checkpoint_minutes
         run = sub_run(cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume)
@@ -441,7 +463,9 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
 
 def best_model(cfg: RunConfig, run_dir: Path, rt):
     """(model, checkpoint info) of a run folder's best model, on rt.device."""
-    make_model = model_factory(cfg.model, MULTITASK, cfg.multitask.cross_encode)
+    make_model = model_factory(
+        cfg.model, MULTITASK, cfg.multitask.cross_encode, cosine=cosine_tasks(cfg)
+    )
     model = make_model().to(rt.device).eval()
     return model, checkpoint.load_model(model, run_dir / checkpoint.BEST)
 

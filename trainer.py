@@ -566,6 +566,32 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
         return evaluation.evaluate(model, loaders, rt.device)
 
 
+THRESHOLD_PAIRS = 2000  # training pairs a cosine read-out's threshold is fit on
+
+
+def fit_thresholds(model, task_data, rt: Runtime, batch_size: int):
+    """The threshold of every task the model reads out by a cosine (model.cosine): the most
+    accurate cut on its first THRESHOLD_PAIRS training pairs, fit again before each scoring
+    since every stage moves the embeddings."""
+    was_training = model.training
+    model.eval()
+    for task in model.cosine:
+        train = task_data[task].train
+        n = min(len(train), THRESHOLD_PAIRS)
+        threshold = getattr(model, f"{task}_threshold")
+        threshold.zero_()  # the model's output is then the cosine itself
+        cosines, labels = [], []
+        with torch.no_grad(), rt.autocast():
+            for i in range(0, n, batch_size):
+                batch = train.collate(list(range(i, min(i + batch_size, n))))
+                batch = evaluation.to_device(batch, rt.device)
+                cosines.append(model(task, batch).float().cpu())  # (b,)
+                labels.append(batch["labels"].cpu())
+        cut = evaluation.best_threshold(torch.cat(cosines).numpy(), torch.cat(labels).numpy())
+        threshold.fill_(cut)
+    model.train(was_training)
+
+
 def new_optimizer(model, cfg: OptimConfig) -> AdamW:
     """AdamW over two parameter groups: the encoder, then the heads (lr x --head_lr_scale)."""
     encoder = list(model.bert.parameters())
@@ -630,6 +656,7 @@ def start(model, optimizer, task_data, run: Run) -> dict:
     write_rows(run.run_dir, progress["rows"])  # what the state holds
     print(evaluation.format_table(progress["rows"], run.eval_tasks))
     if not progress["rows"]:  # the starting point: what training has to beat
+        fit_thresholds(model, task_data, run.rt, run.eval_batch_size)
         row = {"stage": "start (no training)", "index": -1} | run.evaluate(model, task_data)
         progress["rows"].append(row)
         run.show(row)
@@ -726,6 +753,7 @@ def run_stage(
         if not run.rt.main:  # the main process scores the stage
             return row
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
+            fit_thresholds(model, task_data, run.rt, run.eval_batch_size)
             row |= run.evaluate(model, task_data)
             if run.score_train:
                 row["train"] = run.evaluate(model, task_data, "train")

@@ -213,3 +213,15 @@ def test_forgetting_measures_of_a_hand_made_table():
     untrained = E.forgetting([rows[0], row(0.3, 0.5, 0.8, [])], E.MULTITASK)
     assert untrained["sst"]["backward_transfer"] is None
     assert "average forgetting" in E.format_forgetting(m)
+
+
+def test_best_threshold_matches_a_scan_of_every_cut():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 50):
+        scores = np.round(rng.normal(size=n), 1)  # ties included
+        labels = rng.integers(0, 2, size=n)
+        t = E.best_threshold(scores, labels)
+        cuts = np.concatenate([[scores.min() - 1], scores])  # every split of the sorted scores
+        best = max(np.mean((scores > c) == labels) for c in cuts)
+        assert np.mean((scores > t) == labels) == pytest.approx(best)
+    assert E.best_threshold(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0, 0, 1, 1])) == 0.5

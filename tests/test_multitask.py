@@ -12,8 +12,10 @@ import checkpoint
 import datasets as data
 import evaluation
 import multitask_classifier as mt
+import trainer
 from bert import BertModel, mean_pool
 from helpers import interrupt_stage, pair_batch, run, sentence_batch, weights
+from tokenizer import BertTokenizer
 
 
 def tiny_model(tiny_config, dropout=0.0):
@@ -498,3 +500,36 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
     kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
     assert kept == evaluation.forgetting(rows, mt.MULTITASK)
     assert set(kept) == {"sst", "para", "sts", "overall"}
+
+
+@pytest.mark.parametrize("loss", ["bce", "contrastive", "mnrl"])
+def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch, loss):
+    bert_dir, _ = tiny_env
+    started = {}
+    real_run_plan = trainer.run_plan
+
+    def run_plan(plan, model, *args):  # the heads as training finds them
+        started.update({k: v.clone() for k, v in model.heads.state_dict().items()})
+        return real_run_plan(plan, model, *args)
+
+    monkeypatch.setattr(mt, "run_plan", run_plan)
+    flags = ["--preset", "sequential", "--sequential_epochs", "1", "1", "1", "--para_loss", loss]
+    run(tiny_env, tmp_path / "run", *flags)
+    trained = weights(tmp_path / "run" / "state.safetensors")
+    if loss == "bce":  # the head that the loss trains is the one that scores
+        assert not torch.equal(trained["heads.para.weight"], started["para.weight"])
+        return
+    # the loss trains the embeddings only: no head, a cosine cut fit on training pairs
+    assert "para.weight" not in started and trained["para_threshold"] != 0
+    cfg = mt.load_run_config(tmp_path / "run")
+    model, info = mt.best_model(cfg, tmp_path / "run", trainer.make_runtime("cpu", amp=False))
+    tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
+    dev = data.load_task_data(cfg.data, tokenizer, ("para",), 0)["para"].dev
+    hits = []
+    with torch.no_grad():
+        for batch in data.make_loader(dev, 64, shuffle=False):
+            z = model.sentences(batch)  # (2B, H)
+            u, v = z.view(2, -1, z.size(-1))
+            cos = F.cosine_similarity(u, v, dim=-1)  # (B,)
+            hits += ((cos > model.para_threshold) == (batch["labels"] > 0.5)).tolist()
+    assert info["row"]["para"]["accuracy"] == pytest.approx(sum(hits) / len(hits))
