@@ -48,6 +48,11 @@ class DataConfig:
     max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
     eval_batch_size: int = option(128, "evaluation batch size", minimum=1)
     strict: bool = option(False, "stop at the first bad data row instead of skipping it")
+    heldout_size: int = option(
+        0, "after every stage also score the encoder on this many SNLI dev pairs no preset "
+        "trains on (cosine AUC of entailment over contradiction): what it knew and keeps "
+        "(0: off)", minimum=0,
+    )  # fmt: skip
     test_predictions: bool = option(True, "skip test-set predictions", flag="--no_test_predictions")
 
 

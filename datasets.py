@@ -687,6 +687,25 @@ def load_task_data(
     return out
 
 
+HELDOUT = "heldout"  # the task_data key of the held-out transfer pairs (load_heldout)
+
+
+def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
+    """cfg.heldout_size SNLI dev pairs, premise and hypothesis, label 1 for an entailment and
+    0 for a contradiction (neutral pairs left out): a similarity the encoder brought along
+    that no task trains, scored after every stage (trainer.heldout_auc)."""
+    path = task_file(data_dir(cfg.data_dir), "snli", "dev")
+    pairs = [
+        PairExample(f"snli-{i}", e.premise, e.hypothesis, 1.0 if e.label == 0 else 0.0)
+        for i, e in enumerate(read_snli(path, cfg.strict))
+        if e.label != 1
+    ]  # fmt: skip
+    check_usable(pairs, path, "dev")
+    pairs = random_subset(pairs, cfg.heldout_size, seed)
+    print(f"held out: {len(pairs)} SNLI dev pairs (entailment / contradiction)")
+    return TaskData(train=None, dev=PairDataset(pairs, tokenizer, cfg.max_length), test=None)
+
+
 def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int) -> TaskData:
     """Sentence tuples for a contrastive stage, tokenized once.
 

@@ -200,6 +200,23 @@ def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResu
     return TaskResult(metrics, ids, preds.tolist())
 
 
+def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve: the chance that a random positive scores above a random
+    negative, ties counting half (the Mann-Whitney U statistic over n_pos * n_neg)."""
+    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels).astype(bool)
+    n_pos, n_neg = labels.sum(), (~labels).sum()
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="stable")
+    sorted_ranks = np.arange(1, len(scores) + 1, dtype=float)
+    _, first, count = np.unique(scores[order], return_index=True, return_counts=True)
+    for i, c in zip(first, count, strict=True):
+        sorted_ranks[i : i + c] = sorted_ranks[i : i + c].mean()  # ties share their mean rank
+    ranks = np.empty(len(scores))
+    ranks[order] = sorted_ranks
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
 def best_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
     """The cut t for which `score > t` predicts the 0/1 labels most accurately: the midpoint
     between two neighbouring sorted scores (or just outside their range); the first best."""
@@ -259,6 +276,8 @@ def format_row(name: str, row: dict, tasks) -> str:
             cells.append(f"{m['accuracy']:>7.3f} {m['weighted_f1']:>6.3f}" if m else f"{'':>14s}")
     if "overall" in row:
         cells.append(f"{row['overall']:>8.4f}")
+    if "heldout" in row:
+        cells.append(f"held-out AUC {row['heldout']:.4f}")
     if "train" in row:
         cells.append("train " + format_row("", row["train"], tasks).strip(" |"))
     return " | ".join(cells)
@@ -293,9 +312,10 @@ def table_header(tasks) -> str:
 
 
 def main_score(row: dict, task: str) -> float:
-    """A row's main number for `task`: Pearson r, accuracy, or the overall score."""
-    if task == "overall":
-        return row["overall"]
+    """A row's main number for `task`: Pearson r, accuracy, the overall score, or the
+    held-out transfer AUC."""
+    if task in ("overall", "heldout"):
+        return row[task]
     return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
 
 
@@ -310,17 +330,20 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
     backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
         Ranzato 2017): what the later stages did to what t's own stages reached; None when
-        no stage trained t ('overall': every stage counts).
+        no stage trained t ('overall' and 'heldout': every stage counts).
+    'heldout' (when every row has it): the held-out transfer AUC (trainer.heldout_auc).
     """
     if len(rows) < 2:
         raise ValueError(f"forgetting needs the start row and a stage's, got {len(rows)} rows")
     names = list(tasks) + (["overall"] if set(MULTITASK) <= set(tasks) else [])
+    names += ["heldout"] if all("heldout" in row for row in rows) else []
     out = {}
     for t in names:
         s = [main_score(row, t) for row in rows]
         drops = [max(s[:k]) - s[k] for k in range(1, len(s))]
         trained = [
-            k for k in range(1, len(s)) if t == "overall" or t in rows[k].get("tasks", ())
+            k for k in range(1, len(s))
+            if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
         ]  # fmt: skip
         out[t] = {
             "average_forgetting": float(np.mean(drops)),

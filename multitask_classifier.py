@@ -414,6 +414,8 @@ def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
     cross = cfg.multitask.cross_encode
     trained = {t for s in stages for t in s.tasks}
     task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, trained, cross)
+    if cfg.data.heldout_size:
+        task_data[data.HELDOUT] = data.load_heldout(cfg.data, tokenizer, cfg.seed)
     contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
     if contrastive:
         s = contrastive[0]

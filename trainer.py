@@ -566,6 +566,22 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
         return evaluation.evaluate(model, loaders, rt.device)
 
 
+def heldout_auc(model, pairs, rt: Runtime, batch_size: int) -> float:
+    """How well the encoder's cosine still ranks held-out pairs (datasets.load_heldout):
+    the ROC AUC of entailments above contradictions."""
+    was_training = model.training
+    model.eval()
+    cosines, labels = [], []
+    with torch.no_grad(), rt.autocast():
+        for batch in data.make_loader(pairs, batch_size, shuffle=False):
+            z = model.sentences(evaluation.to_device(batch, rt.device)).float()  # (2B, H)
+            u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
+            cosines.append(torch.nn.functional.cosine_similarity(u, v, dim=-1).cpu())
+            labels.append(batch["labels"])
+    model.train(was_training)
+    return evaluation.roc_auc(torch.cat(cosines).numpy(), torch.cat(labels).numpy())
+
+
 THRESHOLD_PAIRS = 2000  # training pairs a cosine read-out's threshold is fit on
 
 
@@ -628,7 +644,11 @@ class Run:
         results = evaluate_split(
             model, task_data, split, self.eval_tasks, self.rt, self.eval_batch_size
         )
-        return evaluation.score_row(results, self.eval_tasks)
+        row = evaluation.score_row(results, self.eval_tasks)
+        if data.HELDOUT in task_data and split == "dev":
+            pairs = task_data[data.HELDOUT].dev
+            row["heldout"] = heldout_auc(model, pairs, self.rt, self.eval_batch_size)
+        return row
 
     def show(self, row, mark=False):
         print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))

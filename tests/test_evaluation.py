@@ -1,6 +1,8 @@
 """evaluation.py: metrics against sklearn/scipy/numpy, the evaluation loop on a fake model
 with known outputs, and prediction files."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -225,3 +227,14 @@ def test_best_threshold_matches_a_scan_of_every_cut():
         best = max(np.mean((scores > c) == labels) for c in cuts)
         assert np.mean((scores > t) == labels) == pytest.approx(best)
     assert E.best_threshold(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0, 0, 1, 1])) == 0.5
+
+
+def test_roc_auc_matches_sklearn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(1)
+    for n in (2, 9, 200):
+        scores = np.round(rng.normal(size=n), 1)  # many ties
+        labels = np.arange(n) % 2
+        assert E.roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores))
+    assert math.isnan(E.roc_auc(np.array([0.1, 0.2]), np.array([1, 1])))

@@ -533,3 +533,13 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
             cos = F.cosine_similarity(u, v, dim=-1)  # (B,)
             hits += ((cos > model.para_threshold) == (batch["labels"] > 0.5)).tolist()
     assert info["row"]["para"]["accuracy"] == pytest.approx(sum(hits) / len(hits))
+
+
+def test_a_held_out_set_is_scored_after_every_stage_and_measured(tiny_env, tmp_path):
+    rows = run(tiny_env, tmp_path / "run", "--heldout_size", "12")
+    assert all(0.0 <= r["heldout"] <= 1.0 for r in rows)
+    kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
+    start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert kept["heldout"]["final_minus_start"] == pytest.approx(
+        rows[-1]["heldout"] - start["heldout"]
+    )
