@@ -324,9 +324,10 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     row k >= 1 the model after stage k. For each task t (and 'overall' when all three are
     scored), s_k being t's dev score in row k and K the last row:
 
-    average_forgetting: mean over k >= 1 of max(s_0 .. s_{k-1}) - s_k, the best score
-        reached before a stage minus the score after it (Chaudhry et al. 2018, measured
-        after every stage); > 0: lost, < 0: every stage improved on the best.
+    average_forgetting: mean over k >= 1 of max(0, max(s_0 .. s_{k-1}) - s_k), how far a
+        stage leaves the score below the best reached before it (Chaudhry et al. 2018,
+        measured after every stage; a stage that reaches a new best counts 0, so gains on
+        one task cannot hide losses on another stage).
     final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
     backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
         Ranzato 2017): what the later stages did to what t's own stages reached; None when
@@ -340,7 +341,7 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     out = {}
     for t in names:
         s = [main_score(row, t) for row in rows]
-        drops = [max(s[:k]) - s[k] for k in range(1, len(s))]
+        drops = [max(0.0, max(s[:k]) - s[k]) for k in range(1, len(s))]
         trained = [
             k for k in range(1, len(s))
             if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
@@ -369,8 +370,9 @@ def format_forgetting(measures: dict) -> str:
 
 def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
     """A Markdown table of recipes, each run with several seeds (a list of table rows per
-    run, the start row first, all three tasks scored): the best stage's scores, the
-    overall average forgetting and the stages' time, as mean +- standard deviation."""
+    run, the start row first, all three tasks scored): the best stage's scores, the mean
+    of the three tasks' average forgetting and the stages' time, as mean +- standard
+    deviation."""
 
     def cell(values, digits=3):
         mean = float(np.mean(values))
@@ -384,7 +386,11 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
     for name, runs in recipes.items():
         best = [max(rows[1:], key=lambda r: selection_score(r, MULTITASK)) for rows in runs]
         tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
-        forget = [forgetting(rows, MULTITASK)["overall"]["average_forgetting"] for rows in runs]
+        forget = [  # the three tasks' average forgetting, averaged
+            np.mean([m["average_forgetting"] for t, m in forgetting(rows, MULTITASK).items()
+                     if t in MULTITASK])
+            for rows in runs
+        ]  # fmt: skip
         minutes = [sum(r.get("seconds", 0.0) for r in rows) / 60 for rows in runs]
         overall = cell([b["overall"] for b in best], 4)
         cells = [name, str(len(runs)), overall, *tasks, cell(forget, 4), cell(minutes, 1)]
