@@ -57,11 +57,12 @@ def signals_caught():
 
 @contextlib.contextmanager
 def signals_deferred():
-    """Hold Ctrl-C and SIGTERM until the block is done, then raise KeyboardInterrupt."""
+    """Hold Ctrl-C and SIGTERM until the block is done, then deliver them to the handlers
+    in place before it (Ctrl-C: KeyboardInterrupt; inside signals_caught: noted there)."""
     with signals_caught() as caught:
         yield
-    if caught:
-        raise KeyboardInterrupt
+    for number in caught:
+        signal.raise_signal(number)
 
 
 def atomic_write(data: bytes | str, path: Path) -> None:
@@ -234,15 +235,11 @@ def set_rng_state(tensors: dict, info: dict):
 # One process per run folder, and a clean stop
 
 
-def _interrupt(number, frame):
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def sigterm_stops():
     """Within the block, SIGTERM (`kill`, a notebook's stop) ends the run the way Ctrl-C
     does: between two checkpoint writes, never in the middle of one."""
-    old = signal.signal(signal.SIGTERM, _interrupt)
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt
     try:
         yield
     finally:

@@ -6,8 +6,9 @@ fields (`--lr`, `--lambda_sst`, ...), grouped by dataclass; `parse` applies a pr
 overrides ("group.field" -> value) under the flags the user typed; `to_dict` / `from_dict`
 keep a run's config as JSON in its folder, so `--resume` reads the run's own settings.
 
-    cfg = parse(RunConfig, ["--preset", "thesis-smart", "--lr", "5e-5"])
-    cfg.optim.lr, cfg.smart.lambda_sst        # 5e-05 10.0
+    cfg, typed, _ = parse(RunConfig(), ["--lambda_sst", "5", "--lr", "5e-5"])
+    cfg.optim.lr, cfg.smart.lambda_sst        # 5e-05 5.0
+    typed                                     # {'smart.lambda_sst': 5.0, 'optim.lr': 5e-05}
 """
 
 import argparse

@@ -542,11 +542,14 @@ def make_loader(
     generator: torch.Generator | None = None,
     num_workers: int = 0,
 ) -> DataLoader:
-    """A DataLoader over a tokenized dataset with length-bucketed batches."""
+    """A DataLoader over a tokenized dataset with length-bucketed batches. An unshuffled
+    (scoring) loader gets a generator of its own for the worker seed that every DataLoader
+    pass draws, so scoring leaves the global generators, hence training, untouched."""
     sampler = LengthBucketSampler(dataset.lengths, batch_size, shuffle, generator)
     return DataLoader(
-        dataset, batch_sampler=sampler, collate_fn=dataset.collate, num_workers=num_workers
-    )
+        dataset, batch_sampler=sampler, collate_fn=dataset.collate, num_workers=num_workers,
+        generator=None if shuffle else torch.Generator(),
+    )  # fmt: skip
 
 
 def split_batch(batch: dict, parts: int) -> list[dict]:
@@ -654,6 +657,9 @@ def check_usable(examples: list, path: Path, split: str) -> None:
         raise DataError(f"{path}: no label column; a {split} file needs its labels")
 
 
+HELDOUT = "heldout"  # the task_data key of the held-out transfer pairs (load_heldout)
+
+
 def load_task_data(
     cfg, tokenizer, tasks, seed: int, train_tasks=None, cross=()
 ) -> dict[str, TaskData]:
@@ -661,7 +667,8 @@ def load_task_data(
 
     cfg: config.DataConfig. Training sets are read only for `train_tasks` (None: every
     task), so a run that trains one task, or only the encoder, does not tokenize the others
-    for nothing. cross: pair tasks encoded as one [CLS] a [SEP] b [SEP] sequence.
+    for nothing. cross: pair tasks encoded as one [CLS] a [SEP] b [SEP] sequence. With
+    cfg.heldout_size, also the held-out pairs under HELDOUT (load_heldout).
     """
     folder = data_dir(cfg.data_dir)
     out = {}
@@ -684,16 +691,15 @@ def load_task_data(
         )
         sizes = {k: len(v) for k, v in vars(out[task]).items() if v is not None}
         print(f"{TASKS[task].title}: " + ", ".join(f"{n} {k}" for k, n in sizes.items()))
+    if cfg.heldout_size:
+        out[HELDOUT] = load_heldout(cfg, tokenizer, seed)
     return out
-
-
-HELDOUT = "heldout"  # the task_data key of the held-out transfer pairs (load_heldout)
 
 
 def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
     """cfg.heldout_size SNLI dev pairs, premise and hypothesis, label 1 for an entailment and
     0 for a contradiction (neutral pairs left out): a similarity the encoder brought along
-    that no task trains, scored after every stage (trainer.heldout_auc)."""
+    that no task trains, scored after every stage (trainer.Run.evaluate)."""
     path = task_file(data_dir(cfg.data_dir), "snli", "dev")
     pairs = [
         PairExample(f"snli-{i}", e.premise, e.hypothesis, 1.0 if e.label == 0 else 0.0)
@@ -720,8 +726,6 @@ def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int
         snli = read_task(folder, "snli", "train", strict=cfg.strict)
         tuples = simcse.build_triplets(snli, max_per_premise=1, seed=seed)
     else:
-        if columns == 3:
-            raise SystemExit(f"--simcse_loss {objective} needs negatives: use --simcse_data snli")
         para = read_task(folder, "para", "train", strict=cfg.strict)
         tuples = [(e.sentence1, e.sentence2) for e in para if e.label == 1]
     if not tuples:

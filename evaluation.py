@@ -12,6 +12,7 @@ The model contract: `model.predict(task, batch)` returns raw outputs, (B, C) log
 says how each task turns raw outputs into predictions and which metrics it computes.
 """
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,6 @@ class TaskSpec:
     pair: bool  # two sentences per example
     title: str  # name in tables
     column: str  # prediction-file header, as the handout writes it
-    head: str  # what the multitask model computes for it (multitask_classifier.MultitaskBERT)
     losses: tuple  # the losses it may train with, the default first (simcse.py's tables)
 
 
@@ -115,14 +115,11 @@ RULES = {
 }
 
 MULTITASK = ("sst", "para", "sts")  # the tasks of the overall score
-SIAMESE = "siamese [u, v, |u - v|] -> Linear(1), both orders averaged"
 TASKS = {
-    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment", "Linear(5)", ("ce",)),
-    "cfimdb": TaskSpec(
-        "classification", 2, False, "CFIMDB", "Predicted_Sentiment", "Linear(2)", ("ce",)
-    ),
+    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment", ("ce",)),
+    "cfimdb": TaskSpec("classification", 2, False, "CFIMDB", "Predicted_Sentiment", ("ce",)),
     "para": TaskSpec(
-        "binary", 1, True, "QQP", "Predicted_Is_Paraphrase", SIAMESE, ("bce", "contrastive", "mnrl")
+        "binary", 1, True, "QQP", "Predicted_Is_Paraphrase", ("bce", "contrastive", "mnrl")
     ),
     # "Similiary" is the handout's spelling; kept so our files match its format exactly.
     "sts": TaskSpec(
@@ -131,7 +128,6 @@ TASKS = {
         True,
         "STS",
         "Predicted_Similiary",
-        "cosine(u, v) * 2.5 + 2.5",
         ("mse", "l1", "cosine_mse", "cosine_sbert", "mnrl"),
     ),  # fmt: skip
 }
@@ -258,12 +254,26 @@ def score_row(results: Mapping[str, TaskResult], tasks) -> dict:
     return row
 
 
+def main_score(row: dict, task: str) -> float:
+    """A row's main number for `task`: Pearson r, accuracy, the overall score, or the
+    held-out transfer AUC."""
+    if task in ("overall", "heldout"):
+        return row[task]
+    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
+
+
 def selection_score(row: dict, tasks) -> float:
     """Overall score when all three tasks are scored, else the one task's main metric."""
-    if set(MULTITASK) <= set(tasks):
-        return row["overall"]
-    task = tasks[0]
-    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
+    return main_score(row, "overall" if "overall" in row else tasks[0])
+
+
+def kept_stage(rows: list[dict]) -> int | None:
+    """Position in rows[1:] of the stage run_plan keeps: the first best selection score,
+    never a NaN one (rows[0] is the untouched model; its keys say which tasks are scored)."""
+    tasks = [t for t in TASKS if t in rows[0]]
+    scores = [selection_score(row, tasks) for row in rows[1:]]
+    numeric = [i for i, s in enumerate(scores) if not math.isnan(s)]
+    return max(numeric, key=scores.__getitem__, default=None)
 
 
 def format_row(name: str, row: dict, tasks) -> str:
@@ -311,14 +321,6 @@ def table_header(tasks) -> str:
 # Forgetting measured: three numbers per task from the table's rows
 
 
-def main_score(row: dict, task: str) -> float:
-    """A row's main number for `task`: Pearson r, accuracy, the overall score, or the
-    held-out transfer AUC."""
-    if task in ("overall", "heldout"):
-        return row[task]
-    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
-
-
 def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     """Forgetting measures of a run, from its table: rows[0] scores the untouched model,
     row k >= 1 the model after stage k. For each task t (and 'overall' when all three are
@@ -332,7 +334,7 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
         Ranzato 2017): what the later stages did to what t's own stages reached; None when
         no stage trained t ('overall' and 'heldout': every stage counts).
-    'heldout' (when every row has it): the held-out transfer AUC (trainer.heldout_auc).
+    'heldout' (when every row has it): the held-out transfer AUC (trainer.Run.evaluate).
     """
     if len(rows) < 2:
         raise ValueError(f"forgetting needs the start row and a stage's, got {len(rows)} rows")
@@ -384,7 +386,7 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, runs in recipes.items():
-        best = [max(rows[1:], key=lambda r: selection_score(r, MULTITASK)) for rows in runs]
+        best = [rows[1 + kept_stage(rows)] for rows in runs]
         tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
         forget = [  # the three tasks' average forgetting, averaged
             np.mean([m["average_forgetting"] for t, m in forgetting(rows, MULTITASK).items()

@@ -4,7 +4,7 @@ One shared BERT encoder, three task heads (Reimers & Gurevych, 2019, Sentence-BE
 - sentiment (SST-5): mean-pooled sentence -> dropout -> Linear(5), cross-entropy;
 - paraphrase (Quora): siamese [u, v, |u - v|] -> Linear(1), one logit, binary cross-entropy;
 - similarity (STS-B): cosine(u, v) * 2.5 + 2.5 against the 0-5 score, mean squared error.
-(evaluation.TASKS lists each task's head and the losses it may train with.)
+(evaluation.TASKS lists each task's kind and the losses it may train with.)
 
 Training is a plan: a list of stages (trainer.Stage), run by one loop (trainer.run_plan).
 Each preset below is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust defense
@@ -182,6 +182,13 @@ def cosine_tasks(cfg: RunConfig) -> tuple:
         t for t, loss in loss_choices(cfg).items()
         if loss in simcse.PAIR_LOSSES and TASKS[t].kind == "binary"
     )  # fmt: skip
+
+
+def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
+    """model_factory for a run: its model settings, cross-encoded and cosine-read tasks."""
+    return model_factory(
+        cfg.model, MULTITASK, cfg.multitask.cross_encode, compile, cosine_tasks(cfg)
+    )
 
 
 def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
@@ -414,8 +421,6 @@ def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
     cross = cfg.multitask.cross_encode
     trained = {t for s in stages for t in s.tasks}
     task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, trained, cross)
-    if cfg.data.heldout_size:
-        task_data[data.HELDOUT] = data.load_heldout(cfg.data, tokenizer, cfg.seed)
     contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
     if contrastive:
         s = contrastive[0]
@@ -446,8 +451,7 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     print(f"device {rt.device}, precision {precision}, model {cfg.model.bert}, run {run_dir}")
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     task_data = load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
-    cross = cfg.multitask.cross_encode
-    make_model = model_factory(cfg.model, MULTITASK, cross, cfg.device.compile, cosine_tasks(cfg))
+    make_model = run_model(cfg, cfg.device.compile)
     for name, plan in plans.items():
         minutes = cfg.checkpoint_minutes
         run = sub_run(cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume)
@@ -465,10 +469,7 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
 
 def best_model(cfg: RunConfig, run_dir: Path, rt):
     """(model, checkpoint info) of a run folder's best model, on rt.device."""
-    make_model = model_factory(
-        cfg.model, MULTITASK, cfg.multitask.cross_encode, cosine=cosine_tasks(cfg)
-    )
-    model = make_model().to(rt.device).eval()
+    model = run_model(cfg)().to(rt.device).eval()
     return model, checkpoint.load_model(model, run_dir / checkpoint.BEST)
 
 
@@ -518,8 +519,11 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
                 p, score = (
                     model(t, batches[t in cfg.multitask.cross_encode]) for t in ("para", "sts")
                 )
-            p, score = torch.sigmoid(p).item(), score.item()
-            print(f"paraphrase {p:.3f}\tsimilarity {score:.2f}\t{line}", flush=True)
+            if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
+                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} (cos - cut {p.item():+.3f})"
+            else:
+                para = f"paraphrase {torch.sigmoid(p).item():.3f}"
+            print(f"{para}\tsimilarity {score.item():.2f}\t{line}", flush=True)
         elif a:
             example = data.SentenceExample(str(n), a, None)
             batch = data.SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])

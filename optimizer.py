@@ -302,14 +302,6 @@ def loss_weights(
     return [1 / num_tasks] * num_tasks
 
 
-def combine_losses(
-    losses: list[torch.Tensor], weighting: str, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """The step's loss: the task losses with their `loss_weights`."""
-    weights = loss_weights(len(losses), weighting, generator)
-    return sum(w * x for w, x in zip(weights, losses, strict=True))
-
-
 def lr_factor(step: int, total: int, warmup: float = 0.0, decay: str = "constant") -> float:
     """Multiplier of a stage's learning rate at its update `step` (1-based) of `total`.
 
@@ -360,13 +352,6 @@ def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> None:
         optimizer.step()
 
 
-def backward_step(loss: torch.Tensor, optimizer, scaler=None) -> None:
-    """zero_grad, backward and step: one plain update."""
-    optimizer.zero_grad(set_to_none=True)
-    backward(loss, scaler)
-    optimizer_step(optimizer, scaler)
-
-
 def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None) -> None:
     """Gradients of several task losses with gradient surgery (PCGrad), not yet applied.
 
@@ -385,10 +370,3 @@ def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None) -> 
         flat = flatten_grads(shared)  # (P,)
         grads.append(reduce(flat) if reduce else flat)
     write_flat_grads(shared, pcgrad(grads, generator))
-
-
-def pcgrad_step(shared: list, optimizer, losses: list[torch.Tensor], generator=None) -> None:
-    """zero_grad, PCGrad's gradients and step: one update from several task losses."""
-    optimizer.zero_grad(set_to_none=True)
-    pcgrad_backward(shared, losses, generator)
-    optimizer.step()

@@ -21,14 +21,13 @@ no pyplot state, no display needed); training never imports it.
 
 import argparse
 import json
-import math
 from itertools import groupby
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from evaluation import MULTITASK, TASKS, compare_runs, selection_score
+from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
 from trainer import METRICS, STEPS
 
 COLORS = {
@@ -66,18 +65,10 @@ def score_series(rows: list[dict]) -> dict[str, tuple[str, list[float]]]:
     series = {}
     for t in tasks:
         label = f"{TASKS[t].title} {'r' if TASKS[t].kind == 'regression' else 'acc'}"
-        series[t] = (label, [selection_score(row, (t,)) for row in rows])
+        series[t] = (label, [main_score(row, t) for row in rows])
     if "overall" in rows[0]:
         series["overall"] = ("overall", [row["overall"] for row in rows])
     return series
-
-
-def best_stage(rows: list[dict]) -> int | None:
-    """Position in rows[1:] of the stage run_plan keeps: the first best score, never NaN."""
-    tasks = [t for t in MULTITASK if t in rows[0]]
-    scores = [selection_score(row, tasks) for row in rows[1:]]
-    numeric = [i for i, s in enumerate(scores) if not math.isnan(s)]
-    return max(numeric, key=scores.__getitem__, default=None)
 
 
 def task_label(tasks: str) -> str:
@@ -110,7 +101,7 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
         ax.plot(x, values[1:], marker="o", ms=4, color=COLORS[key], label=label)
         ax.axhline(values[0], color=COLORS[key], ls="--", lw=1, alpha=0.6)
     ax.plot([], [], color="gray", ls="--", lw=1, label="start (no training)")
-    best = best_stage(rows)
+    best = kept_stage(rows)
     if best is not None:
         ax.axvspan(best - 0.4, best + 0.4, color="gold", alpha=0.3, label=f"kept: {names[best]}")
     ax.set_xticks(x, names, rotation=35, ha="right", rotation_mode="anchor", fontsize=8)

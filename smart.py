@@ -156,7 +156,7 @@ def adversarial_regularizer(
         # only the direction of the gradient is used (the step is normalized below), so the
         # divergence is divided by its own value: the backward then carries numbers near 1
         # whether adv is ~epsilon^2 (shared masks) or ~1 (R-Drop), and float16 can neither
-        # underflow nor overflow (a 1/epsilon scale gives gradients of ~1e5 under R-Drop)
+        # underflow nor overflow (a 1/epsilon scale would multiply R-Drop's by 1e5)
         (grad,) = torch.autograd.grad(
             adv / adv.detach().clamp(min=1e-30), noise, allow_unused=True,
             materialize_grads=True,

@@ -413,6 +413,11 @@ def check_runtime(stages: list[Stage], rt: Runtime, optim: OptimConfig | None = 
             f"--accumulate {optim.accumulate}: stage '{in_batch[0]}' compares each example "
             "with the others of its batch, so micro-batches would change its loss; use 1"
         )
+    if rt.world > 1 and in_batch and rt.main:  # my_parts cuts the batch as micro-batches do
+        print(
+            f"note: under torchrun stage '{in_batch[0]}' takes its in-batch negatives from "
+            f"each process's share of the batch (1/{rt.world} of it), not from the whole batch"
+        )
 
 
 def set_lr(optimizer, stage: Stage, factor: float = 1.0):
@@ -566,20 +571,23 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
         return evaluation.evaluate(model, loaders, rt.device)
 
 
-def heldout_auc(model, pairs, rt: Runtime, batch_size: int) -> float:
-    """How well the encoder's cosine still ranks held-out pairs (datasets.load_heldout):
-    the ROC AUC of entailments above contradictions."""
+def pair_cosines(model, pairs, rt: Runtime, batch_size: int, n: int | None = None):
+    """(cosines, labels) of the first n siamese pairs of a PairDataset (all by default):
+    cos(u, v) of the two sentence embeddings in eval mode, as numpy arrays (n,). The batches
+    are collated directly, so scoring draws nothing from the random generators."""
+    n = len(pairs) if n is None else min(n, len(pairs))
     was_training = model.training
     model.eval()
     cosines, labels = [], []
     with torch.no_grad(), rt.autocast():
-        for batch in data.make_loader(pairs, batch_size, shuffle=False):
-            z = model.sentences(evaluation.to_device(batch, rt.device)).float()  # (2B, H)
-            u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
+        for i in range(0, n, batch_size):
+            batch = pairs.collate(list(range(i, min(i + batch_size, n))))
+            z = model.sentences(evaluation.to_device(batch, rt.device)).float()  # (2b, H)
+            u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (b, H) each
             cosines.append(torch.nn.functional.cosine_similarity(u, v, dim=-1).cpu())
             labels.append(batch["labels"])
     model.train(was_training)
-    return evaluation.roc_auc(torch.cat(cosines).numpy(), torch.cat(labels).numpy())
+    return torch.cat(cosines).numpy(), torch.cat(labels).numpy()
 
 
 THRESHOLD_PAIRS = 2000  # training pairs a cosine read-out's threshold is fit on
@@ -589,23 +597,11 @@ def fit_thresholds(model, task_data, rt: Runtime, batch_size: int):
     """The threshold of every task the model reads out by a cosine (model.cosine): the most
     accurate cut on its first THRESHOLD_PAIRS training pairs, fit again before each scoring
     since every stage moves the embeddings."""
-    was_training = model.training
-    model.eval()
     for task in model.cosine:
-        train = task_data[task].train
-        n = min(len(train), THRESHOLD_PAIRS)
-        threshold = getattr(model, f"{task}_threshold")
-        threshold.zero_()  # the model's output is then the cosine itself
-        cosines, labels = [], []
-        with torch.no_grad(), rt.autocast():
-            for i in range(0, n, batch_size):
-                batch = train.collate(list(range(i, min(i + batch_size, n))))
-                batch = evaluation.to_device(batch, rt.device)
-                cosines.append(model(task, batch).float().cpu())  # (b,)
-                labels.append(batch["labels"].cpu())
-        cut = evaluation.best_threshold(torch.cat(cosines).numpy(), torch.cat(labels).numpy())
-        threshold.fill_(cut)
-    model.train(was_training)
+        cosines, labels = pair_cosines(
+            model, task_data[task].train, rt, batch_size, THRESHOLD_PAIRS
+        )
+        getattr(model, f"{task}_threshold").fill_(evaluation.best_threshold(cosines, labels))
 
 
 def new_optimizer(model, cfg: OptimConfig) -> AdamW:
@@ -645,10 +641,17 @@ class Run:
             model, task_data, split, self.eval_tasks, self.rt, self.eval_batch_size
         )
         row = evaluation.score_row(results, self.eval_tasks)
-        if data.HELDOUT in task_data and split == "dev":
+        if data.HELDOUT in task_data and split == "dev":  # what the encoder brought along
             pairs = task_data[data.HELDOUT].dev
-            row["heldout"] = heldout_auc(model, pairs, self.rt, self.eval_batch_size)
+            row["heldout"] = evaluation.roc_auc(
+                *pair_cosines(model, pairs, self.rt, self.eval_batch_size)
+            )
         return row
+
+    def score(self, model, task_data) -> dict:
+        """The dev row of a trained (or untouched) model: cosine read-outs fit first."""
+        fit_thresholds(model, task_data, self.rt, self.eval_batch_size)
+        return self.evaluate(model, task_data)
 
     def show(self, row, mark=False):
         print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
@@ -676,8 +679,7 @@ def start(model, optimizer, task_data, run: Run) -> dict:
     write_rows(run.run_dir, progress["rows"])  # what the state holds
     print(evaluation.format_table(progress["rows"], run.eval_tasks))
     if not progress["rows"]:  # the starting point: what training has to beat
-        fit_thresholds(model, task_data, run.rt, run.eval_batch_size)
-        row = {"stage": "start (no training)", "index": -1} | run.evaluate(model, task_data)
+        row = {"stage": "start (no training)", "index": -1} | run.score(model, task_data)
         progress["rows"].append(row)
         run.show(row)
     return progress
@@ -773,8 +775,7 @@ def run_stage(
         if not run.rt.main:  # the main process scores the stage
             return row
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-            fit_thresholds(model, task_data, run.rt, run.eval_batch_size)
-            row |= run.evaluate(model, task_data)
+            row |= run.score(model, task_data)
             if run.score_train:
                 row["train"] = run.evaluate(model, task_data, "train")
         if stop:

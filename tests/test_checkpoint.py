@@ -106,3 +106,16 @@ def test_a_run_folder_is_locked_while_a_run_writes(tmp_path):
                 pass
     with checkpoint.locked(tmp_path / "run"):  # released when the first run ends
         pass
+
+
+def test_an_interrupt_during_a_write_inside_a_stage_is_noted_not_raised(tmp_path, monkeypatch):
+    real = os.replace
+
+    def interrupted_replace(a, b):
+        os.kill(os.getpid(), signal.SIGTERM)  # a stop while a checkpoint is being written
+        real(a, b)
+
+    monkeypatch.setattr(checkpoint.os, "replace", interrupted_replace)
+    with checkpoint.signals_caught() as stop:  # as train_stage holds them
+        checkpoint.atomic_write("whole\n", tmp_path / "f.txt")
+    assert stop == [signal.SIGTERM] and (tmp_path / "f.txt").read_text() == "whole\n"

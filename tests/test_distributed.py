@@ -30,12 +30,9 @@ NOISE_ONLY = "attention.self.key.bias"
 
 
 @pytest.fixture
-def env(tmp_path):
-    config = BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+def env(tmp_path, tiny_config):
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    config = BertConfig(**tiny_config.to_dict() | no_dropout)
     return write_tiny_checkpoint(tmp_path / "bert", config), write_tiny_data(tmp_path / "data")
 
 

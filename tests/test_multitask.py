@@ -1,5 +1,6 @@
 """Multitask SBERT heads and the presets, end to end on a tiny random BERT."""
 
+import io
 import json
 import math
 import re
@@ -503,7 +504,7 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
 
 
 @pytest.mark.parametrize("loss", ["bce", "contrastive", "mnrl"])
-def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch, loss):
+def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch, capsys, loss):
     bert_dir, _ = tiny_env
     started = {}
     real_run_plan = trainer.run_plan
@@ -533,10 +534,21 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
             cos = F.cosine_similarity(u, v, dim=-1)  # (B,)
             hits += ((cos > model.para_threshold) == (batch["labels"] > 0.5)).tolist()
     assert info["row"]["para"]["accuracy"] == pytest.approx(sum(hits) / len(hits))
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat\tthe dog\n"))
+    mt.main(["--label", str(tmp_path / "run")])  # a cut, not a probability
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(r"paraphrase (yes|no) \(cos - cut [+-]\d\.\d{3}\)\tsimilarity .*", line)
 
 
 def test_a_held_out_set_is_scored_after_every_stage_and_measured(tiny_env, tmp_path):
     rows = run(tiny_env, tmp_path / "run", "--heldout_size", "12")
+    run(tiny_env, tmp_path / "plain")  # scoring more leaves training's random draws alone
+    a, b = (
+        weights(tmp_path / "run" / "state.safetensors"),
+        weights(tmp_path / "plain" / "state.safetensors"),
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
     assert all(0.0 <= r["heldout"] <= 1.0 for r in rows)
     kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
     start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])

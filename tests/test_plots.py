@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+import evaluation
 import plots
 from helpers import run
 
@@ -74,10 +75,10 @@ def test_forgetting_series_start_and_best_stage(tmp_path):
     assert list(series) == ["sst", "para", "sts", "overall"]
     assert series["sts"] == ("STS r", [0.8] * 4)
     assert series["para"] == ("QQP acc", [0.5, 0.7, 0.7, 0.7])
-    assert plots.best_stage(rows) == 1
+    assert evaluation.kept_stage(rows) == 1
     rows[2]["overall"] = rows[3]["overall"] = math.nan  # a NaN score is never the best
-    assert plots.best_stage(rows) == 0
-    assert plots.best_stage(rows[:1]) is None  # nothing trained yet
+    assert evaluation.kept_stage(rows) == 0
+    assert evaluation.kept_stage(rows[:1]) is None  # nothing trained yet
 
 
 def test_hand_written_steps_with_a_round_robin_stage_and_a_half_written_line(tmp_path, capsys):

@@ -22,7 +22,7 @@ from helpers import (
     sigterm_on_call,
     weights,
 )
-from optimizer import flatten_grads, pcgrad, pcgrad_step
+from optimizer import flatten_grads, pcgrad, pcgrad_backward
 from smart import EMATeacher, SameDropout, SmartConfig
 from tokenizer import BertTokenizer
 
@@ -46,12 +46,18 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_short_training_lowers_every_task_loss(tiny_env):
+def tiny_model_and_data(tiny_env):
+    """A MultitaskBERT on the tiny checkpoint (seed 0) and the tiny data, tokenized."""
     bert_dir, data_dir = tiny_env
     tok = BertTokenizer.from_pretrained(str(bert_dir))
     task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
     torch.manual_seed(0)
     model = mt.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
+    return model, task_data
+
+
+def test_short_training_lowers_every_task_loss(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
     optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
     rt = trainer.make_runtime("cpu", amp=False)
 
@@ -123,7 +129,7 @@ def test_simcse_stage_keeps_the_epoch_with_the_best_sts(tiny_env, tmp_path, monk
     assert not all(torch.equal(final[k], kept[2][k]) for k in final)
 
 
-def test_pcgrad_step_applies_the_surgery_to_the_shared_encoder(tiny_config):
+def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     torch.manual_seed(0)
     model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0).train()
     for m in model.modules():  # deterministic forwards so both computations see one graph
@@ -151,22 +157,13 @@ def test_pcgrad_step_applies_the_surgery_to_the_shared_encoder(tiny_config):
     conflicts = sum(float(grads[i] @ grads[j]) < 0 for i in range(3) for j in range(i))
     assert conflicts > 0  # otherwise the surgery would be a plain sum
 
-    class Capture:  # an optimizer whose step records the gradients it would apply
-        param_groups = []
-
-        def zero_grad(self, set_to_none=True):
-            model.zero_grad(set_to_none=set_to_none)
-
-        def step(self):
-            self.flat = flatten_grads(shared)
-            self.head = model.heads["sst"].weight.grad.clone()
-
-    opt = Capture()
-    pcgrad_step(shared, opt, losses(), torch.Generator().manual_seed(7))
-    assert torch.allclose(opt.flat, expected, atol=1e-6)
+    model.zero_grad(set_to_none=True)
+    pcgrad_backward(shared, losses(), torch.Generator().manual_seed(7))
+    assert torch.allclose(flatten_grads(shared), expected, atol=1e-6)
+    head = model.heads["sst"].weight.grad.clone()
     model.zero_grad(set_to_none=True)
     losses()[0].backward()
-    assert torch.allclose(opt.head, model.heads["sst"].weight.grad, atol=1e-7)  # own task only
+    assert torch.allclose(head, model.heads["sst"].weight.grad, atol=1e-7)  # own task only
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -265,15 +262,6 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
 
 # ---------------------------------------------------------------------------------------
 # SMART's passes, and the update's tools (issue: a defense against forgetting)
-
-
-def tiny_model_and_data(tiny_env, dropout=0.1):
-    bert_dir, data_dir = tiny_env
-    tok = BertTokenizer.from_pretrained(str(bert_dir))
-    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
-    torch.manual_seed(0)
-    model = mt.model_factory(ModelConfig(bert=str(bert_dir), dropout=dropout), mt.MULTITASK)()
-    return model, task_data
 
 
 def first_batch(task_data, task, size):
@@ -409,3 +397,22 @@ def test_tools_that_would_change_the_method_are_refused():
     with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
         trainer.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
     trainer.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
+
+
+def test_in_batch_negatives_under_torchrun_are_announced(capsys):
+    two = trainer.Runtime(torch.device("cpu"), None, None, rank=0, world=2)
+    mnrl = trainer.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
+    trainer.check_runtime([mnrl], two)
+    assert "takes its in-batch negatives from each process's share" in capsys.readouterr().out
+    trainer.check_runtime([trainer.Stage(("sts",), 1e-5, 8)], two)
+    assert capsys.readouterr().out == ""  # nothing to say for a loss without negatives
+
+
+def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    rt = trainer.make_runtime("cpu", amp=False)
+    run = trainer.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
+    state = torch.get_rng_state()
+    row = run.score(model, task_data)
+    assert set(mt.MULTITASK) <= set(row)
+    assert torch.equal(torch.get_rng_state(), state)  # training's draws do not depend on it
