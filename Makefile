@@ -8,7 +8,7 @@ STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench data clean
+.PHONY: venv test check demo lint bench data reports clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ demo: venv
 
 bench: venv
 	$(PY) bench.py
+
+# The three CS224n reports' tables, each row a preset, at their CPU scales (reports.py):
+# about an hour on a 2-core CPU; stopped, it goes on where it was.
+reports: venv
+	$(PY) reports.py all
 
 # Fill data/ from the public CS224n handout when online; say what is missing otherwise.
 data: venv

@@ -20,10 +20,10 @@ from typing import Any
 
 from base_bert import ModelError
 from checkpoint import CheckpointError
-from datasets import MIXINGS, ORDERS, DataError
+from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
 from evaluation import TASKS
 from optimizer import DECAYS, WEIGHTINGS
-from simcse import OBJECTIVES
+from simcse import DISTANCES, OBJECTIVES
 from smart import DROPOUT, SmartConfig
 
 
@@ -45,6 +45,10 @@ class DataConfig:
 
     data_dir: str | None = option(None, "CS224n data folder (default $MINBERT_DATA, else data/)")
     train_size: int = option(0, "use this many training examples per task (0: all)", minimum=0)
+    train_share: float = option(
+        1.0, "then keep this share of each training set (report presets: --scale)",
+        positive=True, maximum=1,
+    )  # fmt: skip
     dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
     max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
     eval_batch_size: int = option(128, "evaluation batch size", minimum=1)
@@ -71,6 +75,16 @@ class ModelConfig:
     attention: str = option(
         "manual", "hand-written attention or torch's fused SDPA", choices=("manual", "sdpa")
     )
+    pair_head: str = option(
+        "sbert", "siamese heads: QQP on [u, v, |u - v|] and STS the cosine (Sentence-BERT), or "
+        "a Linear on [u, v] for both, where their loss trains a head (Broadhurst & Maffezzoli)",
+        choices=("sbert", "concat"),
+    )  # fmt: skip
+    siamese: str = option(
+        "cosine", "how siamese pair tasks without a head compare u and v: cosine, or "
+        "d = ||u - v|| (Auslin et al.: STS outputs d, QQP is d below a fit threshold)",
+        choices=DISTANCES,
+    )  # fmt: skip
 
 
 @dataclass
@@ -122,6 +136,11 @@ class ScheduleConfig:
         3, "individual and frozen-encoder presets: epochs per task", minimum=1
     )
     head_lr: float = option(1e-3, "learning rate of heads on a frozen encoder", positive=True)
+    scale: float = option(
+        1.0, "report presets: keep this share of each training set (--train_share) and of "
+        "their examples per task and epochs (at least one): the same method, at a size a CPU "
+        "can run", positive=True, maximum=1,
+    )  # fmt: skip
 
 
 @dataclass
@@ -138,7 +157,10 @@ class MultitaskConfig:
         "simultaneous: equal weights, random weights (Lin et al. 2022) or PCGrad",
         choices=WEIGHTINGS,
     )
-    order: str = option("fixed", "round-robin task order", choices=ORDERS)
+    order: str = option(
+        "fixed", "task order: fixed, or drawn afresh each cycle (round-robin turns; the "
+        "batches of a simultaneous step)", choices=ORDERS,
+    )  # fmt: skip
     examples_per_task: int = option(
         0, "multitask: sample or repeat each task's data to this many (0: as is)", minimum=0
     )
@@ -207,13 +229,18 @@ class SimCSEConfig:
     simcse_loss: str = option("sup", "objective", choices=tuple(OBJECTIVES))
     simcse_data: str = option(
         "snli",
-        "SNLI triplets (premise, entailment, contradiction) or Quora duplicate pairs",
-        choices=("snli", "para"),
+        "SNLI triplets (premise, entailment, contradiction), Quora duplicate pairs or SST "
+        "sentences (one sentence: two dropout views)",
+        choices=tuple(CONTRASTIVE_SOURCES),
     )
     simcse_epochs: int = option(3, "epochs, best kept by STS dev r", minimum=1)
     simcse_lr: float = option(1e-5, "learning rate (thesis code)", positive=True)
     simcse_batch_size: int = option(8, "batch, i.e. in-batch negatives (thesis: 8)", minimum=2)
     temperature: float = option(0.05, "similarity temperature", positive=True)
+    simcse_weight: float = option(
+        0.0, "add this weight x unsupervised SimCSE of each training batch's sentences (two "
+        "dropout views) to its task loss (Sicurello's BERT_simCSE; 0: off)", minimum=0,
+    )  # fmt: skip
 
 
 @dataclass

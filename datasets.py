@@ -586,7 +586,8 @@ class MultiTaskBatches:
 
     mode='simultaneous': each step is one batch of every task, [(task, batch), ...].
     mode='round_robin': each step is one batch of one task, [(task, batch)], the tasks taking
-    turns in a fixed order or an order drawn afresh each cycle (order='random').
+    turns. order='fixed' keeps the loaders' order; 'random' draws it afresh each cycle (in
+    a simultaneous step: the order of its batches).
     Either way an epoch ends when the task with the most batches has been through all of
     them exactly once; the others start over (new shuffle) whenever they run out.
     """
@@ -621,11 +622,11 @@ class MultiTaskBatches:
         tasks = list(self.loaders)
         iters = {t: iter(self.loaders[t]) for t in tasks}
         for _ in range(self.cycles):
+            if self.order == "random":
+                tasks = [tasks[i] for i in torch.randperm(len(tasks), generator=self.generator)]
             if self.mode == "simultaneous":
                 yield [(t, self._next(iters, t)) for t in tasks]
                 continue
-            if self.order == "random":
-                tasks = [tasks[i] for i in torch.randperm(len(tasks), generator=self.generator)]
             for t in tasks:
                 yield [(t, self._next(iters, t))]
 
@@ -647,6 +648,11 @@ def random_subset(examples: list, n: int, seed: int) -> list:
         return examples
     keep = sorted(random.Random(seed).sample(range(len(examples)), n))
     return [examples[i] for i in keep]
+
+
+def keep_share(examples: list, share: float, seed: int) -> list:
+    """A fixed random share of the examples (at least one)."""
+    return random_subset(examples, max(1, round(share * len(examples))), seed)
 
 
 def check_usable(examples: list, path: Path, split: str) -> None:
@@ -674,16 +680,16 @@ def load_task_data(
     out = {}
     for task in tasks:
 
-        def load(split, limit, task=task):
+        def load(split, limit, share=1.0, task=task):
             examples = read_task(folder, task, split, cfg.strict)
             check_usable(examples, task_file(folder, task, split), split)
-            examples = random_subset(examples, limit, seed)
+            examples = keep_share(random_subset(examples, limit, seed), share, seed)
             if not TASKS[task].pair:
                 return SentenceDataset(examples, tokenizer, cfg.max_length)
             return PairDataset(examples, tokenizer, cfg.max_length, cross_encode=task in cross)
 
         out[task] = TaskData(
-            train=load("train", cfg.train_size)
+            train=load("train", cfg.train_size, cfg.train_share)
             if train_tasks is None or task in train_tasks
             else None,
             dev=load("dev", cfg.dev_size),
@@ -717,22 +723,30 @@ def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int
 
     source 'snli': (premise, entailment, contradiction) triplets, one per premise
     (simcse.build_triplets); 'para': Quora duplicate pairs (no negatives: for mnrl,
-    align_uniform and unsup only). Objectives that need fewer sentences take the first
-    columns (unsup: the anchors).
+    align_uniform and the one-sentence objectives only); 'sst': SST training sentences (the
+    one-sentence objectives only, Sicurello). Objectives that need fewer sentences take the
+    first columns (unsup: the anchors).
     """
     folder = data_dir(cfg.data_dir)
     columns = simcse.OBJECTIVES[objective][0]
     if source == "snli":
         snli = read_task(folder, "snli", "train", strict=cfg.strict)
         tuples = simcse.build_triplets(snli, max_per_premise=1, seed=seed)
-    else:
+    elif source == "para":
         para = read_task(folder, "para", "train", strict=cfg.strict)
         tuples = [(e.sentence1, e.sentence2) for e in para if e.label == 1]
+    else:
+        tuples = [(e.sentence,) for e in read_task(folder, "sst", "train", strict=cfg.strict)]
     if not tuples:
         raise DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
-    tuples = random_subset([t[:columns] for t in tuples], cfg.train_size, seed)
+    tuples = keep_share(
+        random_subset([t[:columns] for t in tuples], cfg.train_size, seed), cfg.train_share, seed
+    )
     print(f"simcse ({objective}, {source}): {len(tuples)} examples of {columns}")
     return TaskData(train=TupleDataset(tuples, tokenizer, cfg.max_length), dev=None, test=None)
+
+
+CONTRASTIVE_SOURCES = {"snli": 3, "para": 2, "sst": 1}  # sentences per example of each source
 
 
 def subset_loader(dataset, keep: list[int], batch_size: int, generator) -> DataLoader:

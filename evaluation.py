@@ -119,8 +119,13 @@ TASKS = {
     "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment", ("ce",)),
     "cfimdb": TaskSpec("classification", 2, False, "CFIMDB", "Predicted_Sentiment", ("ce",)),
     "para": TaskSpec(
-        "binary", 1, True, "QQP", "Predicted_Is_Paraphrase", ("bce", "contrastive", "mnrl")
-    ),
+        "binary",
+        1,
+        True,
+        "QQP",
+        "Predicted_Is_Paraphrase",
+        ("bce", "contrastive", "mnrl", "cosine_mse", "sigmoid_mse", "sigmoid_l1", "sigmoid_margin"),
+    ),  # fmt: skip
     # "Similiary" is the handout's spelling; kept so our files match its format exactly.
     "sts": TaskSpec(
         "regression",

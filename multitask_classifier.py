@@ -67,27 +67,33 @@ class MultitaskBERT(nn.Module):
 
     def __init__(
         self, bert: BertModel, tasks=MULTITASK, pooling="mean", dropout=0.1, cross=(),
-        cosine=(),
+        cosine=(), concat=(), siamese="cosine",
     ):  # fmt: skip
         """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
-        the cosine of their two embeddings against a threshold (their loss trains only the
-        embeddings, e.g. --para_loss contrastive): no head, trainer.fit_thresholds."""
+        their siamese similarity against a threshold (their loss trains only the embeddings,
+        e.g. --para_loss contrastive): no head, trainer.fit_thresholds; concat: pair tasks
+        with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the similarity of pairs
+        without a head, the cosine or minus d = ||u - v|| (then STS outputs d)."""
         super().__init__()
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        if siamese not in simcse.DISTANCES:
+            raise ValueError(f"siamese must be one of {simcse.DISTANCES}, got {siamese!r}")
         self.bert, self.pooling, self.tasks = bert, pooling, tuple(tasks)
         self.dropout = nn.Dropout(dropout)
         H = bert.config.hidden_size
+        self.cosine, self.concat, self.siamese = tuple(cosine), tuple(concat), siamese
         self.heads = nn.ModuleDict()
         for name in self.tasks:
             spec = TASKS[name]
             if spec.kind == "classification":
                 self.heads[name] = nn.Linear(H, spec.num_labels)
-            elif spec.kind == "binary" and name not in cosine:
+            elif name in self.concat:
+                self.heads[name] = nn.Linear(2 * H, 1)  # on [u, v]
+            elif spec.kind == "binary" and name not in self.cosine:
                 self.heads[name] = nn.Linear(3 * H, 1)  # on [u, v, |u - v|]
-            # regression (similarity) is a scaled cosine: no parameters
-        self.cosine = tuple(cosine)
-        for name in self.cosine:  # a paraphrase when cos(u, v) > threshold
+            # otherwise (STS; thresholded QQP) the siamese similarity: no parameters
+        for name in self.cosine:  # a paraphrase when similarity(u, v) > threshold
             self.register_buffer(f"{name}_threshold", torch.zeros(()))
         self.cross = tuple(cross)
         for name in self.cross:  # cross-encoded pairs: a linear head on [CLS] a [SEP] b [SEP]
@@ -95,14 +101,18 @@ class MultitaskBERT(nn.Module):
 
     def config(self) -> dict:
         """What a checkpoint must match to load into this model."""
-        return {
+        saved = {
             # the attention kernel does not change the weights, so it may differ
             "bert": {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"},
             "tasks": list(self.tasks),
             "pooling": self.pooling,
             "dropout": self.dropout.p,
             "cross": list(self.cross),
-        } | ({"cosine": list(self.cosine)} if self.cosine else {})  # older runs have none
+        }
+        # settings that older runs lack, kept only where they are not the default
+        newer = {"cosine": list(self.cosine), "concat": list(self.concat)}
+        newer["siamese"] = self.siamese if self.siamese != "cosine" else None
+        return saved | {k: v for k, v in newer.items() if v}
 
     @staticmethod
     def flat_inputs(batch):
@@ -136,21 +146,31 @@ class MultitaskBERT(nn.Module):
                 return self.heads[f"{task}_cross"](pooled).squeeze(-1)  # (B,)
             return self.heads[task](pooled)  # (B, C)
         u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
+        if task in self.concat:
+            return self.heads[task](torch.cat([u, v], -1)).squeeze(-1)  # (B,)
         if kind == "regression":
+            if self.siamese == "euclidean":
+                return simcse.pair_distance(u, v, "euclidean")  # (B,): d, trained toward 0-5
             return F.cosine_similarity(u, v, dim=-1) * 2.5 + 2.5  # (B,) in [0, 5]
         if task in self.cosine:  # > 0: a paraphrase
-            return F.cosine_similarity(u, v, dim=-1) - getattr(self, f"{task}_threshold")  # (B,)
+            return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
         head, d = self.heads[task], (u - v).abs()
         # A paraphrase is symmetric, so average both orders: W_u and W_v then act alike.
         both = head(torch.cat([u, v, d], -1)) + head(torch.cat([v, u, d], -1))  # (B, 1)
         return both.squeeze(-1) / 2  # (B,)
+
+    def similarity(self, u, v):
+        """(B,) how alike each pair is: the cosine, or -||u - v|| (siamese='euclidean')."""
+        if self.siamese == "cosine":
+            return F.cosine_similarity(u, v, dim=-1)
+        return -simcse.pair_distance(u, v, "euclidean")
 
     def predict(self, task, batch):
         return self(task, batch)
 
 
 def model_factory(
-    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=()
+    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
 ) -> Callable[[], MultitaskBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
     at the same point of every run)."""
@@ -160,7 +180,9 @@ def model_factory(
         if compile:
             for layer in bert.encoder["layer"]:
                 layer.compile(dynamic=True)
-        return MultitaskBERT(bert, tasks, cfg.pooling, cfg.dropout, cross, cosine)
+        return MultitaskBERT(
+            bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
+        )
 
     return make
 
@@ -184,11 +206,26 @@ def cosine_tasks(cfg: RunConfig) -> tuple:
     )  # fmt: skip
 
 
+def concat_tasks(cfg: RunConfig) -> tuple:
+    """Siamese pair tasks that get a Linear on [u, v] (--pair_head concat): those whose loss
+    trains a head's output."""
+    if cfg.model.pair_head != "concat":
+        return ()
+    losses = loss_choices(cfg)
+    return tuple(
+        t for t in ("para", "sts")
+        if losses.get(t, TASKS[t].losses[0]) in simcse.OUTPUT_LOSSES
+        and t not in cfg.multitask.cross_encode
+    )  # fmt: skip
+
+
 def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
-    """model_factory for a run: its model settings, cross-encoded and cosine-read tasks."""
+    """model_factory for a run: its model settings, cross-encoded, thresholded and
+    concatenation-head tasks."""
     return model_factory(
-        cfg.model, MULTITASK, cfg.multitask.cross_encode, compile, cosine_tasks(cfg)
-    )
+        cfg.model, MULTITASK, cfg.multitask.cross_encode, compile, cosine_tasks(cfg),
+        concat_tasks(cfg),
+    )  # fmt: skip
 
 
 def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
@@ -197,8 +234,13 @@ def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
     batch_size = smart.smart_batch_size if smart.enabled else cfg.optim.batch_size
     return Stage(
         (task,), cfg.optim.lr, batch_size, fraction=fraction, epochs=epochs, name=name,
-        smart=smart.for_task(task), losses=loss_choices(cfg),
+        smart=smart.for_task(task), losses=loss_choices(cfg), contrastive=simcse_term(cfg),
     )  # fmt: skip
+
+
+def simcse_term(cfg: RunConfig):
+    """The SimCSE settings of a task stage that adds --simcse_weight x SimCSE, else None."""
+    return cfg.simcse if cfg.simcse.simcse_weight > 0 else None
 
 
 def thesis_plan(cfg: RunConfig) -> list[Stage]:
@@ -244,7 +286,7 @@ def multitask_plan(cfg: RunConfig) -> list[Stage]:
     and Sicurello."""
     stage = Stage(
         MULTITASK, cfg.optim.lr, cfg.optim.batch_size, kind="multitask",
-        losses=loss_choices(cfg), multitask=cfg.multitask,
+        losses=loss_choices(cfg), multitask=cfg.multitask, contrastive=simcse_term(cfg),
     )  # fmt: skip
     return [
         replace(stage, name=f"{stage.name} epoch {e + 1}")
@@ -262,11 +304,30 @@ def individual_plans(cfg: RunConfig) -> dict[str, list[Stage]]:
     return {t: [task_stage(cfg, t, epochs=cfg.schedule.individual_epochs)] for t in MULTITASK}
 
 
+def sst_plan(cfg: RunConfig) -> list[Stage]:
+    """SST alone, one stage per --multitask_epochs, all three tasks scored after each
+    (Broadhurst & Maffezzoli's experiment 1, Sicurello's baselines trained on SST only)."""
+    return [
+        task_stage(cfg, "sst", name=f"SST epoch {e + 1}")
+        for e in range(cfg.multitask.multitask_epochs)
+    ]
+
+
 @dataclass(frozen=True)
 class Preset:
     help: str  # one line in --help
     plans: Callable[[RunConfig], dict[str, list[Stage]]]  # sub-run name -> its stages
     overrides: dict = field(default_factory=dict)  # "group.field" -> value, under typed flags
+    scaled: dict | None = None  # a report's row: sizes and epochs that --scale shrinks
+
+    def settings(self, typed: dict) -> dict:
+        """The preset's overrides, its sizes and epochs times --scale (at least 1), and the
+        share of each training set --scale keeps."""
+        scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
+        if self.scaled is None:
+            return self.overrides
+        shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
+        return self.overrides | shrunk | {"data.train_share": scale}
 
 
 # The thesis's SMART presets switch SMART on with the SMART group's weights and batch size
@@ -283,6 +344,204 @@ DEFENDED = {
     "optim.warmup": 0.1,
     "optim.decay": "linear",
 }
+
+# The CS224n reports' rows (../shared/papers): their settings are the defaults, on
+# bert-base-uncased; --scale shrinks data and epochs for a CPU run (reports.py runs them).
+BROADHURST = {  # section 5.3: lr 1e-5, batch 8, dropout 0.3, random weights, concat heads
+    "optim.lr": 1e-5,
+    "optim.batch_size": 8,
+    "model.dropout": 0.3,
+    "model.pair_head": "concat",
+    "multitask.weighting": "random",
+}
+BROADHURST_SIZES = {"multitask.examples_per_task": 12080, "multitask.multitask_epochs": 6}
+AUSLIN = {  # section 5.3: the first 2,048 examples per task, batch 32, lr 3e-5, 6 epochs
+    "optim.lr": 3e-5,
+    "optim.batch_size": 32,
+    "data.train_size": 2048,
+    "multitask.mixing": "round_robin",  # 'no GS': an update after each task's batch
+}
+AUSLIN_SIAMESE = AUSLIN | {"model.siamese": "euclidean", "multitask.para_loss": "contrastive"}
+AUSLIN_SEGMENTS = AUSLIN | {
+    "multitask.cross_encode": ["para", "sts"],
+    "multitask.para_loss": "sigmoid_margin",
+}
+GS = {"multitask.mixing": "simultaneous", "multitask.weighting": "pcgrad"}
+AUSLIN_EARLY = {  # their second table: the siamese network, 4 epochs over all the data
+    "optim.lr": 3e-5,
+    "optim.batch_size": 32,
+    "multitask.sts_loss": "cosine_sbert",
+} | GS
+SICURELLO = {  # section 5.3: lr 1e-5, 3 epochs, round robin, 128 batches of 8 (43 per task)
+    "optim.lr": 1e-5,
+    "optim.batch_size": 8,
+    "data.train_size": 344,
+    "multitask.mixing": "round_robin",
+    "schedule.head_lr": 1e-5,
+    "simcse.simcse_data": "sst",
+}
+UNIFORM_EPOCHS = {  # 5 epochs on SST sentences, then 3 of the heads
+    "simcse.simcse_epochs": 5,
+    "schedule.individual_epochs": 3,
+}
+SIMCSE_TERM = {"simcse.simcse_weight": 1.0}  # the weight is not in the report
+UNIF = {"simcse.simcse_loss": "dropout_align_uniform"}
+CANON = {"simcse.simcse_loss": "dropout_align_uniform_simcse"}
+
+
+def report(help, plan, overrides, scaled) -> Preset:
+    return Preset(help, one_run(plan), overrides, scaled)
+
+
+def uniform_plan(tasks):
+    """Sicurello's uniformity models: the encoder trained on SST sentences alone, then heads
+    on the frozen encoder for `tasks` (STS is the encoder's cosine)."""
+
+    def plan(cfg):
+        heads = [s for s in frozen_heads_plan(cfg) if s.tasks[0] in tasks]
+        return [replace(simcse_stage(cfg), select_by_sts=False)] + heads
+
+    return plan
+
+
+REPORT_PRESETS = (
+    {
+        "broadhurst-1": report(
+            "Broadhurst & Maffezzoli Table 1, exp. 1: SST only, 10 epochs, all three scored",
+            sst_plan,
+            BROADHURST,
+            {"multitask.multitask_epochs": 10},
+        ),
+        "broadhurst-2": report(
+            "exp. 2: all tasks, random weights, CE / BCE / MSE, concatenation heads",
+            multitask_plan,
+            BROADHURST,
+            BROADHURST_SIZES,
+        ),
+        "broadhurst-3": report(
+            "exp. 3: MNRL for QQP and STS",
+            multitask_plan,
+            BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "mnrl"},
+            BROADHURST_SIZES,
+        ),
+        "broadhurst-4": report(
+            "exp. 4: MNRL for QQP, cosine-MSE for STS",
+            multitask_plan,
+            BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "cosine_mse"},
+            BROADHURST_SIZES,
+        ),
+        "broadhurst-5": report(
+            "exp. 5: BCE for QQP, cosine-MSE for STS",
+            multitask_plan,
+            BROADHURST | {"multitask.sts_loss": "cosine_mse"},
+            BROADHURST_SIZES,
+        ),
+        "broadhurst-6": report(
+            "exp. 6: exp. 5 on 50,000 examples per task, 10 epochs",
+            multitask_plan,
+            BROADHURST | {"multitask.sts_loss": "cosine_mse"},
+            {"multitask.examples_per_task": 50000, "multitask.multitask_epochs": 10},
+        ),
+    }
+    | {  # Auslin et al. section 5.4, the ablation: 6 epochs of the first 2,048 of each task
+        name: report(help, multitask_plan, overrides, {"multitask.multitask_epochs": 6})
+        for name, help, overrides in [
+            (
+                "auslin-siamese",
+                "Auslin et al. ablation: siamese, d = ||u - v||, contrastive QQP, MSE STS, no GS",
+                AUSLIN_SIAMESE,
+            ),
+            ("auslin-siamese-gs", "siamese, gradient surgery (PCGrad)", AUSLIN_SIAMESE | GS),
+            (
+                "auslin-segments",
+                "segments (cross-encoded pairs), sigmoid margin QQP, MSE STS, no GS",
+                AUSLIN_SEGMENTS,
+            ),
+            ("auslin-segments-gs-mean", "segments, GS, mean pooling", AUSLIN_SEGMENTS | GS),
+            (
+                "auslin-segments-gs-cls",
+                "segments, GS, CLS pooling",
+                AUSLIN_SEGMENTS | GS | {"model.pooling": "cls"},
+            ),
+            (
+                "auslin-segments-gs-l1",
+                "segments, GS, L1 for both pair tasks",
+                AUSLIN_SEGMENTS
+                | GS
+                | {"multitask.para_loss": "sigmoid_l1", "multitask.sts_loss": "l1"},
+            ),
+            (
+                "auslin-segments-rand",
+                "segments, no GS, random task order",
+                AUSLIN_SEGMENTS | {"multitask.order": "random"},
+            ),
+            (
+                "auslin-segments-gs-rand",
+                "segments, GS, random task order",
+                AUSLIN_SEGMENTS | GS | {"multitask.order": "random"},
+            ),
+        ]
+    }
+    | {
+        "auslin-siamese-cosine-mse": report(
+            "Auslin et al. siamese table: GS, cosine, MSE for both pair tasks, 4 epochs, all data",
+            multitask_plan,
+            AUSLIN_EARLY | {"multitask.para_loss": "cosine_mse"},
+            {"multitask.multitask_epochs": 4},
+        ),
+        "auslin-siamese-cosine-contrastive": report(
+            "siamese table: GS, cosine, contrastive QQP, MSE STS, 4 epochs, all data",
+            multitask_plan,
+            AUSLIN_EARLY | {"multitask.para_loss": "contrastive"},
+            {"multitask.multitask_epochs": 4},
+        ),
+        "sicurello-vanilla": report(
+            "Sicurello Table 1: BERT_vanilla, round robin on all tasks, 128 batches",
+            multitask_plan,
+            SICURELLO,
+            {"multitask.multitask_epochs": 3},
+        ),
+        "sicurello-simcse": report(
+            "BERT_simCSE: the task losses + SimCSE of each batch's sentences",
+            multitask_plan,
+            SICURELLO | SIMCSE_TERM,
+            {"multitask.multitask_epochs": 3},
+        ),
+        "sicurello-unif": report(
+            "BERT_unif: alignment + uniformity on SST, then heads on the frozen encoder",
+            uniform_plan(("sst", "para")),
+            SICURELLO | UNIF,
+            UNIFORM_EPOCHS,
+        ),
+        "sicurello-simcsecanon": report(
+            "BERT_simCSEcanon: BERT_unif with a SimCSE term",
+            uniform_plan(("sst", "para")),
+            SICURELLO | CANON,
+            UNIFORM_EPOCHS,
+        ),
+        "sicurello-vanilla-sst": report(
+            "Sicurello Table 2: BERT_vanilla trained on SST only",
+            sst_plan,
+            SICURELLO,
+            {"multitask.multitask_epochs": 3},
+        ),
+        "sicurello-simcse-sst": report(
+            "BERT_simCSE trained on SST only",
+            sst_plan,
+            SICURELLO | SIMCSE_TERM,
+            {"multitask.multitask_epochs": 3},
+        ),
+        "sicurello-unif-sst": report(
+            "BERT_unif, the SST head only", uniform_plan(("sst",)), SICURELLO | UNIF, UNIFORM_EPOCHS
+        ),
+        "sicurello-simcsecanon-sst": report(
+            "BERT_simCSEcanon, the SST head only",
+            uniform_plan(("sst",)),
+            SICURELLO | CANON,
+            UNIFORM_EPOCHS,
+        ),
+    }
+)
 
 PRESETS = {
     "thesis": Preset("SBERT, the thesis schedule (Fig. 4.10, Table 4.11)", one_run(thesis_plan)),
@@ -319,7 +578,7 @@ PRESETS = {
         "all tasks at once: --mixing, --weighting, --order (CS224n reports)",
         one_run(multitask_plan),
     ),
-}
+} | REPORT_PRESETS
 
 
 # ---------------------------------------------------------------------------------------
@@ -342,7 +601,10 @@ def preset_overrides(typed: dict) -> dict:
     name = typed.get("preset", RunConfig().preset)
     if name not in PRESETS:
         raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    return PRESETS[name].overrides
+    return PRESETS[name].settings(typed)
+
+
+COSINE_LOSSES = ("cosine_mse", "cosine_sbert", "mnrl")  # losses defined on the cosine
 
 
 def check_settings(cfg: RunConfig):
@@ -358,6 +620,13 @@ def check_settings(cfg: RunConfig):
                 f"--{task}_loss {loss} needs siamese sentence embeddings; "
                 f"it cannot be used with --cross_encode {task}"
             )
+        if loss in COSINE_LOSSES and cfg.model.siamese == "euclidean":
+            raise SystemExit(
+                f"--{task}_loss {loss} trains a cosine, and --siamese euclidean reads the "
+                "pair by its distance: use --siamese cosine, or a distance loss (contrastive, mse)"
+            )
+    if cfg.schedule.scale != 1 and PRESETS[cfg.preset].scaled is None:
+        raise SystemExit(f"--scale shrinks the reports' presets; {cfg.preset} is not one")
     m = cfg.multitask
     if m.mixing == "round_robin" and m.weighting != "equal":
         raise SystemExit(
@@ -438,9 +707,14 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
                          "single-task stages (thesis, sequential, individual)")  # fmt: skip
     check_runtime(stages, rt, cfg.optim)
     for s in stages:
-        objective = s.contrastive.simcse_loss if s.contrastive else None
-        if objective and s.contrastive.simcse_data == "para" and OBJECTIVES[objective][0] == 3:
-            raise SystemExit(f"--simcse_loss {objective} needs negatives: use --simcse_data snli")
+        objective = s.contrastive.simcse_loss if s.kind == CONTRASTIVE else None
+        source = s.contrastive.simcse_data if objective else None
+        if source and OBJECTIVES[objective][0] > data.CONTRASTIVE_SOURCES[source]:
+            raise SystemExit(
+                f"--simcse_loss {objective} needs {OBJECTIVES[objective][0]} sentences per "
+                f"example and --simcse_data {source} has {data.CONTRASTIVE_SOURCES[source]}: "
+                "use --simcse_data snli"
+            )
 
 
 def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
@@ -520,7 +794,8 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
                     model(t, batches[t in cfg.multitask.cross_encode]) for t in ("para", "sts")
                 )
             if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
-                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} (cos - cut {p.item():+.3f})"
+                how = "cos" if model.siamese == "cosine" else "-d"
+                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} ({how} - cut {p.item():+.3f})"
             else:
                 para = f"paraphrase {torch.sigmoid(p).item():.3f}"
             print(f"{para}\tsimilarity {score.item():.2f}\t{line}", flush=True)

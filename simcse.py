@@ -106,18 +106,42 @@ def triplet_simcse_loss(
 
 
 def contrastive_margin_loss(
-    u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor, margin: float = 0.5
-) -> torch.Tensor:
+    u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor, margin: float = 0.5,
+    distance: str = "cosine",
+) -> torch.Tensor:  # fmt: skip
     """Contrastive loss of pairs (Hadsell et al., 2006; sentence-transformers' ContrastiveLoss):
-    with the cosine distance d = 1 - cos(u, v), similar pairs (label 1) pay d^2 and
-    dissimilar ones (label 0) pay max(0, margin - d)^2; halved, batch mean.
+    with a distance d of u and v, similar pairs (label 1) pay d^2 and dissimilar ones
+    (label 0) pay max(0, margin - d)^2; halved, batch mean.
 
-    u, v: (B, H); labels: (B,) 0/1.
+    u, v: (B, H); labels: (B,) 0/1; distance: 'cosine' (d = 1 - cos(u, v)) or 'euclidean'
+    (d = ||u - v||, Auslin et al.'s siamese network).
     """
     _check_pairs(u=u, v=v)
-    d = 1 - F.cosine_similarity(u, v, dim=-1)  # (B,)
+    d = pair_distance(u, v, distance)  # (B,)
     y = labels.to(d.dtype)
     return 0.5 * (y * d.pow(2) + (1 - y) * F.relu(margin - d).pow(2)).mean()
+
+
+DISTANCES = ("cosine", "euclidean")  # how a siamese pair task compares its two embeddings
+
+
+def pair_distance(u: torch.Tensor, v: torch.Tensor, distance: str) -> torch.Tensor:
+    """(B,) distance of each pair: 1 - cos(u, v), or ||u - v|| (eps inside the root keeps
+    its gradient finite when u = v)."""
+    if distance == "cosine":
+        return 1 - F.cosine_similarity(u, v, dim=-1)
+    if distance == "euclidean":
+        return ((u - v).pow(2).sum(-1) + 1e-12).sqrt()
+    raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
+
+
+def margin_on_score(out: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
+    """Auslin et al.'s segments network on Quora: the contrastive formula of their report,
+    1/2 (1 - y) d^2 + 1/2 y max(0, m - d)^2, with d = sigmoid(logit): non-paraphrases are
+    pushed to 0 and paraphrases past the margin. out: (B,) logits; labels: (B,) 0/1."""
+    d = torch.sigmoid(out)
+    y = labels.to(d.dtype)
+    return 0.5 * ((1 - y) * d.pow(2) + y * F.relu(margin - d).pow(2)).mean()
 
 
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
@@ -143,6 +167,11 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     return torch.logsumexp(-t * d2, dim=0) - math.log(d2.numel())  # log of the mean, stably
 
 
+def align_uniform(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Alignment of positive pairs plus the mean uniformity of both sides (Wang & Isola)."""
+    return alignment(x, y) + (uniformity(x) + uniformity(y)) / 2
+
+
 # ---------------------------------------------------------------------------------------
 # The losses a stage may name (evaluation.TASKS says which task allows which)
 
@@ -156,6 +185,11 @@ OUTPUT_LOSSES = {
     # STS only: the head's cosine (out = 2.5 cos + 2.5) against score / 5 in [0, 1], the
     # Sentence-BERT target (Reimers & Gurevych 2019); 'mse' asks cos = -1 of unrelated pairs
     "cosine_sbert": lambda out, y: F.mse_loss((out - 2.5) / 2.5, y.to(out.dtype) / 5),
+    # paraphrase logits through a sigmoid against the 0/1 label (Auslin et al.'s submitted
+    # model, their L1 row) and their segments network's margin loss
+    "sigmoid_mse": lambda out, y: F.mse_loss(torch.sigmoid(out), y.to(out.dtype)),
+    "sigmoid_l1": lambda out, y: F.l1_loss(torch.sigmoid(out), y.to(out.dtype)),
+    "sigmoid_margin": margin_on_score,
 }
 
 POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive
@@ -169,26 +203,32 @@ def ranking_on_positives(u, v, labels, kind):
     return multiple_negatives_ranking_loss(u[keep], v[keep], temperature=0.05)
 
 
-# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), task kind.
+# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), the
+# task's kind and the model's siamese distance (simcse.DISTANCES).
+COSINE_TARGET = {"binary": lambda y: y, "regression": lambda y: y / 2.5 - 1}  # 0/1; 0-5 to [-1, 1]
 PAIR_LOSSES = {
-    "cosine_mse": lambda u, v, y, kind: F.mse_loss(
-        F.cosine_similarity(u, v, dim=-1),
-        y.to(u.dtype) / 2.5 - 1,  # labels to [-1, 1]
+    "cosine_mse": lambda u, v, y, kind, distance: F.mse_loss(
+        F.cosine_similarity(u, v, dim=-1), COSINE_TARGET[kind](y.to(u.dtype))
     ),
-    "contrastive": lambda u, v, y, kind: contrastive_margin_loss(u, v, y, margin=0.5),
-    "mnrl": ranking_on_positives,
+    "contrastive": lambda u, v, y, kind, distance: contrastive_margin_loss(u, v, y, 0.5, distance),
+    "mnrl": lambda u, v, y, kind, distance: ranking_on_positives(u, v, y, kind),
 }
 
 # Contrastive stages: objective -> (sentences per example K, loss of z (K, B, H) at
 # temperature t).
+# Contrastive stages: objective -> (sentences per example K, loss of z (K', B, H) at
+# temperature t). K = 1: the batch is encoded twice, dropout making the two views (K' = 2).
 OBJECTIVES = {
     "sup": (3, lambda z, t: sup_simcse_loss(z[0], z[1], z[2], t)),
     "triplet": (3, lambda z, t: triplet_simcse_loss(z[0], z[1], z[2], t)),
     "unsup": (1, lambda z, t: unsup_simcse_loss(z[0], z[1], t)),
     "mnrl": (2, lambda z, t: multiple_negatives_ranking_loss(z[0], z[1], t)),
-    "align_uniform": (
-        2,
-        lambda z, t: alignment(z[0], z[1]) + (uniformity(z[0]) + uniformity(z[1])) / 2,
+    "align_uniform": (2, lambda z, t: align_uniform(z[0], z[1])),
+    # Sicurello's BERT_unif and BERT_simCSEcanon: one sentence, two dropout views
+    "dropout_align_uniform": (1, lambda z, t: align_uniform(z[0], z[1])),
+    "dropout_align_uniform_simcse": (
+        1,
+        lambda z, t: align_uniform(z[0], z[1]) + unsup_simcse_loss(z[0], z[1], t),
     ),
 }
 

@@ -164,7 +164,8 @@ class Stage:
     losses: dict = field(default_factory=dict)  # task -> loss name, where not the default
     freeze_encoder: bool = False  # train only the heads (EquiBERT's frozen encoder)
     multitask: MultitaskConfig | None = None  # multitask: mixing, weighting, order, sizes
-    contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature
+    contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature;
+    # task stages: the weight and temperature of a SimCSE term added to every batch's loss
     select_by_sts: bool = False  # keep the epoch with the best STS dev Pearson (SimCSE)
 
     def __post_init__(self):
@@ -274,7 +275,7 @@ def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, los
         if name in simcse.PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
             z = model.sentences(batch).float()  # (2B, H)
             u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
-            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
+            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind, model.siamese)
         shared = smart.active and smart.dropout == "shared"
         same_embed = SameDropout(rt.device) if shared else None
         embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
@@ -288,7 +289,7 @@ def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, los
 
 def contrastive_loss(model, cfg: SimCSEConfig, batch, rt: Runtime):
     """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads)."""
-    if cfg.simcse_loss == "unsup":  # the same sentences twice: dropout is the only noise
+    if batch["input_ids"].size(0) == 1:  # the same sentences twice: dropout is the only noise
         batch = {k: v.repeat(2, 1, 1) if k != "ids" else v for k, v in batch.items()}  # (2, B, T)
     K = batch["input_ids"].size(0)
     with rt.autocast():
@@ -357,11 +358,23 @@ def train_step(
 
 
 def task_loss(model, stage: Stage, task, batch, rt: Runtime, teacher) -> torch.Tensor:
-    """One batch's loss in this stage: a contrastive objective or the task's loss."""
+    """One batch's loss in this stage: a contrastive objective or the task's loss, plus a
+    weighted SimCSE term when the stage has one."""
     batch = evaluation.to_device(batch, rt.device)
     if stage.kind == CONTRASTIVE:
         return contrastive_loss(model, stage.contrastive, batch, rt)
-    return batch_loss(model, task, batch, stage.smart, teacher, rt, stage.losses.get(task))
+    loss = batch_loss(model, task, batch, stage.smart, teacher, rt, stage.losses.get(task))
+    if stage.contrastive and stage.contrastive.simcse_weight > 0:
+        loss = loss + stage.contrastive.simcse_weight * simcse_term(model, stage, batch, rt)
+    return loss
+
+
+def simcse_term(model, stage: Stage, batch, rt: Runtime) -> torch.Tensor:
+    """Unsupervised SimCSE of the batch's sentences (both sides of pairs): two passes, two
+    dropout masks (Sicurello adds it to the task losses)."""
+    with rt.autocast():
+        z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
+    return simcse.unsup_simcse_loss(z1, z2, stage.contrastive.temperature)
 
 
 def check_finite(loss: torch.Tensor, tasks):
@@ -571,10 +584,14 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
         return evaluation.evaluate(model, loaders, rt.device)
 
 
-def pair_cosines(model, pairs, rt: Runtime, batch_size: int, n: int | None = None):
+def pair_cosines(
+    model, pairs, rt: Runtime, batch_size: int, n: int | None = None, similarity=None
+):  # fmt: skip
     """(cosines, labels) of the first n siamese pairs of a PairDataset (all by default):
-    cos(u, v) of the two sentence embeddings in eval mode, as numpy arrays (n,). The batches
-    are collated directly, so scoring draws nothing from the random generators."""
+    cos(u, v) of the two sentence embeddings in eval mode (or similarity(u, v)), as numpy
+    arrays (n,). The batches are collated directly, so scoring draws nothing from the random
+    generators."""
+    similarity = similarity or (lambda u, v: torch.nn.functional.cosine_similarity(u, v, dim=-1))
     n = len(pairs) if n is None else min(n, len(pairs))
     was_training = model.training
     model.eval()
@@ -584,7 +601,7 @@ def pair_cosines(model, pairs, rt: Runtime, batch_size: int, n: int | None = Non
             batch = pairs.collate(list(range(i, min(i + batch_size, n))))
             z = model.sentences(evaluation.to_device(batch, rt.device)).float()  # (2b, H)
             u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (b, H) each
-            cosines.append(torch.nn.functional.cosine_similarity(u, v, dim=-1).cpu())
+            cosines.append(similarity(u, v).cpu())
             labels.append(batch["labels"])
     model.train(was_training)
     return torch.cat(cosines).numpy(), torch.cat(labels).numpy()
@@ -594,12 +611,12 @@ THRESHOLD_PAIRS = 2000  # training pairs a cosine read-out's threshold is fit on
 
 
 def fit_thresholds(model, task_data, rt: Runtime, batch_size: int):
-    """The threshold of every task the model reads out by a cosine (model.cosine): the most
-    accurate cut on its first THRESHOLD_PAIRS training pairs, fit again before each scoring
-    since every stage moves the embeddings."""
+    """The threshold of every task the model reads out by its siamese similarity
+    (model.cosine): the most accurate cut on its first THRESHOLD_PAIRS training pairs, fit
+    again before each scoring since every stage moves the embeddings."""
     for task in model.cosine:
         cosines, labels = pair_cosines(
-            model, task_data[task].train, rt, batch_size, THRESHOLD_PAIRS
+            model, task_data[task].train, rt, batch_size, THRESHOLD_PAIRS, model.similarity
         )
         getattr(model, f"{task}_threshold").fill_(evaluation.best_threshold(cosines, labels))
 
