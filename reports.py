@@ -185,6 +185,11 @@ def make_table(name: str, args) -> str:
     for row in table.rows:
         run_dir = folder / row.preset
         results[row.preset] = finished(run_dir)
+        if results[row.preset] and results[row.preset]["scale"] != scale:
+            raise SystemExit(
+                f"{run_dir} was run at --scale {results[row.preset]['scale']}, not {scale}: "
+                "give another --out, or that scale"
+            )
         if results[row.preset] is None and not args.table_only:
             results[row.preset] = run_row(row, run_dir, args, scale)
     text = format_table(table, results)

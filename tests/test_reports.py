@@ -294,3 +294,5 @@ def test_a_table_runs_each_row_once_and_resumes(tiny_env, tmp_path, monkeypatch)
     calls = []
     monkeypatch.setattr(reports, "run_row", lambda *a: calls.append(a))
     assert reports.make_table("tiny", reports.parse_args(argv)) == text and not calls
+    with pytest.raises(SystemExit, match="was run at --scale 0.5, not 0.25"):
+        reports.make_table("tiny", reports.parse_args([*argv, "--scale", "0.25"]))
