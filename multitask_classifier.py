@@ -139,7 +139,8 @@ class MultitaskBERT(nn.Module):
         return out["pooler_output"]  # (N, H): BERT's pooled [CLS]
 
     def forward(self, task, batch, embeds=None):
-        pooled = self.dropout(self.sentences(batch, embeds))  # (N, H)
+        sentences = self.sentences(batch, embeds)  # (N, H)
+        pooled = self.dropout(sentences)
         kind = TASKS[task].kind
         if batch["input_ids"].dim() == 2:  # one sequence per example
             if TASKS[task].pair:  # a cross-encoded pair: one logit or score
@@ -148,9 +149,13 @@ class MultitaskBERT(nn.Module):
         u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
         if task in self.concat:
             return self.heads[task](torch.cat([u, v], -1)).squeeze(-1)  # (B,)
+        if self.siamese == "euclidean" and (kind == "regression" or task in self.cosine):
+            # d of the embeddings themselves, as the pair losses see them: dropout's masks
+            # would inflate it in training only
+            u, v = sentences.view(2, -1, sentences.size(-1)).unbind(0)  # (B, H) each
         if kind == "regression":
             if self.siamese == "euclidean":
-                return simcse.pair_distance(u, v, "euclidean")  # (B,): d, trained toward 0-5
+                return self.similarity(u, v)  # (B,): d, trained toward the 0-5 score
             return F.cosine_similarity(u, v, dim=-1) * 2.5 + 2.5  # (B,) in [0, 5]
         if task in self.cosine:  # > 0: a paraphrase
             return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
@@ -160,10 +165,11 @@ class MultitaskBERT(nn.Module):
         return both.squeeze(-1) / 2  # (B,)
 
     def similarity(self, u, v):
-        """(B,) how alike each pair is: the cosine, or -||u - v|| (siamese='euclidean')."""
+        """(B,) the pair score a threshold cuts: the cosine, or (siamese='euclidean') Auslin
+        et al.'s output d = ||u - v||, which their losses make grow with similarity."""
         if self.siamese == "cosine":
             return F.cosine_similarity(u, v, dim=-1)
-        return -simcse.pair_distance(u, v, "euclidean")
+        return simcse.pair_distance(u, v, "euclidean")
 
     def predict(self, task, batch):
         return self(task, batch)
@@ -215,6 +221,7 @@ def concat_tasks(cfg: RunConfig) -> tuple:
     return tuple(
         t for t in ("para", "sts")
         if losses.get(t, TASKS[t].losses[0]) in simcse.OUTPUT_LOSSES
+        and losses.get(t) != "cosine_sbert"  # the cosine's own target: no head
         and t not in cfg.multitask.cross_encode
     )  # fmt: skip
 
@@ -361,7 +368,7 @@ AUSLIN = {  # section 5.3: the first 2,048 examples per task, batch 32, lr 3e-5,
     "data.train_size": 2048,
     "multitask.mixing": "round_robin",  # 'no GS': an update after each task's batch
 }
-AUSLIN_SIAMESE = AUSLIN | {"model.siamese": "euclidean", "multitask.para_loss": "contrastive"}
+AUSLIN_SIAMESE = AUSLIN | {"model.siamese": "euclidean", "multitask.para_loss": "distance_margin"}
 AUSLIN_SEGMENTS = AUSLIN | {
     "multitask.cross_encode": ["para", "sts"],
     "multitask.para_loss": "sigmoid_margin",
@@ -604,7 +611,8 @@ def preset_overrides(typed: dict) -> dict:
     return PRESETS[name].settings(typed)
 
 
-COSINE_LOSSES = ("cosine_mse", "cosine_sbert", "mnrl")  # losses defined on the cosine
+# losses that make the cosine (or 1 - cos, for contrastive) track similarity
+COSINE_LOSSES = ("cosine_mse", "cosine_sbert", "mnrl", "contrastive")
 
 
 def check_settings(cfg: RunConfig):
@@ -623,7 +631,8 @@ def check_settings(cfg: RunConfig):
         if loss in COSINE_LOSSES and cfg.model.siamese == "euclidean":
             raise SystemExit(
                 f"--{task}_loss {loss} trains a cosine, and --siamese euclidean reads the "
-                "pair by its distance: use --siamese cosine, or a distance loss (contrastive, mse)"
+                "pair by d = ||u - v||: use --siamese cosine, or --para_loss distance_margin "
+                "and --sts_loss mse|l1"
             )
     if cfg.schedule.scale != 1 and PRESETS[cfg.preset].scaled is None:
         raise SystemExit(f"--scale shrinks the reports' presets; {cfg.preset} is not one")
@@ -705,6 +714,11 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
     if cfg.smart.enabled and not any(s.smart.active for s in stages):
         raise SystemExit(f"--smart changes no stage of --preset {cfg.preset}: it regularizes "
                          "single-task stages (thesis, sequential, individual)")  # fmt: skip
+    if cfg.simcse.simcse_weight > 0 and not any(
+        s.kind != CONTRASTIVE and s.contrastive and not s.freeze_encoder for s in stages
+    ):
+        raise SystemExit(f"--simcse_weight adds to task losses that train the encoder; "
+                         f"no stage of --preset {cfg.preset} has one")  # fmt: skip
     check_runtime(stages, rt, cfg.optim)
     for s in stages:
         objective = s.contrastive.simcse_loss if s.kind == CONTRASTIVE else None

@@ -163,7 +163,12 @@ def run_row(row: Row, run_dir: Path, args, scale: float) -> dict:
     print(f"{row.preset}: {' '.join(command[1:])}", flush=True)
     t0 = time.time()
     with open(run_dir / "log.txt", "a") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the row too: let it save, then stop
+            child.wait()
+            raise SystemExit("interrupted; the same command goes on from there") from None
     if code != 0:
         raise SystemExit(f"{row.preset} stopped with exit code {code}: see {run_dir / 'log.txt'}")
     rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines()]
@@ -185,10 +190,12 @@ def make_table(name: str, args) -> str:
     for row in table.rows:
         run_dir = folder / row.preset
         results[row.preset] = finished(run_dir)
-        if results[row.preset] and results[row.preset]["scale"] != scale:
+        saved = run_dir / "config.json"  # a finished or a stopped run
+        ran_at = json.loads(saved.read_text())["schedule"]["scale"] if saved.exists() else scale
+        if ran_at != scale:
             raise SystemExit(
-                f"{run_dir} was run at --scale {results[row.preset]['scale']}, not {scale}: "
-                "give another --out, or that scale"
+                f"{run_dir} was run at --scale {ran_at}, not {scale}: give another --out, "
+                "or that scale"
             )
         if results[row.preset] is None and not args.table_only:
             results[row.preset] = run_row(row, run_dir, args, scale)

@@ -135,13 +135,17 @@ def pair_distance(u: torch.Tensor, v: torch.Tensor, distance: str) -> torch.Tens
     raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
 
 
-def margin_on_score(out: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
-    """Auslin et al.'s segments network on Quora: the contrastive formula of their report,
-    1/2 (1 - y) d^2 + 1/2 y max(0, m - d)^2, with d = sigmoid(logit): non-paraphrases are
-    pushed to 0 and paraphrases past the margin. out: (B,) logits; labels: (B,) 0/1."""
-    d = torch.sigmoid(out)
+def report_margin(d: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
+    """The contrastive formula as Auslin et al. print it, 1/2 (1 - y) d^2 + 1/2 y
+    max(0, m - d)^2, on an output d that grows with similarity: non-paraphrases are pulled
+    to 0 and paraphrases pushed past the margin. d, labels: (B,); batch mean."""
     y = labels.to(d.dtype)
     return 0.5 * ((1 - y) * d.pow(2) + y * F.relu(margin - d).pow(2)).mean()
+
+
+def margin_on_score(out: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
+    """Auslin et al.'s segments network on Quora: report_margin of d = sigmoid(logit)."""
+    return report_margin(torch.sigmoid(out), labels, margin)
 
 
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
@@ -168,7 +172,10 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
 
 
 def align_uniform(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Alignment of positive pairs plus the mean uniformity of both sides (Wang & Isola)."""
+    """Alignment of positive pairs plus the mean uniformity of both sides (Wang & Isola);
+    a batch of one (a data set's last) has no pairs to spread: alignment alone."""
+    if x.size(0) < 2:
+        return alignment(x, y)
     return alignment(x, y) + (uniformity(x) + uniformity(y)) / 2
 
 
@@ -212,6 +219,10 @@ PAIR_LOSSES = {
     ),
     "contrastive": lambda u, v, y, kind, distance: contrastive_margin_loss(u, v, y, 0.5, distance),
     "mnrl": lambda u, v, y, kind, distance: ranking_on_positives(u, v, y, kind),
+    # Auslin et al.'s siamese network: their formula on its output d = ||u - v||
+    "distance_margin": lambda u, v, y, kind, distance: report_margin(
+        pair_distance(u, v, "euclidean"), y
+    ),
 }
 
 # Contrastive stages: objective -> (sentences per example K, loss of z (K, B, H) at

@@ -420,6 +420,7 @@ def check_runtime(stages: list[Stage], rt: Runtime, optim: OptimConfig | None = 
     in_batch = [
         s.name for s in stages
         if s.kind == CONTRASTIVE or set(s.losses.values()) & IN_BATCH_LOSSES
+        or (s.contrastive and s.contrastive.simcse_weight > 0)  # a SimCSE term's negatives
     ]  # fmt: skip
     if optim.accumulate > 1 and in_batch:
         raise SystemExit(

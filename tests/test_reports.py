@@ -39,6 +39,12 @@ def test_euclidean_contrastive_loss_matches_a_loop():
     assert got.item() == pytest.approx(total / 5, rel=1e-5)
     near = simcse.contrastive_margin_loss(u, u + 0.1, torch.zeros(5), 0.5, "euclidean")
     assert near.item() > 0  # close non-paraphrases are pushed apart
+    report = 0.0  # Auslin et al.'s formula as printed, on d: y = 1 pays the margin term
+    for a, b, y in zip(u.tolist(), v.tolist(), labels.tolist(), strict=True):
+        d = math.dist(a, b)
+        report += 0.5 * (max(0.0, 0.5 - d) ** 2 if y == 1 else d * d)
+    got = simcse.PAIR_LOSSES["distance_margin"](u, v, labels, "binary", "euclidean")
+    assert got.item() == pytest.approx(report / 5, rel=1e-5)
     same = u.clone().requires_grad_()
     simcse.contrastive_margin_loss(same, u, torch.ones(5), 0.5, "euclidean").backward()
     assert torch.isfinite(same.grad).all()  # d = 0 has a finite gradient
@@ -123,14 +129,26 @@ def test_euclidean_siamese_outputs_the_distance_and_cuts_on_it(tiny_config):
     torch.manual_seed(0)
     bert = BertModel(tiny_config)
     model = mt.MultitaskBERT(bert, dropout=0.0, cosine=("para",), siamese="euclidean").eval()
-    model.para_threshold.fill_(-0.7)
+    model.para_threshold.fill_(0.7)
     batch = pair_batch()
     with torch.no_grad():
         u, v = embeddings(model, batch)
         d = torch.tensor([math.dist(a, b) for a, b in zip(u.tolist(), v.tolist(), strict=True)])
         assert torch.allclose(model("sts", batch), d, atol=1e-5)
-        assert torch.allclose(model("para", batch), -d + 0.7, atol=1e-5)  # d < 0.7: paraphrase
+        assert torch.allclose(model("para", batch), d - 0.7, atol=1e-5)  # d > 0.7: paraphrase
     assert model.config()["siamese"] == "euclidean"
+
+
+def test_the_euclidean_output_is_the_distance_of_the_embeddings_not_of_dropped_ones(
+    tiny_config,
+):
+    torch.manual_seed(0)
+    quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    bert = BertModel(BertConfig(**tiny_config.to_dict() | quiet))
+    model = mt.MultitaskBERT(bert, dropout=0.5, siamese="euclidean").train()  # head dropout on
+    batch = pair_batch()
+    u, v = embeddings(model, batch)
+    assert torch.allclose(model("sts", batch), (u - v).norm(dim=-1), atol=1e-5)
 
 
 def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
@@ -148,8 +166,8 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     with torch.no_grad():
         batch = pairs.collate(list(range(len(pairs))))
         u, v = embeddings(model.eval(), batch)
-    minus_d = -(u - v).norm(dim=-1).numpy()
-    best = evaluation.best_threshold(minus_d, batch["labels"].numpy())
+    d = (u - v).norm(dim=-1).numpy()
+    best = evaluation.best_threshold(d, batch["labels"].numpy())
     assert model.para_threshold.item() == pytest.approx(best, abs=1e-5)
 
 
@@ -230,14 +248,32 @@ def test_scale_shrinks_a_reports_data_and_epochs_only():
 )
 def test_each_task_is_read_out_by_what_its_loss_trains(preset, cosine, concat, cross):
     cfg, _ = mt.parse_args(["--preset", preset])
-    model = mt.run_model(cfg)
     assert mt.cosine_tasks(cfg) == cosine and mt.concat_tasks(cfg) == concat
-    assert tuple(cfg.multitask.cross_encode) == cross and callable(model)
+    assert tuple(cfg.multitask.cross_encode) == cross
+
+
+def test_the_sentence_bert_sts_target_keeps_the_cosine_under_concat_heads():
+    cfg, _ = mt.parse_args(["--preset", "broadhurst-2", "--sts_loss", "cosine_sbert"])
+    assert mt.concat_tasks(cfg) == ("para",)
 
 
 def test_a_cosine_loss_with_euclidean_pairs_is_refused():
     with pytest.raises(SystemExit, match="--sts_loss cosine_mse trains a cosine"):
         mt.parse_args(["--preset", "auslin-siamese", "--sts_loss", "cosine_mse"])
+
+
+def test_a_simcse_term_no_stage_carries_and_one_cut_by_accumulation_are_refused(tiny_env, tmp_path):
+    with pytest.raises(SystemExit, match="no stage of --preset simcse has one"):
+        run(tiny_env, tmp_path / "a", "--preset", "simcse", "--simcse_weight", "1")
+    with pytest.raises(SystemExit, match="--accumulate 2"):
+        run(tiny_env, tmp_path / "b", "--preset", "sicurello-simcse", "--accumulate", "2")
+
+
+def test_a_batch_of_one_has_alignment_only():
+    z1, z2 = two_sets(4, B=1)
+    _, objective = simcse.OBJECTIVES["dropout_align_uniform"]
+    loss = objective(torch.stack([z1, z2]), 0.05)
+    assert loss.item() == pytest.approx(simcse.alignment(z1, z2).item())
 
 
 def test_a_one_sentence_source_cannot_feed_a_triplet_objective(tiny_env, tmp_path):
