@@ -82,7 +82,7 @@ class ModelConfig:
     )  # fmt: skip
     siamese: str = option(
         "cosine", "how siamese pair tasks without a head compare u and v: cosine, or "
-        "d = ||u - v|| (Auslin et al.: STS outputs d, QQP is d below a fit threshold)",
+        "d = ||u - v|| (Auslin et al.: STS outputs d, QQP is d above a fit threshold)",
         choices=DISTANCES,
     )  # fmt: skip
 
