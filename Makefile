@@ -38,7 +38,7 @@ bench: venv
 	$(PY) bench.py
 
 # The three CS224n reports' tables, each row a preset, at their CPU scales (reports.py):
-# about an hour on a 2-core CPU; stopped, it goes on where it was.
+# 77 min on a 2-core CPU; stopped, it goes on where it was.
 reports: venv
 	$(PY) reports.py all
 

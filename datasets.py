@@ -650,8 +650,10 @@ def random_subset(examples: list, n: int, seed: int) -> list:
     return [examples[i] for i in keep]
 
 
-def keep_share(examples: list, share: float, seed: int) -> list:
-    """A fixed random share of the examples (at least one)."""
+def subset(examples: list, size: int, share: float, seed: int) -> list:
+    """`size` examples at random (0: all), then a fixed random share of those (at least
+    one): --train_size, then --train_share."""
+    examples = random_subset(examples, size, seed)
     return random_subset(examples, max(1, round(share * len(examples))), seed)
 
 
@@ -683,7 +685,7 @@ def load_task_data(
         def load(split, limit, share=1.0, task=task):
             examples = read_task(folder, task, split, cfg.strict)
             check_usable(examples, task_file(folder, task, split), split)
-            examples = keep_share(random_subset(examples, limit, seed), share, seed)
+            examples = subset(examples, limit, share, seed)
             if not TASKS[task].pair:
                 return SentenceDataset(examples, tokenizer, cfg.max_length)
             return PairDataset(examples, tokenizer, cfg.max_length, cross_encode=task in cross)
@@ -718,6 +720,9 @@ def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
     return TaskData(train=None, dev=PairDataset(pairs, tokenizer, cfg.max_length), test=None)
 
 
+CONTRASTIVE_SOURCES = {"snli": 3, "para": 2, "sst": 1}  # sentences per example of each source
+
+
 def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int) -> TaskData:
     """Sentence tuples for a contrastive stage, tokenized once.
 
@@ -739,14 +744,9 @@ def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int
         tuples = [(e.sentence,) for e in read_task(folder, "sst", "train", strict=cfg.strict)]
     if not tuples:
         raise DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
-    tuples = keep_share(
-        random_subset([t[:columns] for t in tuples], cfg.train_size, seed), cfg.train_share, seed
-    )
+    tuples = subset([t[:columns] for t in tuples], cfg.train_size, cfg.train_share, seed)
     print(f"simcse ({objective}, {source}): {len(tuples)} examples of {columns}")
     return TaskData(train=TupleDataset(tuples, tokenizer, cfg.max_length), dev=None, test=None)
-
-
-CONTRASTIVE_SOURCES = {"snli": 3, "para": 2, "sst": 1}  # sentences per example of each source
 
 
 def subset_loader(dataset, keep: list[int], batch_size: int, generator) -> DataLoader:

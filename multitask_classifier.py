@@ -72,8 +72,8 @@ class MultitaskBERT(nn.Module):
         """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
         their siamese similarity against a threshold (their loss trains only the embeddings,
         e.g. --para_loss contrastive): no head, trainer.fit_thresholds; concat: pair tasks
-        with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the similarity of pairs
-        without a head, the cosine or minus d = ||u - v|| (then STS outputs d)."""
+        with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the score of pairs
+        without a head, the cosine or d = ||u - v|| (Auslin et al.; STS then outputs d)."""
         super().__init__()
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
@@ -169,7 +169,7 @@ class MultitaskBERT(nn.Module):
         et al.'s output d = ||u - v||, which their losses make grow with similarity."""
         if self.siamese == "cosine":
             return F.cosine_similarity(u, v, dim=-1)
-        return simcse.pair_distance(u, v, "euclidean")
+        return simcse.euclidean_distance(u, v)
 
     def predict(self, task, batch):
         return self(task, batch)
@@ -633,6 +633,11 @@ def check_settings(cfg: RunConfig):
                 f"--{task}_loss {loss} trains a cosine, and --siamese euclidean reads the "
                 "pair by d = ||u - v||: use --siamese cosine, or --para_loss distance_margin "
                 "and --sts_loss mse|l1"
+            )
+        if loss == "distance_margin" and cfg.model.siamese != "euclidean":
+            raise SystemExit(
+                f"--{task}_loss distance_margin trains d = ||u - v||, which only "
+                "--siamese euclidean reads out; add it"
             )
     if cfg.schedule.scale != 1 and PRESETS[cfg.preset].scaled is None:
         raise SystemExit(f"--scale shrinks the reports' presets; {cfg.preset} is not one")

@@ -106,18 +106,16 @@ def triplet_simcse_loss(
 
 
 def contrastive_margin_loss(
-    u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor, margin: float = 0.5,
-    distance: str = "cosine",
-) -> torch.Tensor:  # fmt: skip
+    u: torch.Tensor, v: torch.Tensor, labels: torch.Tensor, margin: float = 0.5
+) -> torch.Tensor:
     """Contrastive loss of pairs (Hadsell et al., 2006; sentence-transformers' ContrastiveLoss):
-    with a distance d of u and v, similar pairs (label 1) pay d^2 and dissimilar ones
-    (label 0) pay max(0, margin - d)^2; halved, batch mean.
+    with the cosine distance d = 1 - cos(u, v), similar pairs (label 1) pay d^2 and
+    dissimilar ones (label 0) pay max(0, margin - d)^2; halved, batch mean.
 
-    u, v: (B, H); labels: (B,) 0/1; distance: 'cosine' (d = 1 - cos(u, v)) or 'euclidean'
-    (d = ||u - v||, Auslin et al.'s siamese network).
+    u, v: (B, H); labels: (B,) 0/1.
     """
     _check_pairs(u=u, v=v)
-    d = pair_distance(u, v, distance)  # (B,)
+    d = 1 - F.cosine_similarity(u, v, dim=-1)  # (B,)
     y = labels.to(d.dtype)
     return 0.5 * (y * d.pow(2) + (1 - y) * F.relu(margin - d).pow(2)).mean()
 
@@ -125,14 +123,10 @@ def contrastive_margin_loss(
 DISTANCES = ("cosine", "euclidean")  # how a siamese pair task compares its two embeddings
 
 
-def pair_distance(u: torch.Tensor, v: torch.Tensor, distance: str) -> torch.Tensor:
-    """(B,) distance of each pair: 1 - cos(u, v), or ||u - v|| (eps inside the root keeps
-    its gradient finite when u = v)."""
-    if distance == "cosine":
-        return 1 - F.cosine_similarity(u, v, dim=-1)
-    if distance == "euclidean":
-        return ((u - v).pow(2).sum(-1) + 1e-12).sqrt()
-    raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
+def euclidean_distance(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B,) ||u - v|| of each pair of rows; eps inside the root keeps the gradient finite
+    when u = v."""
+    return ((u - v).pow(2).sum(-1) + 1e-12).sqrt()
 
 
 def report_margin(d: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
@@ -210,23 +204,18 @@ def ranking_on_positives(u, v, labels, kind):
     return multiple_negatives_ranking_loss(u[keep], v[keep], temperature=0.05)
 
 
-# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), the
-# task's kind and the model's siamese distance (simcse.DISTANCES).
+# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), task kind.
 COSINE_TARGET = {"binary": lambda y: y, "regression": lambda y: y / 2.5 - 1}  # 0/1; 0-5 to [-1, 1]
 PAIR_LOSSES = {
-    "cosine_mse": lambda u, v, y, kind, distance: F.mse_loss(
+    "cosine_mse": lambda u, v, y, kind: F.mse_loss(
         F.cosine_similarity(u, v, dim=-1), COSINE_TARGET[kind](y.to(u.dtype))
     ),
-    "contrastive": lambda u, v, y, kind, distance: contrastive_margin_loss(u, v, y, 0.5, distance),
-    "mnrl": lambda u, v, y, kind, distance: ranking_on_positives(u, v, y, kind),
+    "contrastive": lambda u, v, y, kind: contrastive_margin_loss(u, v, y, margin=0.5),
+    "mnrl": ranking_on_positives,
     # Auslin et al.'s siamese network: their formula on its output d = ||u - v||
-    "distance_margin": lambda u, v, y, kind, distance: report_margin(
-        pair_distance(u, v, "euclidean"), y
-    ),
+    "distance_margin": lambda u, v, y, kind: report_margin(euclidean_distance(u, v), y),
 }
 
-# Contrastive stages: objective -> (sentences per example K, loss of z (K, B, H) at
-# temperature t).
 # Contrastive stages: objective -> (sentences per example K, loss of z (K', B, H) at
 # temperature t). K = 1: the batch is encoded twice, dropout making the two views (K' = 2).
 OBJECTIVES = {

@@ -275,7 +275,7 @@ def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, los
         if name in simcse.PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
             z = model.sentences(batch).float()  # (2B, H)
             u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
-            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind, model.siamese)
+            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
         shared = smart.active and smart.dropout == "shared"
         same_embed = SameDropout(rt.device) if shared else None
         embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
@@ -585,27 +585,29 @@ def evaluate_split(model, task_data: dict, split: str, tasks, rt: Runtime, batch
         return evaluation.evaluate(model, loaders, rt.device)
 
 
-def pair_cosines(
-    model, pairs, rt: Runtime, batch_size: int, n: int | None = None, similarity=None
-):  # fmt: skip
-    """(cosines, labels) of the first n siamese pairs of a PairDataset (all by default):
-    cos(u, v) of the two sentence embeddings in eval mode (or similarity(u, v)), as numpy
-    arrays (n,). The batches are collated directly, so scoring draws nothing from the random
-    generators."""
-    similarity = similarity or (lambda u, v: torch.nn.functional.cosine_similarity(u, v, dim=-1))
+def cosine(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(u, v, dim=-1)  # (B,)
+
+
+def pair_scores(
+    model, pairs, rt: Runtime, batch_size: int, n: int | None = None, similarity=cosine
+):
+    """(scores, labels) of the first n siamese pairs of a PairDataset (all by default):
+    similarity(u, v) of the two sentence embeddings in eval mode, as numpy arrays (n,). The
+    batches are collated directly, so scoring draws nothing from the random generators."""
     n = len(pairs) if n is None else min(n, len(pairs))
     was_training = model.training
     model.eval()
-    cosines, labels = [], []
+    scores, labels = [], []
     with torch.no_grad(), rt.autocast():
         for i in range(0, n, batch_size):
             batch = pairs.collate(list(range(i, min(i + batch_size, n))))
             z = model.sentences(evaluation.to_device(batch, rt.device)).float()  # (2b, H)
             u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (b, H) each
-            cosines.append(similarity(u, v).cpu())
+            scores.append(similarity(u, v).cpu())
             labels.append(batch["labels"])
     model.train(was_training)
-    return torch.cat(cosines).numpy(), torch.cat(labels).numpy()
+    return torch.cat(scores).numpy(), torch.cat(labels).numpy()
 
 
 THRESHOLD_PAIRS = 2000  # training pairs a cosine read-out's threshold is fit on
@@ -616,10 +618,10 @@ def fit_thresholds(model, task_data, rt: Runtime, batch_size: int):
     (model.cosine): the most accurate cut on its first THRESHOLD_PAIRS training pairs, fit
     again before each scoring since every stage moves the embeddings."""
     for task in model.cosine:
-        cosines, labels = pair_cosines(
+        scores, labels = pair_scores(
             model, task_data[task].train, rt, batch_size, THRESHOLD_PAIRS, model.similarity
         )
-        getattr(model, f"{task}_threshold").fill_(evaluation.best_threshold(cosines, labels))
+        getattr(model, f"{task}_threshold").fill_(evaluation.best_threshold(scores, labels))
 
 
 def new_optimizer(model, cfg: OptimConfig) -> AdamW:
@@ -662,7 +664,7 @@ class Run:
         if data.HELDOUT in task_data and split == "dev":  # what the encoder brought along
             pairs = task_data[data.HELDOUT].dev
             row["heldout"] = evaluation.roc_auc(
-                *pair_cosines(model, pairs, self.rt, self.eval_batch_size)
+                *pair_scores(model, pairs, self.rt, self.eval_batch_size)
             )
         return row
 

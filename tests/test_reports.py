@@ -28,25 +28,21 @@ def two_sets(seed=0, B=5, H=4):
 # Losses, each against a loop over the batch
 
 
-def test_euclidean_contrastive_loss_matches_a_loop():
+def test_auslins_distance_margin_matches_a_loop():
     u, v = two_sets()
     labels = torch.tensor([1, 0, 1, 0, 0])
-    total = 0.0
-    for a, b, y in zip(u.tolist(), v.tolist(), labels.tolist(), strict=True):
-        d = math.sqrt(sum((x - z) ** 2 for x, z in zip(a, b, strict=True)))
-        total += 0.5 * (d * d if y == 1 else max(0.0, 0.5 - d) ** 2)
-    got = simcse.contrastive_margin_loss(u, v, labels, 0.5, "euclidean")
-    assert got.item() == pytest.approx(total / 5, rel=1e-5)
-    near = simcse.contrastive_margin_loss(u, u + 0.1, torch.zeros(5), 0.5, "euclidean")
-    assert near.item() > 0  # close non-paraphrases are pushed apart
+    d = simcse.euclidean_distance(u, v)
+    expected = [math.dist(a, b) for a, b in zip(u.tolist(), v.tolist(), strict=True)]
+    assert d.tolist() == pytest.approx(expected, rel=1e-5)
     report = 0.0  # Auslin et al.'s formula as printed, on d: y = 1 pays the margin term
-    for a, b, y in zip(u.tolist(), v.tolist(), labels.tolist(), strict=True):
-        d = math.dist(a, b)
-        report += 0.5 * (max(0.0, 0.5 - d) ** 2 if y == 1 else d * d)
-    got = simcse.PAIR_LOSSES["distance_margin"](u, v, labels, "binary", "euclidean")
+    for dist, y in zip(expected, labels.tolist(), strict=True):
+        report += 0.5 * (max(0.0, 0.5 - dist) ** 2 if y == 1 else dist * dist)
+    got = simcse.PAIR_LOSSES["distance_margin"](u, v, labels, "binary")
     assert got.item() == pytest.approx(report / 5, rel=1e-5)
+    near = simcse.PAIR_LOSSES["distance_margin"](u, u + 0.01, torch.ones(5), "binary")
+    assert near.item() > 0  # close paraphrases are pushed past the margin
     same = u.clone().requires_grad_()
-    simcse.contrastive_margin_loss(same, u, torch.ones(5), 0.5, "euclidean").backward()
+    simcse.PAIR_LOSSES["distance_margin"](same, u, torch.ones(5), "binary").backward()
     assert torch.isfinite(same.grad).all()  # d = 0 has a finite gradient
 
 
@@ -74,11 +70,11 @@ def test_cosine_mse_targets_follow_the_task():
     y = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0])
     loss = simcse.PAIR_LOSSES["cosine_mse"]
     binary = sum((c - t) ** 2 for c, t in zip(cos, y.tolist(), strict=True)) / 5
-    assert loss(u, v, y, "binary", "cosine").item() == pytest.approx(binary, rel=1e-5)
+    assert loss(u, v, y, "binary").item() == pytest.approx(binary, rel=1e-5)
     scores = torch.tensor([0.0, 2.5, 5.0, 1.0, 4.0])
     target = [s / 2.5 - 1 for s in scores.tolist()]  # 0-5 to [-1, 1]
     regression = sum((c - t) ** 2 for c, t in zip(cos, target, strict=True)) / 5
-    assert loss(u, v, scores, "regression", "cosine").item() == pytest.approx(regression, rel=1e-5)
+    assert loss(u, v, scores, "regression").item() == pytest.approx(regression, rel=1e-5)
 
 
 def test_dropout_views_objectives_are_alignment_plus_uniformity():
@@ -203,10 +199,13 @@ def test_a_random_order_shuffles_the_batches_of_a_simultaneous_step():
 
 def test_a_training_share_is_a_fixed_random_subset():
     examples = list(range(100))
-    kept = data.keep_share(examples, 0.25, seed=3)
+    kept = data.subset(examples, 0, 0.25, seed=3)
     assert len(kept) == 25 and set(kept) <= set(examples)
-    assert kept == data.keep_share(examples, 0.25, seed=3) != data.keep_share(examples, 0.25, 4)
-    assert len(data.keep_share(examples, 0.001, seed=3)) == 1  # at least one
+    assert kept == data.subset(examples, 0, 0.25, seed=3) != data.subset(examples, 0, 0.25, 4)
+    assert len(data.subset(examples, 0, 0.001, seed=3)) == 1  # at least one
+    first = data.random_subset(examples, 40, seed=3)  # --train_size 40, then the share
+    halved = data.subset(examples, 40, 0.5, seed=3)
+    assert len(halved) == 20 and set(halved) <= set(first)
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,9 +256,11 @@ def test_the_sentence_bert_sts_target_keeps_the_cosine_under_concat_heads():
     assert mt.concat_tasks(cfg) == ("para",)
 
 
-def test_a_cosine_loss_with_euclidean_pairs_is_refused():
+def test_a_loss_is_refused_where_the_read_out_is_not_what_it_trains():
     with pytest.raises(SystemExit, match="--sts_loss cosine_mse trains a cosine"):
         mt.parse_args(["--preset", "auslin-siamese", "--sts_loss", "cosine_mse"])
+    with pytest.raises(SystemExit, match="only --siamese euclidean reads out"):
+        mt.parse_args(["--preset", "multitask", "--para_loss", "distance_margin"])
 
 
 def test_a_simcse_term_no_stage_carries_and_one_cut_by_accumulation_are_refused(tiny_env, tmp_path):
