@@ -119,6 +119,12 @@ class OptimConfig:
         0.0, "L2-SP weight alpha: add alpha/2 * ||w - w_pretrained||^2 over the encoder "
         "(Li et al. 2018), a pull back toward what it knew", minimum=0,
     )  # fmt: skip
+    distill: float = option(
+        0.0, "add this weight times the mean squared gap between the cosines of a task "
+        "batch's sentences (a pair's first) and those the untouched encoder gives them "
+        "(relational distillation): embeddings may move but keep their similarities; costs "
+        "a forward of the frozen encoder per batch", minimum=0,
+    )  # fmt: skip
 
 
 @dataclass

@@ -61,8 +61,9 @@ class MultitaskBERT(nn.Module):
     """A shared BERT with one small head per task.
 
     `forward(task, batch, embeds=None)` is the only prediction path: given `embeds` (the
-    embedding output, e.g. perturbed by SMART) it runs from there instead of from ids.
-    Pair batches are siamese, (2, B, T): both sentences go through BERT in one forward.
+    embedding output, e.g. perturbed by SMART) it runs from there instead of from ids; it
+    is `readout(task, batch, sentences(batch, embeds))`, so a training step can keep the
+    sentence embeddings it computed on the way. Pair batches are siamese, (2, B, T): both sentences go through BERT in one forward.
     """
 
     def __init__(
@@ -139,7 +140,10 @@ class MultitaskBERT(nn.Module):
         return out["pooler_output"]  # (N, H): BERT's pooled [CLS]
 
     def forward(self, task, batch, embeds=None):
-        sentences = self.sentences(batch, embeds)  # (N, H)
+        return self.readout(task, batch, self.sentences(batch, embeds))
+
+    def readout(self, task, batch, sentences):
+        """The task's output from the batch's pooled sentence embeddings (N, H)."""
         pooled = self.dropout(sentences)
         kind = TASKS[task].kind
         if batch["input_ids"].dim() == 2:  # one sequence per example
@@ -346,10 +350,11 @@ SMART_ON = {"smart.enabled": True, "smart.smart_dropout": "independent"}
 # learn fast on an encoder that moves slowly, and a warmup that spares the first steps.
 DEFENDED = {
     "multitask.sts_loss": "cosine_sbert",
-    "optim.lr": 2e-5,
+    "optim.lr": 3e-5,
     "optim.head_lr_scale": 50.0,
     "optim.warmup": 0.1,
     "optim.decay": "linear",
+    "optim.distill": 30.0,
 }
 
 # The CS224n reports' rows (../shared/papers): their settings are the defaults, on
@@ -562,7 +567,8 @@ PRESETS = {
     ),
     "defended": Preset(
         "the thesis schedule defended against forgetting: the Sentence-BERT STS target, "
-        "heads at 50x the lr, warmup and linear decay (README, 'Forgetting')",
+        "heads at 50x the lr, warmup and linear decay, the batch's cosines distilled from "
+        "the untouched encoder (README, 'Forgetting')",
         one_run(thesis_plan),
         DEFENDED,
     ),
@@ -723,6 +729,11 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
         s.kind != CONTRASTIVE and s.contrastive and not s.freeze_encoder for s in stages
     ):
         raise SystemExit(f"--simcse_weight adds to task losses that train the encoder; "
+                         f"no stage of --preset {cfg.preset} has one")  # fmt: skip
+    if cfg.optim.distill > 0 and not any(
+        s.kind != CONTRASTIVE and not s.freeze_encoder for s in stages
+    ):
+        raise SystemExit(f"--distill pulls task stages that train the encoder; "
                          f"no stage of --preset {cfg.preset} has one")  # fmt: skip
     check_runtime(stages, rt, cfg.optim)
     for s in stages:

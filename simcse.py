@@ -165,6 +165,22 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     return torch.logsumexp(-t * d2, dim=0) - math.log(d2.numel())  # log of the mean, stably
 
 
+def similarity_distillation(z: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference between the cosines of every two rows of z and those of the
+    same rows under a reference encoder: relational knowledge distillation (Park et al.,
+    2019) with the cosine as the relation. Embeddings may move, rotate or scale as long as
+    the batch's similarities stay what the reference made them.
+
+    z, reference: (N, H) -> scalar over the N(N-1) pairs i != j; a batch of one has none: 0.
+    """
+    _check_pairs(z=z, reference=reference)
+    N = z.size(0)
+    if N < 2:
+        return z.sum() * 0.0
+    off = ~torch.eye(N, dtype=torch.bool, device=z.device)  # (N, N): the pairs i != j
+    return (cos_sim(z, z) - cos_sim(reference, reference).detach())[off].pow(2).mean()
+
+
 def align_uniform(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Alignment of positive pairs plus the mean uniformity of both sides (Wang & Isola);
     a batch of one (a data set's last) has no pairs to spread: alignment alone."""

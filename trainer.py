@@ -9,6 +9,7 @@ keeps the best model and a resumable state in the run folder.
 Device and precision are decided once, in `make_runtime`.
 """
 
+import copy
 import json
 import math
 import os
@@ -47,6 +48,7 @@ FORGETTING = "forgetting.json"  # evaluation.forgetting of the table, written at
 STEPS = "steps.jsonl"  # the step log of a run folder: one JSON line per training step
 CONTRASTIVE = "contrastive"  # the task_data key of a contrastive stage's sentence tuples
 STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a batch
 IN_BATCH_LOSSES = {"mnrl"}  # task losses whose negatives are the batch's other examples
 
 
@@ -268,22 +270,37 @@ def smart_term(model, task, cfg: SmartConfig, batch, embeds, out, teacher, rt, m
     return smart_loss(from_embeddings, embeds, clean, kind, teacher_out, cfg, mask)
 
 
-def batch_loss(model, task, batch, smart: SmartConfig, teacher, rt: Runtime, loss_name=None):
-    """The training loss of one batch: the task's loss, plus SMART's terms when on."""
+def batch_loss(
+    model, task, batch, smart: SmartConfig, teacher, rt: Runtime, loss_name=None,
+    reference=None, distill: float = 0.0,
+) -> torch.Tensor:  # fmt: skip
+    """The training loss of one batch: the task's loss, plus SMART's terms when on, plus
+    `distill` times the gap between the cosines of the examples' first sentences and those
+    the `reference` model gives them (a pair's own cosine stays free for its task)."""
     name = loss_name or TASKS[task].losses[0]
+    shared = smart.active and smart.dropout == "shared"
+    same_embed = SameDropout(rt.device) if shared else None
     with rt.autocast():
         if name in simcse.PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
-            z = model.sentences(batch).float()  # (2B, H)
-            u, v = z.view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
-            return simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
-        shared = smart.active and smart.dropout == "shared"
-        same_embed = SameDropout(rt.device) if shared else None
-        embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
-        masks = (same_embed, SameDropout(rt.device)) if shared else None
-        out = model(task, batch, embeds)
-        loss = simcse.OUTPUT_LOSSES[name](out.float(), batch["labels"])
-        if smart.active:
-            loss = loss + smart_term(model, task, smart, batch, embeds, out, teacher, rt, masks)
+            z = model.sentences(batch)  # (2B, H)
+            u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
+            loss = simcse.PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
+        else:
+            embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
+            masks = (same_embed, SameDropout(rt.device)) if shared else None
+            z = model.sentences(batch, embeds)  # (N, H)
+            out = model.readout(task, batch, z)
+            loss = simcse.OUTPUT_LOSSES[name](out.float(), batch["labels"])
+            if smart.active:
+                loss = loss + smart_term(
+                    model, task, smart, batch, embeds, out, teacher, rt, masks
+                )  # fmt: skip
+        if distill > 0:
+            first = {k: batch[k][0] if batch[k].dim() == 3 else batch[k] for k in INPUTS}
+            with torch.no_grad():
+                z0 = reference.sentences(first)  # (B, H)
+            B = z0.size(0)  # z's first B rows: the examples' first sentences
+            loss = loss + distill * simcse.similarity_distillation(z[:B].float(), z0.float())
     return loss
 
 
@@ -308,14 +325,14 @@ class NonFiniteLoss(RuntimeError):
 
 def train_step(
     model, optimizer, stage: Stage, step_batches, rt: Runtime, teacher, generator,
-    optim: OptimConfig | None = None, anchor: list | None = None,
+    optim: OptimConfig | None = None, reference=None,
 ) -> torch.Tensor:  # fmt: skip
     """One update from `step_batches`, [(task, batch), ...]; returns the step's loss.
 
     Each batch is the global one: under torchrun each process trains on its share
     (my_parts) and the gradients are summed over the processes before the update.
-    optim: the update's tools (accumulation, clipping, L2-SP weight); anchor: the encoder's
-    pretrained weights, in model.bert.parameters() order, for L2-SP.
+    optim: the update's tools (accumulation, clipping, L2-SP and distillation weights);
+    reference: the model as loaded (`frozen_copy`), what L2-SP and distillation pull toward.
     """
     optim = optim or OptimConfig()
     weights = loss_weights(len(step_batches), stage.weighting, generator)
@@ -325,7 +342,8 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     if stage.weighting == "pcgrad" and len(step_batches) > 1:  # whole shards, one per task
         losses = [
-            sum(share * task_loss(model, stage, task, m, rt, teacher) for m, share in mine)
+            sum(share * task_loss(model, stage, task, m, rt, teacher, optim, reference)
+                for m, share in mine)
             if mine
             else None  # this process has no example of the task in this step
             for task, mine in zip(tasks, parts, strict=True)
@@ -340,12 +358,15 @@ def train_step(
         loss = 0.0
         for i in range(max(map(len, parts))):
             part = sum(
-                w * mine[i][1] * task_loss(model, stage, task, mine[i][0], rt, teacher)
+                w * mine[i][1]
+                * task_loss(model, stage, task, mine[i][0], rt, teacher, optim, reference)
                 for task, mine, w in zip(tasks, parts, weights, strict=True)
                 if i < len(mine)
             )  # fmt: skip
-            if i == 0 and rt.main and anchor is not None and optim.l2sp > 0:
-                part = part + optim.l2sp * l2_sp(model.bert.parameters(), anchor)
+            if i == 0 and rt.main and optim.l2sp > 0:
+                part = part + optim.l2sp * l2_sp(
+                    model.bert.parameters(), reference.bert.parameters()
+                )  # fmt: skip
             backward(part, rt.scaler)
             loss = loss + part.detach()
         sum_gradients(params, rt)
@@ -357,13 +378,20 @@ def train_step(
     return loss
 
 
-def task_loss(model, stage: Stage, task, batch, rt: Runtime, teacher) -> torch.Tensor:
-    """One batch's loss in this stage: a contrastive objective or the task's loss, plus a
-    weighted SimCSE term when the stage has one."""
+def task_loss(
+    model, stage: Stage, task, batch, rt: Runtime, teacher, optim: OptimConfig | None = None,
+    reference=None,
+) -> torch.Tensor:  # fmt: skip
+    """One batch's loss in this stage: a contrastive objective or the task's loss (with the
+    distillation term of `optim` when the encoder trains), plus a weighted SimCSE term when
+    the stage has one."""
     batch = evaluation.to_device(batch, rt.device)
     if stage.kind == CONTRASTIVE:
         return contrastive_loss(model, stage.contrastive, batch, rt)
-    loss = batch_loss(model, task, batch, stage.smart, teacher, rt, stage.losses.get(task))
+    distill = optim.distill if optim and not stage.freeze_encoder else 0.0
+    loss = batch_loss(
+        model, task, batch, stage.smart, teacher, rt, stage.losses.get(task), reference, distill
+    )  # fmt: skip
     if stage.contrastive and stage.contrastive.simcse_weight > 0:
         loss = loss + stage.contrastive.simcse_weight * simcse_term(model, stage, batch, rt)
     return loss
@@ -421,6 +449,7 @@ def check_runtime(stages: list[Stage], rt: Runtime, optim: OptimConfig | None = 
         s.name for s in stages
         if s.kind == CONTRASTIVE or set(s.losses.values()) & IN_BATCH_LOSSES
         or (s.contrastive and s.contrastive.simcse_weight > 0)  # a SimCSE term's negatives
+        or optim.distill > 0  # a task batch's cosines, distilled
     ]  # fmt: skip
     if optim.accumulate > 1 and in_batch:
         raise SystemExit(
@@ -462,7 +491,7 @@ def resumed(within: "InStage | None", teacher) -> tuple[dict | None, int, float]
 
 def train_stage(
     model, optimizer, stage, steps, rt: Runtime, desc: str, after_epoch=None, seed=0,
-    log=None, within: InStage | None = None, optim: OptimConfig | None = None, anchor=None,
+    log=None, within: InStage | None = None, optim: OptimConfig | None = None, reference=None,
 ) -> float:  # fmt: skip
     """Train one stage; returns the mean training loss.
 
@@ -472,7 +501,8 @@ def train_stage(
     it: `within.resume` (model and optimizer are already loaded) iterates the batches up to
     the saved step without training on them, restores the global generators, the teacher
     and the running loss there, and goes on as if never stopped. optim: the learning-rate
-    schedule within the stage and the update's tools (train_step); anchor: for L2-SP.
+    schedule within the stage and the update's tools (train_step); reference: for L2-SP and
+    distillation.
     """
     optim = optim or OptimConfig()
     prepare(model, optimizer, stage)
@@ -505,7 +535,7 @@ def train_stage(
                 try:
                     loss = train_step(
                         model, optimizer, stage, step_batches, rt, teacher, generator, optim,
-                        anchor,
+                        reference,
                     )  # fmt: skip
                 except NonFiniteLoss as e:
                     where = f"at step {step} of stage '{stage.name}' (task {e.args[1]})"
@@ -753,13 +783,13 @@ def save_position(model, optimizer, progress: dict, position: dict, run: Run):
 
 def run_stage(
     model, optimizer, stage: Stage, k: int, task_data, run: Run, at_start, resume, optim,
-    anchor,
+    reference,
 ) -> dict:  # fmt: skip
     """Train stage k; returns its row of the forgetting table.
 
     at_start: the run's progress before the stage (what a checkpoint inside it keeps);
     resume: the position of such a checkpoint, to continue from (None: from the start);
-    optim, anchor: as in train_stage.
+    optim, reference: as in train_stage.
     """
     generator = torch.Generator().manual_seed(run.seed * 1000 + k)
     steps = stage_steps(task_data, stage, generator)
@@ -786,7 +816,7 @@ def run_stage(
         seed = run.seed * 1000 + k
         train_loss = train_stage(
             model, optimizer, stage, steps, run.rt, desc, after_epoch, seed, log, within, optim,
-            anchor,
+            reference,
         )  # fmt: skip
         if stage.select_by_sts:
             best_epoch.restore()
@@ -803,6 +833,11 @@ def run_stage(
     return row
 
 
+def frozen_copy(model):
+    """A copy of the model that never learns: eval mode (no dropout), no gradients."""
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
 def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     """Run every stage of `plan`, scoring `run.eval_tasks` after each; resumable.
 
@@ -816,8 +851,9 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     run.run_dir.mkdir(parents=True, exist_ok=True)
     model = model.to(run.rt.device)
     optimizer = new_optimizer(model, optim)
-    # L2-SP's anchor: the encoder as loaded, before a resumed run's checkpoint replaces it
-    anchor = [p.detach().clone() for p in model.bert.parameters()] if optim.l2sp else None
+    # what L2-SP and distillation pull toward: the model as loaded, before a resumed run's
+    # checkpoint replaces it
+    reference = frozen_copy(model) if optim.l2sp or optim.distill else None
     progress = start(model, optimizer, task_data, run)
     if run.rt.world > 1:  # the same starting weights everywhere, as DDP makes sure too
         for tensor in model.state_dict().values():
@@ -829,7 +865,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         try:
             resume = progress.pop("within", None)
             row = run_stage(
-                model, optimizer, plan[k], k, task_data, run, at_start, resume, optim, anchor
+                model, optimizer, plan[k], k, task_data, run, at_start, resume, optim, reference
             )
         except NonFiniteLoss as e:
             kept = f"; the best model so far is in {best_path}" if best_path.exists() else ""

@@ -492,9 +492,10 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
 
 
 def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(tiny_env, tmp_path):
-    cfg, _ = mt.parse_args(["--preset", "defended", "--lr", "3e-5"])
-    assert cfg.optim.lr == 3e-5  # a typed flag wins over the preset
+    cfg, _ = mt.parse_args(["--preset", "defended", "--lr", "1e-5"])
+    assert cfg.optim.lr == 1e-5  # a typed flag wins over the preset's 3e-5
     assert (cfg.optim.head_lr_scale, cfg.optim.warmup, cfg.optim.decay) == (50.0, 0.1, "linear")
+    assert cfg.optim.distill == 30.0
     assert cfg.multitask.sts_loss == "cosine_sbert" and not cfg.smart.enabled
     run(tiny_env, tmp_path / "run", "--preset", "defended")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -12,6 +12,7 @@ from simcse import (
     build_triplets,
     contrastive_margin_loss,
     multiple_negatives_ranking_loss,
+    similarity_distillation,
     sup_simcse_loss,
     triplet_simcse_loss,
     uniformity,
@@ -224,3 +225,20 @@ def test_sbert_target_is_the_cosine_against_score_over_5():
     out = cos * 2.5 + 2.5  # what the STS head returns
     naive = sum((c - y / 5) ** 2 for c, y in zip(cos.tolist(), scores.tolist(), strict=True)) / 4
     assert simcse.OUTPUT_LOSSES["cosine_sbert"](out, scores).item() == pytest.approx(naive)
+
+
+def test_similarity_distillation_matches_loop_and_allows_rotations():
+    torch.manual_seed(0)
+    z, ref = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    Z, R = z.tolist(), ref.tolist()
+    gaps = [(cos(Z[i], Z[j]) - cos(R[i], R[j])) ** 2 for i in range(5) for j in range(5) if i != j]
+    assert similarity_distillation(z, ref).item() == pytest.approx(sum(gaps) / len(gaps), abs=TOL)
+    # a rotation and a scale of the reference keep every cosine: nothing to distil
+    q, _ = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))
+    assert similarity_distillation(3 * ref @ q, ref).item() == pytest.approx(0.0, abs=1e-12)
+    assert similarity_distillation(z[:1], ref[:1]).item() == 0.0  # one sentence, no pair
+    z.requires_grad_(), ref.requires_grad_()
+    similarity_distillation(z, ref).backward()
+    assert z.grad.abs().sum() > 0 and ref.grad is None  # the reference is a fixed target
+    with pytest.raises(ValueError, match="one shape"):
+        similarity_distillation(z, ref[:4])

@@ -1,6 +1,7 @@
 """The training loop: stages, the step, resume, PCGrad and non-finite losses (tiny BERT)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -221,6 +222,7 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
             ],
         ),  # every tool of the update
         (4, ["--preset", "multitask", "--multitask_epochs", "1", "--weighting", "random"]),
+        (8, ["--preset", "defended", "--distill", "5"]),  # the reference is the loaded model
         (8, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
         (6, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
     ],
@@ -385,6 +387,66 @@ def test_l2sp_keeps_the_encoder_near_its_pretrained_weights(tiny_env, tmp_path):
     assert drift("--l2sp", "1000") < 0.5 * drift()
 
 
+def cos_of(u: list[float], v: list[float]) -> float:
+    dot = sum(a * b for a, b in zip(u, v, strict=True))
+    return dot / math.sqrt(sum(a * a for a in u) * sum(b * b for b in v))
+
+
+def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    reference = trainer.frozen_copy(model)
+    with torch.no_grad():  # the model moves away; its frozen copy must not follow
+        for p in model.bert.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.eval()  # no dropout: the same sentence embeddings in every pass
+    rt = trainer.make_runtime("cpu", amp=False)
+    smart = SmartConfig(lambda_s=0, mu=0)
+    for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
+        batch = first_batch(task_data, task, 6)
+        plain = trainer.batch_loss(model, task, batch, smart, None, rt)
+        pulled = trainer.batch_loss(model, task, batch, smart, None, rt, None, reference, 2.0)
+        with torch.no_grad():  # each example's first sentence (a pair's: side 0)
+            first = {k: v[0] if v.dim() == 3 else v for k, v in batch.items() if k != "ids"}
+            z, z0 = model.sentences(first).tolist(), reference.sentences(first).tolist()
+        gaps = [
+            (cos_of(z[i], z[j]) - cos_of(z0[i], z0[j])) ** 2
+            for i in range(len(z)) for j in range(len(z)) if i != j
+        ]  # fmt: skip
+        assert len(z) == 6
+        assert sum(gaps) > 1e-6  # the perturbed model's cosines did move
+        assert (pulled - plain).item() == pytest.approx(2.0 * sum(gaps) / len(gaps), rel=1e-4)
+    assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
+
+
+def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env):
+    def drift(distill):
+        model, task_data = tiny_model_and_data(tiny_env)
+        reference = trainer.frozen_copy(model)
+        optim = OptimConfig(lr=1e-2, distill=distill)  # 8 steps that move the cosines far
+        optimizer = trainer.new_optimizer(model, optim)
+        stage = trainer.Stage(("sst",), 1e-2, 16)
+        batch = first_batch(task_data, "sst", 16)
+        rt = trainer.make_runtime("cpu", amp=False)
+        for seed in range(8):
+            model.train()
+            generator = torch.Generator().manual_seed(seed)
+            step = [("sst", batch)]
+            trainer.train_step(model, optimizer, stage, step, rt, None, generator, optim, reference)
+        model.eval()
+        with torch.no_grad():
+            return simcse.similarity_distillation(
+                model.sentences(batch), reference.sentences(batch)
+            ).item()
+
+    assert drift(0.0) > 0.1 and drift(100.0) < 0.01 * drift(0.0)
+
+
+def test_distillation_without_a_stage_that_trains_the_encoder_is_refused(tiny_env, tmp_path):
+    for preset in ("simcse", "unsup-simcse"):  # contrastive, then heads on a frozen encoder
+        with pytest.raises(SystemExit, match=f"no stage of --preset {preset} has one"):
+            run(tiny_env, tmp_path / preset, "--preset", preset, "--distill", "1")
+
+
 def test_tools_that_would_change_the_method_are_refused():
     rt = trainer.make_runtime("cpu", amp=False)
     simcse_stage = mt.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
@@ -397,6 +459,9 @@ def test_tools_that_would_change_the_method_are_refused():
     with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
         trainer.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
     trainer.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
+    sst = trainer.Stage(("sst",), 1e-5, 8)
+    with pytest.raises(SystemExit, match="stage 'SST' compares each example"):
+        trainer.check_runtime([sst], rt, OptimConfig(accumulate=2, distill=1.0))
 
 
 def test_in_batch_negatives_under_torchrun_are_announced(capsys):
