@@ -63,7 +63,8 @@ class MultitaskBERT(nn.Module):
     `forward(task, batch, embeds=None)` is the only prediction path: given `embeds` (the
     embedding output, e.g. perturbed by SMART) it runs from there instead of from ids; it
     is `readout(task, batch, sentences(batch, embeds))`, so a training step can keep the
-    sentence embeddings it computed on the way. Pair batches are siamese, (2, B, T): both sentences go through BERT in one forward.
+    sentence embeddings it computed on the way. Pair batches are siamese, (2, B, T): both
+    sentences go through BERT in one forward.
     """
 
     def __init__(
