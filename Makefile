@@ -27,12 +27,10 @@ test: venv
 check: venv
 	$(PY) sanity_check.py
 
-# The thesis schedule defended against forgetting, on the embedded MiniLM: every training
-# example, the full dev sets and 2,000 held-out SNLI pairs scored after every stage, one
-# loop (a CPU run of ~15 minutes).
-DEMO_FLAGS ?= --preset defended --bert minilm --loops 1 --max_length 64 --heldout_size 2000
+# The thesis schedule defended against forgetting, on the embedded MiniLM (the `demo`
+# preset: `python multitask_classifier.py --preset demo --show` prints what it trains).
 demo: venv
-	$(PY) multitask_classifier.py $(DEMO_FLAGS)
+	$(PY) multitask_classifier.py --preset demo
 
 bench: venv
 	$(PY) bench.py

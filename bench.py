@@ -52,11 +52,13 @@ import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
 from config import OptimConfig
+from losses import StepContext
 from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
+from runtime import Runtime, make_runtime
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
-from trainer import Runtime, Stage, make_runtime, new_optimizer, train_step
+from trainer import Stage, new_optimizer, train_step
 
 RANDOM_BASE = "bert-base"  # --model: bert-base-uncased's shape with random weights
 SIZES = {"cpu": ("minilm", [32], 64), "cuda": (RANDOM_BASE, [8, 16, 32], 128)}  # model, B, T
@@ -261,17 +263,18 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
         ours = MultitaskBERT(bert).to(ctx.rt.device).train()
         optimizer = new_optimizer(ours, OptimConfig(1e-5, foreach_adamw=adamw["foreach"]))
         step = partial(train_step, ours, optimizer)
-        runs[attention] = partial(step, plain, steps, ctx.rt, None, g)
+        runs[attention] = partial(step, plain, steps, StepContext(ctx.rt), g)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
         ref_opt = torch.optim.AdamW(ref.to(ctx.rt.device).parameters(), **adamw)
         ref_rt = make_runtime(str(ctx.rt.device), ctx.rt.amp_dtype is not None)  # own scaler
         runs[f"hf_{attention}"] = partial(reference_step, ref, ref_opt, steps[0][1], ref_rt)
         if attention == "manual":  # the training default
             # the teacher's momentum schedule does not change a step's cost
-            runs["smart"] = partial(step, smart, steps, ctx.rt, EMATeacher(ours, smart.smart), g)
+            teacher = EMATeacher(ours, smart.smart)
+            runs["smart"] = partial(step, smart, steps, StepContext(ctx.rt, teacher=teacher), g)
             if ctx.rt.amp_dtype is not None:
                 fp32 = Runtime(ctx.rt.device, None, None)
-                runs["float32"] = partial(step, plain, steps, fp32, None, g)
+                runs["float32"] = partial(step, plain, steps, StepContext(fp32), g)
     return runs
 
 

@@ -4,7 +4,8 @@
 - state.safetensors: everything needed to continue after the last finished stage, or from
   a step inside a stage (model, optimizer moments, random generators, gradient scaler,
   best-so-far, table rows; inside a stage also the teacher and the position);
-- metrics.jsonl and config.json: text.
+- metrics.jsonl (the forgetting table, a JSON row per stage), steps.jsonl (a line per
+  training step), forgetting.json (the table's measures) and config.json: text.
 
 A checkpoint is one safetensors file: the tensors, plus one JSON document in the file's
 metadata. Loading it runs no code (unlike torch.load of a pickle), so a crafted file in a
@@ -27,6 +28,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 BEST, STATE = "best.safetensors", "state.safetensors"
+METRICS = "metrics.jsonl"  # the forgetting table of a run folder: one JSON row per stage
+STEPS = "steps.jsonl"  # the step log: one JSON line per training step
+FORGETTING = "forgetting.json"  # evaluation.forgetting of the table, written at the end
 
 
 class CheckpointError(ValueError):
@@ -229,6 +233,59 @@ def set_rng_state(tensors: dict, info: dict):
     cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
+
+
+# ---------------------------------------------------------------------------------------
+# The run folder's text files, and positions inside a stage
+
+
+def write_rows(run_dir: Path, rows: list[dict]) -> None:
+    atomic_write("".join(json.dumps(r) + "\n" for r in rows), run_dir / METRICS)
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    """The forgetting table of a run folder, a dict per stage."""
+    return [json.loads(x) for x in (Path(run_dir) / METRICS).read_text().splitlines()]
+
+
+def keep_logged_steps(path: Path, progress: dict) -> None:
+    """The step log of what the checkpoint holds: a resumed run logs the rest again."""
+    done = (progress["next_stage"], progress.get("within", {}).get("step", 0))
+    kept = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed run may be cut short
+            continue
+        if (record["stage"], record["step"]) <= done:
+            kept.append(line + "\n")
+    atomic_write("".join(kept), path)
+
+
+def save_position(model, optimizer, scaler, progress: dict, position: dict, path: Path):
+    """A checkpoint inside stage progress['next_stage']: position holds the step, the
+    running loss, the SMART teacher (or None), the best epoch (r, weights or None) and,
+    at the stage's end, the generators as they were then ('rng')."""
+    teacher, (r, state) = position.pop("teacher"), position.pop("best_epoch")
+    rng = position.pop("rng", None)
+    extra = {f"best_epoch.{k}": v for k, v in (state or {}).items()}
+    if teacher:
+        extra |= {f"teacher.{k}": v for k, v in teacher.params.items()}
+        position["teacher_step"] = teacher.step
+    within = position | {"best_epoch_r": r}
+    save_state(model, optimizer, scaler, progress | {"within": within}, path, extra, rng)
+
+
+def resume_position(within: dict, extra: dict, rng, device) -> dict:
+    """A position saved by save_position, from a checkpoint's parts, as train_stage reads
+    it: teacher (parameters, step) or None, best_epoch (r, weights or None), rng."""
+    teacher = {k: v.to(device) for k, v in split(extra, "teacher.").items()}
+    state = {k: v.to(device) for k, v in split(extra, "best_epoch.").items()}
+    return within | {
+        "teacher": (teacher, within["teacher_step"]) if teacher else None,
+        "best_epoch": (within["best_epoch_r"], state or None),
+        "rng": rng,
+    }
 
 
 # ---------------------------------------------------------------------------------------

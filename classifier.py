@@ -20,8 +20,9 @@ import datasets as data
 import multitask_classifier as mt
 from base_bert import EMBEDDED
 from config import DataConfig, DeviceConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig
+from runtime import make_runtime
 from tokenizer import BertTokenizer
-from trainer import Run, Stage, finish, make_runtime, run_plan
+from trainer import Run, Stage, finish, run_plan
 
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 
@@ -53,9 +54,11 @@ def frozen_lr(typed: dict) -> dict:
 
 def main(argv=None):
     cfg, _, _ = config.parse(
-        ClassifierConfig(), argv, "Sentiment classification with a frozen or fine-tuned BERT.",
+        ClassifierConfig(),
+        argv,
+        "Sentiment classification with a frozen or fine-tuned BERT.",
         overrides=frozen_lr,
-    )  # fmt: skip
+    )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.task}-{cfg.option}-{stamp}")
     torch.manual_seed(cfg.seed)
@@ -66,10 +69,11 @@ def main(argv=None):
     frozen = cfg.option == "last-linear-layer"
     make_model = mt.model_factory(cfg.model, tasks, compile=cfg.device.compile)
     stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
-        Stage(tasks, cfg.optim.lr, cfg.optim.batch_size, name=f"epoch {e + 1}",
-              freeze_encoder=frozen)
+        Stage(
+            tasks, cfg.optim.lr, cfg.optim.batch_size, name=f"epoch {e + 1}", freeze_encoder=frozen
+        )
         for e in range(cfg.epochs)
-    ]  # fmt: skip
+    ]
     print(f"{cfg.task} {cfg.option}: {cfg.model.bert} on {rt.device}, lr {cfg.optim.lr}")
     run = Run(run_dir, rt, tasks, cfg.data.eval_batch_size, cfg.seed, score_train=True)
     t0 = time.time()

@@ -20,7 +20,7 @@ from typing import Any
 
 from base_bert import ModelError
 from checkpoint import CheckpointError
-from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
+from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
 from evaluation import TASKS
 from optimizer import DECAYS, WEIGHTINGS
 from simcse import DISTANCES, OBJECTIVES
@@ -46,18 +46,22 @@ class DataConfig:
     data_dir: str | None = option(None, "CS224n data folder (default $MINBERT_DATA, else data/)")
     train_size: int = option(0, "use this many training examples per task (0: all)", minimum=0)
     train_share: float = option(
-        1.0, "then keep this share of each training set (report presets: --scale)",
-        positive=True, maximum=1,
-    )  # fmt: skip
+        1.0,
+        "then keep this share of each training set (report presets: --scale)",
+        positive=True,
+        maximum=1,
+    )
     dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
     max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
     eval_batch_size: int = option(128, "evaluation batch size", minimum=1)
     strict: bool = option(False, "stop at the first bad data row instead of skipping it")
     heldout_size: int = option(
-        0, "after every stage also score the encoder on this many SNLI dev pairs no preset "
+        0,
+        "after every stage also score the encoder on this many SNLI dev pairs no preset "
         "trains on (cosine AUC of entailment over contradiction): what it knew and keeps "
-        "(0: off)", minimum=0,
-    )  # fmt: skip
+        "(0: off)",
+        minimum=0,
+    )
     test_predictions: bool = option(True, "skip test-set predictions", flag="--no_test_predictions")
 
 
@@ -76,15 +80,17 @@ class ModelConfig:
         "manual", "hand-written attention or torch's fused SDPA", choices=("manual", "sdpa")
     )
     pair_head: str = option(
-        "sbert", "siamese heads: QQP on [u, v, |u - v|] and STS the cosine (Sentence-BERT), or "
+        "sbert",
+        "siamese heads: QQP on [u, v, |u - v|] and STS the cosine (Sentence-BERT), or "
         "a Linear on [u, v] for both, where their loss trains a head (Broadhurst & Maffezzoli)",
         choices=("sbert", "concat"),
-    )  # fmt: skip
+    )
     siamese: str = option(
-        "cosine", "how siamese pair tasks without a head compare u and v: cosine, or "
+        "cosine",
+        "how siamese pair tasks without a head compare u and v: cosine, or "
         "d = ||u - v|| (Auslin et al.: STS outputs d, QQP is d above a fit threshold)",
         choices=DISTANCES,
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -96,35 +102,47 @@ class OptimConfig:
     batch_size: int = option(32, "training batch size", minimum=1)
     foreach_adamw: bool = option(False, "AdamW's multi-tensor fast path")
     warmup: float = option(
-        0.0, "share of each stage's steps over which the lr rises linearly from 0", minimum=0,
-        maximum=1,
-    )  # fmt: skip
-    decay: str = option(
-        "constant", "lr after the warmup: constant, or linear decay over the stage",
-        choices=DECAYS,
-    )  # fmt: skip
-    head_lr_scale: float = option(
-        1.0, "task heads learn at this multiple of the stage's lr (a fresh head barely moves "
-        "at an encoder's lr)", positive=True,
-    )  # fmt: skip
-    max_grad_norm: float = option(
-        0.0, "clip the gradient to this global L2 norm before each update (0: no clipping)",
+        0.0,
+        "share of each stage's steps over which the lr rises linearly from 0",
         minimum=0,
-    )  # fmt: skip
+        maximum=1,
+    )
+    decay: str = option(
+        "constant",
+        "lr after the warmup: constant, or linear decay over the stage",
+        choices=DECAYS,
+    )
+    head_lr_scale: float = option(
+        1.0,
+        "task heads learn at this multiple of the stage's lr (a fresh head barely moves "
+        "at an encoder's lr)",
+        positive=True,
+    )
+    max_grad_norm: float = option(
+        0.0,
+        "clip the gradient to this global L2 norm before each update (0: no clipping)",
+        minimum=0,
+    )
     accumulate: int = option(
-        1, "cut each batch into this many micro-batches: the same gradient as the whole "
-        "batch, less memory", minimum=1,
-    )  # fmt: skip
+        1,
+        "cut each batch into this many micro-batches: the same gradient as the whole "
+        "batch, less memory",
+        minimum=1,
+    )
     l2sp: float = option(
-        0.0, "L2-SP weight alpha: add alpha/2 * ||w - w_pretrained||^2 over the encoder "
-        "(Li et al. 2018), a pull back toward what it knew", minimum=0,
-    )  # fmt: skip
+        0.0,
+        "L2-SP weight alpha: add alpha/2 * ||w - w_pretrained||^2 over the encoder "
+        "(Li et al. 2018), a pull back toward what it knew",
+        minimum=0,
+    )
     distill: float = option(
-        0.0, "add this weight times the mean squared gap between the cosines of a task "
+        0.0,
+        "add this weight times the mean squared gap between the cosines of a task "
         "batch's sentences (a pair's first) and those the untouched encoder gives them "
         "(relational distillation): embeddings may move but keep their similarities; costs "
-        "a forward of the frozen encoder per batch", minimum=0,
-    )  # fmt: skip
+        "a forward of the frozen encoder per batch",
+        minimum=0,
+    )
 
 
 @dataclass
@@ -143,10 +161,13 @@ class ScheduleConfig:
     )
     head_lr: float = option(1e-3, "learning rate of heads on a frozen encoder", positive=True)
     scale: float = option(
-        1.0, "report presets: keep this share of each training set (--train_share) and of "
+        1.0,
+        "report presets: keep this share of each training set (--train_share) and of "
         "their examples per task and epochs (at least one): the same method, at a size a CPU "
-        "can run", positive=True, maximum=1,
-    )  # fmt: skip
+        "can run",
+        positive=True,
+        maximum=1,
+    )
 
 
 @dataclass
@@ -164,9 +185,11 @@ class MultitaskConfig:
         choices=WEIGHTINGS,
     )
     order: str = option(
-        "fixed", "task order: fixed, or drawn afresh each cycle (round-robin turns; the "
-        "batches of a simultaneous step)", choices=ORDERS,
-    )  # fmt: skip
+        "fixed",
+        "task order: fixed, or drawn afresh each cycle (round-robin turns; the "
+        "batches of a simultaneous step)",
+        choices=ORDERS,
+    )
     examples_per_task: int = option(
         0, "multitask: sample or repeat each task's data to this many (0: as is)", minimum=0
     )
@@ -223,9 +246,13 @@ class SmartSettings:
         lambdas = {"sst": self.lambda_sst, "para": self.lambda_para, "sts": self.lambda_sts}
         eps = self.smart_epsilon
         return SmartConfig(
-            lambda_s=lambdas[task], mu=self.mu, sigma=eps, eta=100 * eps, epsilon=eps,
+            lambda_s=lambdas[task],
+            mu=self.mu,
+            sigma=eps,
+            eta=100 * eps,
+            epsilon=eps,
             dropout=self.smart_dropout,
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -244,9 +271,11 @@ class SimCSEConfig:
     simcse_batch_size: int = option(8, "batch, i.e. in-batch negatives (thesis: 8)", minimum=2)
     temperature: float = option(0.05, "similarity temperature", positive=True)
     simcse_weight: float = option(
-        0.0, "add this weight x unsupervised SimCSE of each training batch's sentences (two "
-        "dropout views) to its task loss (Sicurello's BERT_simCSE; 0: off)", minimum=0,
-    )  # fmt: skip
+        0.0,
+        "add this weight x unsupervised SimCSE of each training batch's sentences (two "
+        "dropout views) to its task loss (Sicurello's BERT_simCSE; 0: off)",
+        minimum=0,
+    )
 
 
 @dataclass
@@ -283,6 +312,70 @@ class RunConfig:
     smart: SmartSettings = field(default_factory=SmartSettings)
     simcse: SimCSEConfig = field(default_factory=SimCSEConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
+
+
+# ---------------------------------------------------------------------------------------
+# A stage of a plan: what one part of a training schedule trains, and how
+
+STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
+
+
+@dataclass
+class Stage:
+    tasks: tuple  # data sets it trains on: one task, several (multitask), none (contrastive)
+    lr: float  # AdamW learning rate during the stage
+    batch_size: int  # examples per step (per task, for simultaneous multitask steps)
+    kind: str = "task"  # 'task', 'multitask' or 'contrastive' (the encoder, no heads)
+    fraction: float = 1.0  # share of the training set, a fresh random subset each stage
+    epochs: int = 1  # passes over that share
+    name: str = ""  # label of the stage's row in the forgetting table
+    smart: SmartConfig = field(default_factory=SmartConfig.off)
+    losses: dict = field(default_factory=dict)  # task -> loss name, where not the default
+    freeze_encoder: bool = False  # train only the heads (EquiBERT's frozen encoder)
+    multitask: MultitaskConfig | None = None  # multitask: mixing, weighting, order, sizes
+    contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature;
+    # task stages: the weight and temperature of a SimCSE term added to every batch's loss
+    select_by_sts: bool = False  # keep the epoch with the best STS dev Pearson (SimCSE)
+
+    def __post_init__(self):
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"unknown stage kind {self.kind!r}; expected one of {STAGE_KINDS}")
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
+        for task, loss in self.losses.items():
+            if loss not in TASKS[task].losses:
+                raise ValueError(
+                    f"loss {loss!r} does not fit task {task!r}; expected {TASKS[task].losses}"
+                )
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+        if self.kind == "task" and len(self.tasks) != 1:
+            raise ValueError(f"a task stage trains one task, got {self.tasks}")
+        if self.kind == "multitask" and (self.multitask is None or len(self.tasks) < 2):
+            raise ValueError("a multitask stage needs several tasks and its multitask settings")
+        if self.kind == CONTRASTIVE and (self.contrastive is None or self.tasks):
+            raise ValueError("a contrastive stage needs its SimCSE settings and no task")
+        self.name = self.name or self.default_name()
+
+    def default_name(self) -> str:
+        if self.kind == CONTRASTIVE:
+            return f"SimCSE ({self.contrastive.simcse_loss})"
+        if self.kind == "multitask":
+            m = self.multitask
+            how = m.weighting if m.mixing == "simultaneous" else f"{m.order} order"
+            return f"{m.mixing.replace('_', '-')} ({how})"
+        return TASKS[self.tasks[0]].title + (f" {self.fraction:.0%}" if self.fraction < 1 else "")
+
+    @property
+    def weighting(self) -> str:
+        """How a step combines its task losses (one loss: 'equal', a weight of 1)."""
+        return self.multitask.weighting if self.kind == "multitask" else WEIGHTINGS[0]
+
+    @property
+    def trains_encoder_on_tasks(self) -> bool:
+        """A task stage that moves the encoder: where distillation and L2-SP pull."""
+        return self.kind != CONTRASTIVE and not self.freeze_encoder
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,8 +434,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=()):
     """argparse flags for every field of `cfg` (an instance: its values are the defaults),
-    one group per dataclass. suppress: flags the user did not type are left out (to tell
-    them apart from defaults). extra: (flag, help) of options that are not config fields."""
+        one group per dataclass. suppress: flags the user did not type are left out (to tell
+        them apart from defaults). extra: (flag, help) of options that are not config fields and
+    take a run folder, (flag, help, "switch") of such switches."""
     parser = argparse.ArgumentParser(
         description=description, epilog=epilog, formatter_class=HelpFormatter, allow_abbrev=False
     )
@@ -359,9 +453,10 @@ def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=
         default=argparse.SUPPRESS if suppress else False,
         help="show the Python traceback of an error instead of one line",
     )
-    for flag, help in extra:  # with the first group, what to run
+    for flag, help, *switch in extra:  # with the first group, what to run
+        kind = {"action": "store_true"} if switch else {"metavar": "RUN_DIR"}
         default = argparse.SUPPRESS if suppress else None
-        groups[""].add_argument(flag, default=default, metavar="RUN_DIR", help=help)
+        groups[""].add_argument(flag, default=default, help=help, **kind)
     return parser
 
 
@@ -403,7 +498,7 @@ def parse(cfg, argv, description="", epilog="", overrides=None, extra=()):
     typed = vars(
         build_parser(cfg, description, epilog, suppress=True, extra=extra).parse_args(argv)
     )
-    extras = {flag.lstrip("-"): typed.pop(flag.lstrip("-"), None) for flag, _ in extra}
+    extras = {flag.lstrip("-"): typed.pop(flag.lstrip("-"), None) for flag, *_ in extra}
     typed.pop("debug", None)  # run_cli's
     where = {f.name: (path, default) for path, f, default in leaves(cfg)}
     typed = {

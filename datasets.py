@@ -547,9 +547,12 @@ def make_loader(
     pass draws, so scoring leaves the global generators, hence training, untouched."""
     sampler = LengthBucketSampler(dataset.lengths, batch_size, shuffle, generator)
     return DataLoader(
-        dataset, batch_sampler=sampler, collate_fn=dataset.collate, num_workers=num_workers,
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=dataset.collate,
+        num_workers=num_workers,
         generator=None if shuffle else torch.Generator(),
-    )  # fmt: skip
+    )
 
 
 def split_batch(batch: dict, parts: int) -> list[dict]:
@@ -666,6 +669,7 @@ def check_usable(examples: list, path: Path, split: str) -> None:
 
 
 HELDOUT = "heldout"  # the task_data key of the held-out transfer pairs (load_heldout)
+CONTRASTIVE = "contrastive"  # the task_data key (and stage kind) of contrastive sentence tuples
 
 
 def load_task_data(
@@ -713,7 +717,7 @@ def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
         PairExample(f"snli-{i}", e.premise, e.hypothesis, 1.0 if e.label == 0 else 0.0)
         for i, e in enumerate(read_snli(path, cfg.strict))
         if e.label != 1
-    ]  # fmt: skip
+    ]
     check_usable(pairs, path, "dev")
     pairs = random_subset(pairs, cfg.heldout_size, seed)
     print(f"held out: {len(pairs)} SNLI dev pairs (entailment / contradiction)")

@@ -134,7 +134,7 @@ TASKS = {
             "sigmoid_margin",
             "distance_margin",
         ),
-    ),  # fmt: skip
+    ),
     # "Similiary" is the handout's spelling; kept so our files match its format exactly.
     "sts": TaskSpec(
         "regression",
@@ -143,7 +143,7 @@ TASKS = {
         "STS",
         "Predicted_Similiary",
         ("mse", "l1", "cosine_mse", "cosine_sbert", "mnrl"),
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -359,9 +359,10 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
         s = [main_score(row, t) for row in rows]
         drops = [max(0.0, max(s[:k]) - s[k]) for k in range(1, len(s))]
         trained = [
-            k for k in range(1, len(s))
+            k
+            for k in range(1, len(s))
             if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
-        ]  # fmt: skip
+        ]
         out[t] = {
             "average_forgetting": float(np.mean(drops)),
             "final_minus_start": s[-1] - s[0],
@@ -403,10 +404,15 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
         best = [rows[1 + kept_stage(rows)] for rows in runs]
         tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
         forget = [  # the three tasks' average forgetting, averaged
-            np.mean([m["average_forgetting"] for t, m in forgetting(rows, MULTITASK).items()
-                     if t in MULTITASK])
+            np.mean(
+                [
+                    m["average_forgetting"]
+                    for t, m in forgetting(rows, MULTITASK).items()
+                    if t in MULTITASK
+                ]
+            )
             for rows in runs
-        ]  # fmt: skip
+        ]
         minutes = [sum(r.get("seconds", 0.0) for r in rows) / 60 for rows in runs]
         overall = cell([b["overall"] for b in best], 4)
         cells = [name, str(len(runs)), overall, *tasks, cell(forget, 4), cell(minutes, 1)]

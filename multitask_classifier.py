@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,25 +36,18 @@ import checkpoint
 import config
 import datasets as data
 import evaluation
+import presets
 import simcse
-from base_bert import load_config, resolve_model_dir
+from base_bert import resolve_model_dir
 from bert import BertModel, mean_pool
 from config import ModelConfig, RunConfig
+from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
-from simcse import OBJECTIVES
+from losses import OUTPUT_LOSSES, PAIR_LOSSES
+from presets import PRESETS, check_plans, check_settings, loss_choices
+from runtime import from_main, make_runtime
 from tokenizer import BertTokenizer
-from trainer import (
-    CONTRASTIVE,
-    METRICS,
-    Run,
-    Stage,
-    check_runtime,
-    finish,
-    from_main,
-    make_runtime,
-    run_plan,
-    write_predictions,
-)
+from trainer import Run, Stage, finish, run_plan, write_predictions
 
 
 class MultitaskBERT(nn.Module):
@@ -68,9 +61,16 @@ class MultitaskBERT(nn.Module):
     """
 
     def __init__(
-        self, bert: BertModel, tasks=MULTITASK, pooling="mean", dropout=0.1, cross=(),
-        cosine=(), concat=(), siamese="cosine",
-    ):  # fmt: skip
+        self,
+        bert: BertModel,
+        tasks=MULTITASK,
+        pooling="mean",
+        dropout=0.1,
+        cross=(),
+        cosine=(),
+        concat=(),
+        siamese="cosine",
+    ):
         """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
         their siamese similarity against a threshold (their loss trains only the embeddings,
         e.g. --para_loss contrastive): no head, trainer.fit_thresholds; concat: pair tasks
@@ -202,19 +202,14 @@ def model_factory(
 # Plans: a training schedule is data
 
 
-def loss_choices(cfg: RunConfig) -> dict:
-    """--para_loss / --sts_loss, where they differ from the task's default loss."""
-    chosen = {"para": cfg.multitask.para_loss, "sts": cfg.multitask.sts_loss}
-    return {task: loss for task, loss in chosen.items() if loss}
-
-
 def cosine_tasks(cfg: RunConfig) -> tuple:
     """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
     out by a cosine threshold, not by a head that loss would never train."""
     return tuple(
-        t for t, loss in loss_choices(cfg).items()
-        if loss in simcse.PAIR_LOSSES and TASKS[t].kind == "binary"
-    )  # fmt: skip
+        t
+        for t, loss in loss_choices(cfg).items()
+        if loss in PAIR_LOSSES and TASKS[t].kind == "binary"
+    )
 
 
 def concat_tasks(cfg: RunConfig) -> tuple:
@@ -224,375 +219,25 @@ def concat_tasks(cfg: RunConfig) -> tuple:
         return ()
     losses = loss_choices(cfg)
     return tuple(
-        t for t in ("para", "sts")
-        if losses.get(t, TASKS[t].losses[0]) in simcse.OUTPUT_LOSSES
+        t
+        for t in ("para", "sts")
+        if losses.get(t, TASKS[t].losses[0]) in OUTPUT_LOSSES
         and losses.get(t) != "cosine_sbert"  # the cosine's own target: no head
         and t not in cfg.multitask.cross_encode
-    )  # fmt: skip
+    )
 
 
 def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
     """model_factory for a run: its model settings, cross-encoded, thresholded and
     concatenation-head tasks."""
     return model_factory(
-        cfg.model, MULTITASK, cfg.multitask.cross_encode, compile, cosine_tasks(cfg),
+        cfg.model,
+        MULTITASK,
+        cfg.multitask.cross_encode,
+        compile,
+        cosine_tasks(cfg),
         concat_tasks(cfg),
-    )  # fmt: skip
-
-
-def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
-    """A stage of one task with this run's lr, batch and SMART weights for that task."""
-    smart = cfg.smart
-    batch_size = smart.smart_batch_size if smart.enabled else cfg.optim.batch_size
-    return Stage(
-        (task,), cfg.optim.lr, batch_size, fraction=fraction, epochs=epochs, name=name,
-        smart=smart.for_task(task), losses=loss_choices(cfg), contrastive=simcse_term(cfg),
-    )  # fmt: skip
-
-
-def simcse_term(cfg: RunConfig):
-    """The SimCSE settings of a task stage that adds --simcse_weight x SimCSE, else None."""
-    return cfg.simcse if cfg.simcse.simcse_weight > 0 else None
-
-
-def thesis_plan(cfg: RunConfig) -> list[Stage]:
-    """One QQP epoch, then `loops` x (STS -> SST -> a fresh 3% of QQP): thesis Fig. 4.10."""
-    share = cfg.schedule.para_fraction
-    plan = [task_stage(cfg, "para", name="QQP")]
-    for i in range(1, cfg.schedule.loops + 1):
-        plan += [
-            task_stage(cfg, "sts", name=f"loop {i}: STS"),
-            task_stage(cfg, "sst", name=f"loop {i}: SST"),
-            task_stage(cfg, "para", share, name=f"loop {i}: QQP {share:.0%}"),
-        ]
-    return plan
-
-
-def sequential_plan(cfg: RunConfig) -> list[Stage]:
-    """QQP -> STS -> SST, --sequential_epochs each (thesis 4.2.2.1): forgetting in plain sight."""
-    epochs = zip(("para", "sts", "sst"), cfg.schedule.sequential_epochs, strict=True)
-    return [task_stage(cfg, task, epochs=n) for task, n in epochs]
-
-
-def simcse_stage(cfg: RunConfig) -> Stage:
-    """Contrastive training of the encoder, keeping the epoch with the best STS dev r."""
-    s = cfg.simcse
-    return Stage(
-        (), s.simcse_lr, s.simcse_batch_size, kind=CONTRASTIVE, epochs=s.simcse_epochs,
-        contrastive=s, select_by_sts=True,
-    )  # fmt: skip
-
-
-def frozen_heads_plan(cfg: RunConfig) -> list[Stage]:
-    """Heads on a frozen encoder (EquiBERT); STS is the encoder's own cosine, no training."""
-    lr, epochs = cfg.schedule.head_lr, cfg.schedule.individual_epochs
-    return [
-        Stage((t,), lr, cfg.optim.batch_size, epochs=epochs, freeze_encoder=True)
-        for t in ("sst", "para")
-    ]
-
-
-def multitask_plan(cfg: RunConfig) -> list[Stage]:
-    """All tasks at once, one stage per epoch: simultaneous (weighted or PCGrad) or
-    round-robin batches, as in the CS224n reports of Broadhurst & Maffezzoli, Auslin et al.
-    and Sicurello."""
-    stage = Stage(
-        MULTITASK, cfg.optim.lr, cfg.optim.batch_size, kind="multitask",
-        losses=loss_choices(cfg), multitask=cfg.multitask, contrastive=simcse_term(cfg),
-    )  # fmt: skip
-    return [
-        replace(stage, name=f"{stage.name} epoch {e + 1}")
-        for e in range(cfg.multitask.multitask_epochs)
-    ]
-
-
-def one_run(plan: Callable[[RunConfig], list[Stage]]):
-    """A preset trained as one model, scored on all three tasks (sub-run name '')."""
-    return lambda cfg: {"": plan(cfg)}
-
-
-def individual_plans(cfg: RunConfig) -> dict[str, list[Stage]]:
-    """Three separate models, one per task, each scored on its own task (thesis Table 4.2)."""
-    return {t: [task_stage(cfg, t, epochs=cfg.schedule.individual_epochs)] for t in MULTITASK}
-
-
-def sst_plan(cfg: RunConfig) -> list[Stage]:
-    """SST alone, one stage per --multitask_epochs, all three tasks scored after each
-    (Broadhurst & Maffezzoli's experiment 1, Sicurello's baselines trained on SST only)."""
-    return [
-        task_stage(cfg, "sst", name=f"SST epoch {e + 1}")
-        for e in range(cfg.multitask.multitask_epochs)
-    ]
-
-
-@dataclass(frozen=True)
-class Preset:
-    help: str  # one line in --help
-    plans: Callable[[RunConfig], dict[str, list[Stage]]]  # sub-run name -> its stages
-    overrides: dict = field(default_factory=dict)  # "group.field" -> value, under typed flags
-    scaled: dict | None = None  # a report's row: sizes and epochs that --scale shrinks
-
-    def settings(self, typed: dict) -> dict:
-        """The preset's overrides, its sizes and epochs times --scale (at least 1), and the
-        share of each training set --scale keeps."""
-        scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
-        if self.scaled is None:
-            return self.overrides
-        shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
-        return self.overrides | shrunk | {"data.train_share": scale}
-
-
-# The thesis's SMART presets switch SMART on with the SMART group's weights and batch size
-# (config.SmartSettings, the thesis's) and the thesis's independent dropout masks (R-Drop).
-SMART_ON = {"smart.enabled": True, "smart.smart_dropout": "independent"}
-
-# What the ablation (README, "Forgetting") found to keep what the encoder knew while it
-# learns the tasks: STS trained toward cosines in [0, 1] as the encoder was, heads that
-# learn fast on an encoder that moves slowly, and a warmup that spares the first steps.
-DEFENDED = {
-    "multitask.sts_loss": "cosine_sbert",
-    "optim.lr": 3e-5,
-    "optim.head_lr_scale": 50.0,
-    "optim.warmup": 0.1,
-    "optim.decay": "linear",
-    "optim.distill": 30.0,
-}
-
-# The CS224n reports' rows (../shared/papers): their settings are the defaults, on
-# bert-base-uncased; --scale shrinks data and epochs for a CPU run (reports.py runs them).
-BROADHURST = {  # section 5.3: lr 1e-5, batch 8, dropout 0.3, random weights, concat heads
-    "optim.lr": 1e-5,
-    "optim.batch_size": 8,
-    "model.dropout": 0.3,
-    "model.pair_head": "concat",
-    "multitask.weighting": "random",
-}
-BROADHURST_SIZES = {"multitask.examples_per_task": 12080, "multitask.multitask_epochs": 6}
-AUSLIN = {  # section 5.3: the first 2,048 examples per task, batch 32, lr 3e-5, 6 epochs
-    "optim.lr": 3e-5,
-    "optim.batch_size": 32,
-    "data.train_size": 2048,
-    "multitask.mixing": "round_robin",  # 'no GS': an update after each task's batch
-}
-AUSLIN_SIAMESE = AUSLIN | {"model.siamese": "euclidean", "multitask.para_loss": "distance_margin"}
-AUSLIN_SEGMENTS = AUSLIN | {
-    "multitask.cross_encode": ["para", "sts"],
-    "multitask.para_loss": "sigmoid_margin",
-}
-GS = {"multitask.mixing": "simultaneous", "multitask.weighting": "pcgrad"}
-AUSLIN_EARLY = {  # their second table: the siamese network, 4 epochs over all the data
-    "optim.lr": 3e-5,
-    "optim.batch_size": 32,
-    "multitask.sts_loss": "cosine_sbert",
-} | GS
-SICURELLO = {  # section 5.3: lr 1e-5, 3 epochs, round robin, 128 batches of 8 (43 per task)
-    "optim.lr": 1e-5,
-    "optim.batch_size": 8,
-    "data.train_size": 344,
-    "multitask.mixing": "round_robin",
-    "schedule.head_lr": 1e-5,
-    "simcse.simcse_data": "sst",
-}
-UNIFORM_EPOCHS = {  # 5 epochs on SST sentences, then 3 of the heads
-    "simcse.simcse_epochs": 5,
-    "schedule.individual_epochs": 3,
-}
-SIMCSE_TERM = {"simcse.simcse_weight": 1.0}  # the weight is not in the report
-UNIF = {"simcse.simcse_loss": "dropout_align_uniform"}
-CANON = {"simcse.simcse_loss": "dropout_align_uniform_simcse"}
-
-
-def report(help, plan, overrides, scaled) -> Preset:
-    return Preset(help, one_run(plan), overrides, scaled)
-
-
-def uniform_plan(tasks):
-    """Sicurello's uniformity models: the encoder trained on SST sentences alone, then heads
-    on the frozen encoder for `tasks` (STS is the encoder's cosine)."""
-
-    def plan(cfg):
-        heads = [s for s in frozen_heads_plan(cfg) if s.tasks[0] in tasks]
-        return [replace(simcse_stage(cfg), select_by_sts=False)] + heads
-
-    return plan
-
-
-REPORT_PRESETS = (
-    {
-        "broadhurst-1": report(
-            "Broadhurst & Maffezzoli Table 1, exp. 1: SST only, 10 epochs, all three scored",
-            sst_plan,
-            BROADHURST,
-            {"multitask.multitask_epochs": 10},
-        ),
-        "broadhurst-2": report(
-            "exp. 2: all tasks, random weights, CE / BCE / MSE, concatenation heads",
-            multitask_plan,
-            BROADHURST,
-            BROADHURST_SIZES,
-        ),
-        "broadhurst-3": report(
-            "exp. 3: MNRL for QQP and STS",
-            multitask_plan,
-            BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "mnrl"},
-            BROADHURST_SIZES,
-        ),
-        "broadhurst-4": report(
-            "exp. 4: MNRL for QQP, cosine-MSE for STS",
-            multitask_plan,
-            BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "cosine_mse"},
-            BROADHURST_SIZES,
-        ),
-        "broadhurst-5": report(
-            "exp. 5: BCE for QQP, cosine-MSE for STS",
-            multitask_plan,
-            BROADHURST | {"multitask.sts_loss": "cosine_mse"},
-            BROADHURST_SIZES,
-        ),
-        "broadhurst-6": report(
-            "exp. 6: exp. 5 on 50,000 examples per task, 10 epochs",
-            multitask_plan,
-            BROADHURST | {"multitask.sts_loss": "cosine_mse"},
-            {"multitask.examples_per_task": 50000, "multitask.multitask_epochs": 10},
-        ),
-    }
-    | {  # Auslin et al. section 5.4, the ablation: 6 epochs of the first 2,048 of each task
-        name: report(help, multitask_plan, overrides, {"multitask.multitask_epochs": 6})
-        for name, help, overrides in [
-            (
-                "auslin-siamese",
-                "Auslin et al. ablation: siamese, d = ||u - v||, contrastive QQP, MSE STS, no GS",
-                AUSLIN_SIAMESE,
-            ),
-            ("auslin-siamese-gs", "siamese, gradient surgery (PCGrad)", AUSLIN_SIAMESE | GS),
-            (
-                "auslin-segments",
-                "segments (cross-encoded pairs), sigmoid margin QQP, MSE STS, no GS",
-                AUSLIN_SEGMENTS,
-            ),
-            ("auslin-segments-gs-mean", "segments, GS, mean pooling", AUSLIN_SEGMENTS | GS),
-            (
-                "auslin-segments-gs-cls",
-                "segments, GS, CLS pooling",
-                AUSLIN_SEGMENTS | GS | {"model.pooling": "cls"},
-            ),
-            (
-                "auslin-segments-gs-l1",
-                "segments, GS, L1 for both pair tasks",
-                AUSLIN_SEGMENTS
-                | GS
-                | {"multitask.para_loss": "sigmoid_l1", "multitask.sts_loss": "l1"},
-            ),
-            (
-                "auslin-segments-rand",
-                "segments, no GS, random task order",
-                AUSLIN_SEGMENTS | {"multitask.order": "random"},
-            ),
-            (
-                "auslin-segments-gs-rand",
-                "segments, GS, random task order",
-                AUSLIN_SEGMENTS | GS | {"multitask.order": "random"},
-            ),
-        ]
-    }
-    | {
-        "auslin-siamese-cosine-mse": report(
-            "Auslin et al. siamese table: GS, cosine, MSE for both pair tasks, 4 epochs, all data",
-            multitask_plan,
-            AUSLIN_EARLY | {"multitask.para_loss": "cosine_mse"},
-            {"multitask.multitask_epochs": 4},
-        ),
-        "auslin-siamese-cosine-contrastive": report(
-            "siamese table: GS, cosine, contrastive QQP, MSE STS, 4 epochs, all data",
-            multitask_plan,
-            AUSLIN_EARLY | {"multitask.para_loss": "contrastive"},
-            {"multitask.multitask_epochs": 4},
-        ),
-        "sicurello-vanilla": report(
-            "Sicurello Table 1: BERT_vanilla, round robin on all tasks, 128 batches",
-            multitask_plan,
-            SICURELLO,
-            {"multitask.multitask_epochs": 3},
-        ),
-        "sicurello-simcse": report(
-            "BERT_simCSE: the task losses + SimCSE of each batch's sentences",
-            multitask_plan,
-            SICURELLO | SIMCSE_TERM,
-            {"multitask.multitask_epochs": 3},
-        ),
-        "sicurello-unif": report(
-            "BERT_unif: alignment + uniformity on SST, then heads on the frozen encoder",
-            uniform_plan(("sst", "para")),
-            SICURELLO | UNIF,
-            UNIFORM_EPOCHS,
-        ),
-        "sicurello-simcsecanon": report(
-            "BERT_simCSEcanon: BERT_unif with a SimCSE term",
-            uniform_plan(("sst", "para")),
-            SICURELLO | CANON,
-            UNIFORM_EPOCHS,
-        ),
-        "sicurello-vanilla-sst": report(
-            "Sicurello Table 2: BERT_vanilla trained on SST only",
-            sst_plan,
-            SICURELLO,
-            {"multitask.multitask_epochs": 3},
-        ),
-        "sicurello-simcse-sst": report(
-            "BERT_simCSE trained on SST only",
-            sst_plan,
-            SICURELLO | SIMCSE_TERM,
-            {"multitask.multitask_epochs": 3},
-        ),
-        "sicurello-unif-sst": report(
-            "BERT_unif, the SST head only", uniform_plan(("sst",)), SICURELLO | UNIF, UNIFORM_EPOCHS
-        ),
-        "sicurello-simcsecanon-sst": report(
-            "BERT_simCSEcanon, the SST head only",
-            uniform_plan(("sst",)),
-            SICURELLO | CANON,
-            UNIFORM_EPOCHS,
-        ),
-    }
-)
-
-PRESETS = {
-    "thesis": Preset("SBERT, the thesis schedule (Fig. 4.10, Table 4.11)", one_run(thesis_plan)),
-    "thesis-smart": Preset(
-        "SMART + SBERT, the thesis schedule (Table 4.10)", one_run(thesis_plan), SMART_ON
-    ),
-    "thesis-smart-simcse": Preset(
-        "SimCSE on SNLI, then SMART + SBERT, the thesis schedule (Tables 4.12-4.13)",
-        one_run(lambda cfg: [simcse_stage(cfg)] + thesis_plan(cfg)),
-        SMART_ON,
-    ),
-    "defended": Preset(
-        "the thesis schedule defended against forgetting: the Sentence-BERT STS target, "
-        "heads at 50x the lr, warmup and linear decay, the batch's cosines distilled from "
-        "the untouched encoder (README, 'Forgetting')",
-        one_run(thesis_plan),
-        DEFENDED,
-    ),
-    "simcse": Preset(
-        "SimCSE alone, scored on all tasks (Table 4.12)", one_run(lambda cfg: [simcse_stage(cfg)])
-    ),
-    "unsup-simcse": Preset(
-        "unsupervised SimCSE, then heads on the frozen encoder",
-        one_run(lambda cfg: [simcse_stage(cfg)] + frozen_heads_plan(cfg)),
-        {"simcse.simcse_loss": "unsup"},
-    ),
-    "equibert": Preset(
-        "alignment + uniformity, then heads on the frozen encoder (Sicurello, EquiBERT)",
-        one_run(lambda cfg: [simcse_stage(cfg)] + frozen_heads_plan(cfg)),
-        {"simcse.simcse_loss": "align_uniform"},
-    ),
-    "sequential": Preset("QQP -> STS -> SST, no revisits (4.2.2.1)", one_run(sequential_plan)),
-    "individual": Preset("one model per task (Table 4.2)", individual_plans),
-    "multitask": Preset(
-        "all tasks at once: --mixing, --weighting, --order (CS224n reports)",
-        one_run(multitask_plan),
-    ),
-} | REPORT_PRESETS
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -607,65 +252,16 @@ EXPORT = (
     "--export",
     "write the best model of this run folder as a Hugging Face folder, RUN/export",
 )
-LABEL = ("--label", "label the lines of standard input with this run's best model: a sentence "
-         "gets a sentiment, 'sentence<TAB>sentence' a paraphrase probability and a similarity")  # fmt: skip
-
-
-def preset_overrides(typed: dict) -> dict:
-    name = typed.get("preset", RunConfig().preset)
-    if name not in PRESETS:
-        raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    return PRESETS[name].settings(typed)
-
-
-# losses that make the cosine (or 1 - cos, for contrastive) track similarity
-COSINE_LOSSES = ("cosine_mse", "cosine_sbert", "mnrl", "contrastive")
-
-
-def check_settings(cfg: RunConfig):
-    """Combinations of flags that cannot work, refused before anything is loaded."""
-    for task, loss in loss_choices(cfg).items():
-        if loss in simcse.PAIR_LOSSES and cfg.smart.enabled:
-            raise SystemExit(
-                f"--{task}_loss {loss} works on sentence embeddings, "
-                "which SMART cannot perturb through a head; use it without --smart"
-            )
-        if loss in simcse.PAIR_LOSSES and task in cfg.multitask.cross_encode:
-            raise SystemExit(
-                f"--{task}_loss {loss} needs siamese sentence embeddings; "
-                f"it cannot be used with --cross_encode {task}"
-            )
-        if loss in COSINE_LOSSES and cfg.model.siamese == "euclidean":
-            raise SystemExit(
-                f"--{task}_loss {loss} trains a cosine, and --siamese euclidean reads the "
-                "pair by d = ||u - v||: use --siamese cosine, or --para_loss distance_margin "
-                "and --sts_loss mse|l1"
-            )
-        if loss == "distance_margin" and cfg.model.siamese != "euclidean":
-            raise SystemExit(
-                f"--{task}_loss distance_margin trains d = ||u - v||, which only "
-                "--siamese euclidean reads out; add it"
-            )
-    if cfg.schedule.scale != 1 and PRESETS[cfg.preset].scaled is None:
-        raise SystemExit(f"--scale shrinks the reports' presets; {cfg.preset} is not one")
-    m = cfg.multitask
-    if m.mixing == "round_robin" and m.weighting != "equal":
-        raise SystemExit(
-            f"--weighting {m.weighting} combines the losses of one step, and a round-robin "
-            "step has one task: use it with --mixing simultaneous"
-        )
-    if cfg.data.dev_size == 1:
-        raise SystemExit("--dev_size 1 cannot be scored (a Pearson r needs 2); use 0 or >= 2")
-
-
-def check_model(cfg: RunConfig):
-    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
-    positions = load_config(resolve_model_dir(cfg.model.bert)).max_position_embeddings
-    if cfg.data.max_length > positions:
-        raise SystemExit(
-            f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
-            f"{cfg.model.bert} (max_position_embeddings in its config.json)"
-        )
+LABEL = (
+    "--label",
+    "label the lines of standard input with this run's best model: a sentence gets a "
+    "sentiment, 'sentence<TAB>sentence' a paraphrase probability and a similarity",
+)
+SHOW = (
+    "--show",
+    "print what the preset resolves to (settings, then each stage) and stop; loads nothing",
+    "switch",
+)
 
 
 def load_run_config(run_dir: str) -> RunConfig:
@@ -678,22 +274,22 @@ def load_run_config(run_dir: str) -> RunConfig:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SystemExit(f"{saved}: not valid JSON ({e})") from None
     cfg = config.from_dict(RunConfig, text, str(saved))
-    preset_overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
+    presets.overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
     return replace(cfg, run_dir=str(run_dir))
 
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
-    """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None})."""
-    epilog = "presets:\n" + "\n".join(f"  {k:<20} {p.help}" for k, p in PRESETS.items())
+    """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None,
+    'show': True or None})."""
     cfg, typed, folders = config.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
-        epilog,
-        preset_overrides,
-        extra=[RESUME, PREDICT, EXPORT, LABEL],
+        presets.epilog(),
+        presets.overrides,
+        extra=[RESUME, PREDICT, EXPORT, LABEL, SHOW],
     )
-    chosen = [(name, folder) for name, folder in folders.items() if folder]
+    chosen = [(name, folder) for name, folder in folders.items() if folder and name != "show"]
     if chosen:  # the run's own config; only the machine's settings may differ
         (name, folder), *more = chosen
         experiment = {p: v for p, v in typed.items() if p not in MACHINE}
@@ -718,34 +314,6 @@ def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
             cfg.data, tokenizer, s.simcse_loss, s.simcse_data, cfg.seed
         )
     return task_data
-
-
-def check_plans(cfg: RunConfig, plans: dict, rt):
-    """What only the stages and the device tell, refused before the run folder is touched."""
-    stages = [s for plan in plans.values() for s in plan]
-    if cfg.smart.enabled and not any(s.smart.active for s in stages):
-        raise SystemExit(f"--smart changes no stage of --preset {cfg.preset}: it regularizes "
-                         "single-task stages (thesis, sequential, individual)")  # fmt: skip
-    if cfg.simcse.simcse_weight > 0 and not any(
-        s.kind != CONTRASTIVE and s.contrastive and not s.freeze_encoder for s in stages
-    ):
-        raise SystemExit(f"--simcse_weight adds to task losses that train the encoder; "
-                         f"no stage of --preset {cfg.preset} has one")  # fmt: skip
-    if cfg.optim.distill > 0 and not any(
-        s.kind != CONTRASTIVE and not s.freeze_encoder for s in stages
-    ):
-        raise SystemExit(f"--distill pulls task stages that train the encoder; "
-                         f"no stage of --preset {cfg.preset} has one")  # fmt: skip
-    check_runtime(stages, rt, cfg.optim)
-    for s in stages:
-        objective = s.contrastive.simcse_loss if s.kind == CONTRASTIVE else None
-        source = s.contrastive.simcse_data if objective else None
-        if source and OBJECTIVES[objective][0] > data.CONTRASTIVE_SOURCES[source]:
-            raise SystemExit(
-                f"--simcse_loss {objective} needs {OBJECTIVES[objective][0]} sentences per "
-                f"example and --simcse_data {source} has {data.CONTRASTIVE_SOURCES[source]}: "
-                "use --simcse_data snli"
-            )
 
 
 def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
@@ -783,7 +351,7 @@ def predict(cfg: RunConfig, run_dir: Path, rt):
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     cross = cfg.multitask.cross_encode
     task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
-    for name in PRESETS[cfg.preset].plans(cfg):
+    for name in PRESETS[cfg.preset].plans_of(cfg):
         run = sub_run(cfg, run_dir, name, rt)
         model, info = best_model(cfg, run.run_dir, rt)
         print(evaluation.table_header(run.eval_tasks))
@@ -795,14 +363,17 @@ def predict(cfg: RunConfig, run_dir: Path, rt):
 def export(cfg: RunConfig, run_dir: Path, rt):
     """The best model as a standard folder, with a short report of the run."""
     model, info = best_model(cfg, run_dir, rt)
-    rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines()]
+    rows = checkpoint.read_rows(run_dir)
     table = evaluation.format_table(rows, MULTITASK, info["row"]["index"])
     report = (
         f"# {cfg.preset} run: {run_dir}\n\nBest stage: {info['row']['stage']}. "
         f"torch {torch.__version__}, trained from {cfg.model.bert}.\n\n"
-        "```\n" + table + "\n```\n\nConfig:\n\n```json\n"
-        + json.dumps(config.to_dict(cfg), indent=1) + "\n```\n"
-    )  # fmt: skip
+        "```\n"
+        + table
+        + "\n```\n\nConfig:\n\n```json\n"
+        + json.dumps(config.to_dict(cfg), indent=1)
+        + "\n```\n"
+    )
     vocab = resolve_model_dir(cfg.model.bert) / "vocab.txt"
     checkpoint.export_model_folder(model, vocab, run_dir / "export", report)
     print(f"exported {run_dir / 'export'}: load it with --bert {run_dir / 'export'}")
@@ -841,7 +412,9 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
 
 def main(argv=None):
     cfg, folders = parse_args(argv)
-    check_model(cfg)
+    if folders["show"]:
+        return print(presets.show(cfg))
+    presets.check_model(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.amp)
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
@@ -853,7 +426,7 @@ def main(argv=None):
             return label(cfg, run_dir, rt, sys.stdin)
         return (predict if folders["predict"] else export)(cfg, run_dir, rt)
     resume = bool(folders["resume"])
-    plans = PRESETS[cfg.preset].plans(cfg)
+    plans = PRESETS[cfg.preset].plans_of(cfg)
     check_plans(cfg, plans, rt)
     if not rt.main:  # under torchrun the main process prints and writes; the others train
         sys.stdout = open(os.devnull, "w")  # for the rest of the process

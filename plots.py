@@ -27,13 +27,17 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
-from trainer import METRICS, STEPS
 
 COLORS = {
-    "sst": "tab:blue", "para": "tab:orange", "sts": "tab:green", "overall": "black",
-    "sst+para+sts": "tab:red", "contrastive": "tab:purple",
-}  # fmt: skip
+    "sst": "tab:blue",
+    "para": "tab:orange",
+    "sts": "tab:green",
+    "overall": "black",
+    "sst+para+sts": "tab:red",
+    "contrastive": "tab:purple",
+}
 
 
 def read_rows(run_dir) -> list[dict]:
@@ -137,9 +141,13 @@ def draw_loss(steps: list[dict], path: Path, title: str) -> Path:
     shown = spaced(middles, offset / 12)  # short stages of a long run share their space
     top = ax.secondary_xaxis("top")
     top.set_xticks(
-        [middles[i] for i in shown], [names[i] for i in shown],
-        rotation=35, ha="left", rotation_mode="anchor", fontsize=7,
-    )  # fmt: skip
+        [middles[i] for i in shown],
+        [names[i] for i in shown],
+        rotation=35,
+        ha="left",
+        rotation_mode="anchor",
+        fontsize=7,
+    )
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set(xlabel="training step", ylabel="training loss", title=f"{title}: loss of every step")
     ax.grid(axis="y", alpha=0.3)
@@ -165,14 +173,18 @@ def main(argv=None) -> list[Path]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "run_dir", type=Path, nargs="?",
+        "run_dir",
+        type=Path,
+        nargs="?",
         help="a run folder (holds metrics.jsonl), or an individual run's",
-    )  # fmt: skip
+    )
     parser.add_argument("--out", type=Path, help="folder for the PNGs (default: the run folder)")
     parser.add_argument(
-        "--table", nargs="+", metavar="NAME=DIR[,DIR...]",
+        "--table",
+        nargs="+",
+        metavar="NAME=DIR[,DIR...]",
         help="print a Markdown table of these recipes, the runs of each separated by commas",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.table:
         recipes = {}

@@ -1,7 +1,7 @@
 """The three CS224n reports' tables: each row one preset, run at a CPU scale, beside theirs.
 
-Each table below lists its rows (presets of multitask_classifier.py) with the dev scores the
-report printed. `python reports.py TABLE` trains every row that has not finished yet on the
+Each table below lists its rows by preset name (presets.py says what each trains, its
+source and the scale `make reports` runs it at) with the dev scores the report printed. `python reports.py TABLE` trains every row that has not finished yet on the
 embedded model (a row's run folder is resumed where it stopped), then writes TABLE.md: their
 SST / QQP / STS / overall, ours (the model the run kept), and the minutes each row took.
 
@@ -27,7 +27,7 @@ import checkpoint
 import config
 import evaluation
 from evaluation import MULTITASK
-from trainer import METRICS
+from presets import PRESETS
 
 DONE = "report-row.json"  # written into a row's run folder when its run has finished
 SCRIPT = Path(__file__).parent / "multitask_classifier.py"
@@ -35,16 +35,20 @@ SCRIPT = Path(__file__).parent / "multitask_classifier.py"
 
 @dataclass(frozen=True)
 class Row:
-    preset: str  # a multitask_classifier.py preset
+    preset: str  # a preset of presets.py: what it trains, and its CPU scale
     label: str  # the row's name in their table
     theirs: tuple | None  # their dev SST acc, QQP acc, STS r (None: not printed)
+
+    @property
+    def scale(self) -> float:
+        """The --scale `make reports` runs this row at (the preset's report_scale)."""
+        return PRESETS[self.preset].report_scale
 
 
 @dataclass(frozen=True)
 class Table:
     title: str
     source: str  # paper and table
-    scale: float  # default --scale: the rows' data and epochs on a 2-core CPU
     rows: tuple
 
 
@@ -52,7 +56,6 @@ TABLES = {
     "broadhurst": Table(
         "Broadhurst & Maffezzoli: multitask fine-tuning, MNRL and cosine similarity",
         "Broadhurst & Maffezzoli, Table 1 (dev)",
-        0.1,
         (
             Row("broadhurst-1", "1 baseline: SST only", (0.509, 0.509, 0.031)),
             Row("broadhurst-2", "2 multitask, random weights", (0.471, 0.721, 0.344)),
@@ -65,7 +68,6 @@ TABLES = {
     "auslin": Table(
         "Auslin et al.: siamese vs segments, gradient surgery (ablation)",
         "Auslin et al., section 5.4, ablation table (dev)",
-        0.25,
         (
             Row("auslin-siamese", "siamese, no GS", (0.254, 0.375, 0.021)),
             Row("auslin-siamese-gs", "siamese, GS", (0.253, 0.375, -0.105)),
@@ -80,7 +82,6 @@ TABLES = {
     "auslin-siamese": Table(
         "Auslin et al.: the siamese network with cosine similarity",
         "Auslin et al., section 5.4, siamese table (dev)",
-        0.05,
         (
             Row("auslin-siamese-cosine-mse", "siamese, GS, cosine, MSE", (0.470, 0.471, 0.042)),
             Row(
@@ -94,7 +95,6 @@ TABLES = {
         "Sicurello (EquiBERT): SimCSE as a loss term, alignment and uniformity",
         "Sicurello, Tables 1-2 (lost in the text; the submitted BERT_simCSE scored 0.446 / "
         "0.527 / 0.307 on test)",
-        1.0,
         (
             Row("sicurello-vanilla", "all tasks: BERT_vanilla", None),
             Row("sicurello-simcse", "all tasks: BERT_simCSE", None),
@@ -150,10 +150,22 @@ def row_command(preset: str, run_dir: Path, args, scale: float) -> list[str]:
     if (run_dir / checkpoint.STATE).exists():
         return [sys.executable, str(SCRIPT), "--resume", str(run_dir)]
     return [
-        sys.executable, str(SCRIPT), "--preset", preset, "--scale", str(scale),
-        "--bert", args.bert, "--max_length", str(args.max_length), "--seed", str(args.seed),
-        "--no_test_predictions", "--run_dir", str(run_dir),
-    ]  # fmt: skip
+        sys.executable,
+        str(SCRIPT),
+        "--preset",
+        preset,
+        "--scale",
+        str(scale),
+        "--bert",
+        args.bert,
+        "--max_length",
+        str(args.max_length),
+        "--seed",
+        str(args.seed),
+        "--no_test_predictions",
+        "--run_dir",
+        str(run_dir),
+    ]
 
 
 def run_row(row: Row, run_dir: Path, args, scale: float) -> dict:
@@ -171,7 +183,7 @@ def run_row(row: Row, run_dir: Path, args, scale: float) -> dict:
             raise SystemExit("interrupted; the same command goes on from there") from None
     if code != 0:
         raise SystemExit(f"{row.preset} stopped with exit code {code}: see {run_dir / 'log.txt'}")
-    rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines()]
+    rows = checkpoint.read_rows(run_dir)
     record = {"preset": row.preset, "scale": scale, "seconds": time.time() - t0, "rows": rows}
     checkpoint.atomic_write(json.dumps(record) + "\n", run_dir / DONE)
     return record
@@ -184,10 +196,10 @@ def finished(run_dir: Path) -> dict | None:
 
 def make_table(name: str, args) -> str:
     table = TABLES[name]
-    scale = args.scale or table.scale
     folder = Path(args.out) / name
     results = {}
     for row in table.rows:
+        scale = args.scale or row.scale
         run_dir = folder / row.preset
         results[row.preset] = finished(run_dir)
         saved = run_dir / "config.json"  # a finished or a stopped run
@@ -212,9 +224,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("table", choices=[*TABLES, "all"], help="which table to make")
     parser.add_argument(
-        "--scale", type=float, default=None,
-        help="share of the rows' data and epochs (default: the table's CPU scale)",
-    )  # fmt: skip
+        "--scale",
+        type=float,
+        default=None,
+        help="share of the rows' data and epochs (default: each preset's CPU scale)",
+    )
     parser.add_argument("--out", default="runs/reports", help="folder of the tables and runs")
     parser.add_argument("--bert", default="minilm", help="encoder of every row")
     parser.add_argument("--max_length", type=int, default=64, help="tokens per sentence")

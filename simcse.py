@@ -10,9 +10,9 @@
   Learning through Alignment and Uniformity on the Hypersphere").
 - `build_triplets`: (premise, entailment, contradiction) triplets from SNLI pairs.
 
-The tables at the end name every loss a training stage can pick: OUTPUT_LOSSES of a task
-head's output, PAIR_LOSSES of the two sentence embeddings of siamese pairs, and OBJECTIVES,
-the contrastive stages' losses of K sentence embeddings per example.
+OBJECTIVES, at the end, names the losses of K sentence embeddings per example that a
+contrastive stage can pick; the task losses (of a head's output or of siamese pairs) are
+in losses.py.
 
 As in sentence-transformers' losses, the math is `scores = sim(a, b) / temperature;
 cross_entropy(scores, target)`, kept apart from encoding the sentences.
@@ -129,19 +129,6 @@ def euclidean_distance(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return ((u - v).pow(2).sum(-1) + 1e-12).sqrt()
 
 
-def report_margin(d: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
-    """The contrastive formula as Auslin et al. print it, 1/2 (1 - y) d^2 + 1/2 y
-    max(0, m - d)^2, on an output d that grows with similarity: non-paraphrases are pulled
-    to 0 and paraphrases pushed past the margin. d, labels: (B,); batch mean."""
-    y = labels.to(d.dtype)
-    return 0.5 * ((1 - y) * d.pow(2) + y * F.relu(margin - d).pow(2)).mean()
-
-
-def margin_on_score(out: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
-    """Auslin et al.'s segments network on Quora: report_margin of d = sigmoid(logit)."""
-    return report_margin(torch.sigmoid(out), labels, margin)
-
-
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
     """Wang & Isola 2020: E ||x_i - y_i||^alpha over positive pairs, on L2-normalised rows.
 
@@ -190,47 +177,7 @@ def align_uniform(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# The losses a stage may name (evaluation.TASKS says which task allows which)
-
-# Losses of a task's output (out: (B, C) logits, or (B,) a logit or score; labels (B,)),
-# each a batch mean, right on a short last batch too.
-OUTPUT_LOSSES = {
-    "ce": lambda out, y: F.cross_entropy(out, y),
-    "bce": lambda out, y: F.binary_cross_entropy_with_logits(out, y.to(out.dtype)),
-    "mse": lambda out, y: F.mse_loss(out, y.to(out.dtype)),
-    "l1": lambda out, y: F.l1_loss(out, y.to(out.dtype)),  # Auslin et al.'s STS option
-    # STS only: the head's cosine (out = 2.5 cos + 2.5) against score / 5 in [0, 1], the
-    # Sentence-BERT target (Reimers & Gurevych 2019); 'mse' asks cos = -1 of unrelated pairs
-    "cosine_sbert": lambda out, y: F.mse_loss((out - 2.5) / 2.5, y.to(out.dtype) / 5),
-    # paraphrase logits through a sigmoid against the 0/1 label (Auslin et al.'s submitted
-    # model, their L1 row) and their segments network's margin loss
-    "sigmoid_mse": lambda out, y: F.mse_loss(torch.sigmoid(out), y.to(out.dtype)),
-    "sigmoid_l1": lambda out, y: F.l1_loss(torch.sigmoid(out), y.to(out.dtype)),
-    "sigmoid_margin": margin_on_score,
-}
-
-POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive
-
-
-def ranking_on_positives(u, v, labels, kind):
-    """Multiple-negatives ranking over the batch's positive pairs only (Broadhurst et al.)."""
-    keep = labels >= POSITIVE[kind]  # (B,) duplicates, or STS scores >= 4
-    if not keep.any():
-        return (u.sum() + v.sum()) * 0.0  # no positive pair in this batch: nothing to rank
-    return multiple_negatives_ranking_loss(u[keep], v[keep], temperature=0.05)
-
-
-# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), task kind.
-COSINE_TARGET = {"binary": lambda y: y, "regression": lambda y: y / 2.5 - 1}  # 0/1; 0-5 to [-1, 1]
-PAIR_LOSSES = {
-    "cosine_mse": lambda u, v, y, kind: F.mse_loss(
-        F.cosine_similarity(u, v, dim=-1), COSINE_TARGET[kind](y.to(u.dtype))
-    ),
-    "contrastive": lambda u, v, y, kind: contrastive_margin_loss(u, v, y, margin=0.5),
-    "mnrl": ranking_on_positives,
-    # Auslin et al.'s siamese network: their formula on its output d = ||u - v||
-    "distance_margin": lambda u, v, y, kind: report_margin(euclidean_distance(u, v), y),
-}
+# The objectives a contrastive stage may name
 
 # Contrastive stages: objective -> (sentences per example K, loss of z (K', B, H) at
 # temperature t). K = 1: the batch is encoded twice, dropout making the two views (K' = 2).

@@ -111,35 +111,40 @@ def divergence(p: torch.Tensor, q: torch.Tensor, kind: str) -> torch.Tensor:
     return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
 
 
+def _token_mask(embeds: torch.Tensor, attention_mask: torch.Tensor | None):
+    """(B, T, 1) of 1 for tokens and 0 for padding, in embeds' dtype; None: no mask."""
+    if embeds.dim() < 2:
+        raise ValueError(f"embeds must be (B, ...), got {tuple(embeds.shape)}")
+    if attention_mask is None:
+        return None
+    if attention_mask.shape != embeds.shape[:2]:
+        raise ValueError(
+            f"attention_mask {tuple(attention_mask.shape)} does not match embeds "
+            f"{tuple(embeds.shape)}; expected (B, T)"
+        )
+    return attention_mask[..., None].to(embeds.dtype)  # (B, T, 1)
+
+
 def adversarial_regularizer(
     f: Callable[[torch.Tensor], torch.Tensor],
     embeds: torch.Tensor,
     clean: torch.Tensor,
     kind: str,
     attention_mask: torch.Tensor | None = None,
-    sigma: float = 1e-5,
-    eta: float = 1e-3,
-    epsilon: float = 1e-5,
-    steps: int = 1,
+    cfg: SmartConfig | None = None,
 ) -> torch.Tensor:
     """Smoothness-inducing regularizer R_s (SMART, Eq. 3, Algorithm 1 lines 4-8).
 
     f: embedding output (B, T, H) -> task output, the same head that produced `clean`.
     embeds: (B, T, H) embedding output; clean: f(embeds), logits (B, C) or (B,).
     attention_mask: (B, T), 1 for tokens, 0 for padding (padding gets no noise).
+    cfg: the noise's sigma, the ascent's eta and steps, the ball's epsilon (SmartConfig's).
     Returns divergence(f(embeds + noise), clean): a scalar whose gradient reaches the
     parameters through both outputs; the noise itself is a constant for that gradient.
     """
-    if embeds.dim() < 2:
-        raise ValueError(f"embeds must be (B, ...), got {tuple(embeds.shape)}")
-    keep = None
-    if attention_mask is not None:
-        if attention_mask.shape != embeds.shape[:2]:
-            raise ValueError(
-                f"attention_mask {tuple(attention_mask.shape)} does not match embeds "
-                f"{tuple(embeds.shape)}; expected (B, T)"
-            )
-        keep = attention_mask[..., None].to(embeds.dtype)  # (B, T, 1)
+    cfg = cfg or SmartConfig()
+    sigma, eta, epsilon = cfg.sigma, cfg.eta, cfg.epsilon
+    keep = _token_mask(embeds, attention_mask)  # (B, T, 1) or None
     per_example = tuple(range(1, embeds.dim()))  # every dim but the batch
 
     def project(noise):  # back into the epsilon ball; padding stays untouched
@@ -150,7 +155,7 @@ def adversarial_regularizer(
     # the ascent needs the gradient w.r.t. the noise only: detached inputs keep the graph
     # out of the embedding layer, and autograd.grad leaves every parameter's .grad alone
     base, target = embeds.detach(), clean.detach()
-    for _ in range(steps):
+    for _ in range(cfg.steps):
         noise.requires_grad_(True)
         adv = divergence(f(base + noise), target, kind)
         # only the direction of the gradient is used (the step is normalized below), so the
@@ -158,9 +163,11 @@ def adversarial_regularizer(
         # whether adv is ~epsilon^2 (shared masks) or ~1 (R-Drop), and float16 can neither
         # underflow nor overflow (a 1/epsilon scale would multiply R-Drop's by 1e5)
         (grad,) = torch.autograd.grad(
-            adv / adv.detach().clamp(min=1e-30), noise, allow_unused=True,
+            adv / adv.detach().clamp(min=1e-30),
+            noise,
+            allow_unused=True,
             materialize_grads=True,
-        )  # fmt: skip
+        )
         # per-example infinity norm: every example moves by eta in its largest coordinate
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))
@@ -285,9 +292,7 @@ def smart_loss(
     """
     loss = clean.new_zeros(())
     if cfg.lambda_s > 0:
-        r_s = adversarial_regularizer(
-            f, embeds, clean, kind, attention_mask, cfg.sigma, cfg.eta, cfg.epsilon, cfg.steps
-        )
+        r_s = adversarial_regularizer(f, embeds, clean, kind, attention_mask, cfg)
         loss = loss + cfg.lambda_s * r_s
     if cfg.mu > 0:
         if teacher_out is None:

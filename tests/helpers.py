@@ -1,11 +1,16 @@
-"""Small batches and an end-to-end run of multitask_classifier.main on the tiny BERT."""
+"""Small batches, the tiny model with its data, and an end-to-end run of
+multitask_classifier.main on the tiny BERT."""
 
 import json
 
 import torch
 
 import checkpoint
+import datasets as data
 import multitask_classifier as mt
+import trainer
+from config import DataConfig, ModelConfig
+from tokenizer import BertTokenizer
 
 
 def sentence_batch(B=3, T=5, vocab=100, seed=0):
@@ -28,7 +33,6 @@ def weights(path):
 
 def interrupt_stage(monkeypatch, n):
     """Make the n-th call of trainer.train_stage raise KeyboardInterrupt (a Ctrl-C)."""
-    import trainer
 
     real, calls = trainer.train_stage, {"n": 0}
 
@@ -69,15 +73,42 @@ def assert_same_run(straight_rows, straight_dir, resumed_dir):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def tiny_flags(tiny_env, run_dir, flags: str = "", *extra) -> list[str]:
+    """--bert, --data_dir and --run_dir of the tiny model, data and a run folder, then the
+    flags in `flags` (split at spaces) and `extra`."""
+    bert_dir, data_dir = tiny_env
+    where = ["--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir)]
+    return where + flags.split() + list(extra)
+
+
 def run(tiny_env, run_dir, *extra):
     """main() on the tiny data; returns the rows after the start row."""
-    bert_dir, data_dir = tiny_env
-    argv = [
-        "--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir),
-        "--batch_size", "8", "--lr", "1e-3", "--seed", "0", "--loops", "1", "--max_length", "64",
-        *extra,
-    ]  # fmt: skip
-    mt.main(argv)
+    flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64"
+    mt.main(tiny_flags(tiny_env, run_dir, flags, *extra))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["stage"] == "start (no training)"  # scored before any training
     return rows[1:]
+
+
+def tiny_model_and_data(tiny_env):
+    """A MultitaskBERT on the tiny checkpoint (seed 0) and the tiny data, tokenized."""
+    bert_dir, data_dir = tiny_env
+    tok = BertTokenizer.from_pretrained(str(bert_dir))
+    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
+    torch.manual_seed(0)
+    model = mt.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
+    return model, task_data
+
+
+def first_batch(task_data, task, size):
+    return next(iter(data.make_loader(task_data[task].train, size, shuffle=False)))
+
+
+def two_sets(seed=0, B=5, H=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, H, generator=g), torch.randn(B, H, generator=g)
+
+
+def embeddings(model, batch):
+    z = model.sentences(batch)  # (2B, H); dropout is 0
+    return z.view(2, -1, z.size(-1)).unbind(0)

@@ -164,6 +164,7 @@ def test_bad_counts_stop_with_a_message(flag, capsys):
     assert "need --repeats >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_smoke_run_on_the_tiny_bert(tiny_env, tmp_path):
     bert_dir, data_dir = tiny_env
     sections = ["tokenizer", "forward", "train", "adamw", "padding"]

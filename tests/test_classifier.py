@@ -5,20 +5,16 @@ import torch
 import classifier
 import multitask_classifier as mt
 from config import ModelConfig
-from helpers import weights
+from helpers import tiny_flags, weights
 
 
 def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
-    bert_dir, data_dir = tiny_env
-    rows, best = classifier.main([
-        "--task", "cfimdb", "--option", "last-linear-layer", "--bert", str(bert_dir),
-        "--data_dir", str(data_dir), "--run_dir", str(tmp_path / "run"), "--epochs", "2",
-        "--batch_size", "8", "--max_length", "64",
-    ])  # fmt: skip
+    flags = "--task cfimdb --option last-linear-layer --epochs 2 --batch_size 8 --max_length 64"
+    rows, best = classifier.main(tiny_flags(tiny_env, tmp_path / "run", flags))
     assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
     assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
     trained = weights(tmp_path / "run" / "state.safetensors")
-    start = mt.model_factory(ModelConfig(bert=str(bert_dir)), ("cfimdb",))().state_dict()
+    start = mt.model_factory(ModelConfig(bert=str(tiny_env[0])), ("cfimdb",))().state_dict()
     for name, value in start.items():
         if name.startswith("bert."):
             assert torch.equal(value, trained[name]), name

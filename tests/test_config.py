@@ -38,15 +38,28 @@ def test_a_preset_sets_values_under_the_flags_the_user_typed():
 
 def test_switches_and_lists_parse():
     cfg, typed, _ = config.parse(
-        RunConfig(), ["--no_amp", "--smart", "--cross_encode", "para", "sts",
-                      "--sequential_epochs", "1", "2", "3"],
-    )  # fmt: skip
+        RunConfig(),
+        [
+            "--no_amp",
+            "--smart",
+            "--cross_encode",
+            "para",
+            "sts",
+            "--sequential_epochs",
+            "1",
+            "2",
+            "3",
+        ],
+    )
     assert not cfg.device.amp and cfg.smart.enabled
     assert cfg.multitask.cross_encode == ["para", "sts"]
     assert cfg.schedule.sequential_epochs == (1, 2, 3)
     assert config.flags_of(cfg, typed) == [
-        "--sequential_epochs", "--cross_encode", "--smart", "--no_amp",
-    ]  # fmt: skip
+        "--sequential_epochs",
+        "--cross_encode",
+        "--smart",
+        "--no_amp",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -75,13 +88,23 @@ def test_json_round_trip_and_settings_added_since():
     assert config.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
 
 
-def test_the_flags_in_the_readme_and_makefile_still_parse():
-    text = (REPO / "README.md").read_text() + (REPO / "Makefile").read_text()
-    text = text.replace("\\\n", " ")  # continued lines
-    commands = re.findall(r"python multitask_classifier.py([^\n`|#]*)", text)
-    commands += re.findall(r"DEMO_FLAGS \?= (.*)", text)
-    assert len(commands) >= 3
+def test_the_flags_in_the_readme_docs_and_makefile_still_parse():
+    files = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs").glob("*.md"))]
+    text = "".join(f.read_text() for f in files).replace("\\\n", " ")  # continued lines
+    commands = re.findall(r"multitask_classifier.py([^\n`|#]*)", text)
+    assert len(commands) >= 10
     for command in commands:
         argv = shlex.split(command)
         if not {"--resume", "--predict", "--export", "--label"} & set(argv):  # need a run
             mt.parse_args(argv)
+
+
+def test_stages_check_their_fields():
+    with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
+        config.Stage(("qqp",), 1e-5, 32)
+    with pytest.raises(ValueError, match="loss 'mnrl' does not fit task 'sst'"):
+        config.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
+    with pytest.raises(ValueError, match="a multitask stage needs"):
+        config.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
+    with pytest.raises(ValueError, match="unknown stage kind 'simcse'"):
+        config.Stage((), 1e-5, 32, kind="simcse")

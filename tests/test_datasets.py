@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import datasets as D
+import datasets as data
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -613,3 +614,26 @@ def test_only_trained_tasks_read_their_training_sets(tiny_env):
     assert len(loaded["sst"].train) == 48
     assert loaded["para"].train is None and loaded["sts"].train is None
     assert len(loaded["para"].dev) == 16  # every task is still scored
+
+
+def test_a_random_order_shuffles_the_batches_of_a_simultaneous_step():
+    loaders = {t: [f"{t}{i}" for i in range(4)] for t in ("sst", "para", "sts")}
+    g = torch.Generator().manual_seed(0)
+    fixed = list(data.MultiTaskBatches(loaders, "simultaneous", "fixed", g))
+    assert all([t for t, _ in step] == ["sst", "para", "sts"] for step in fixed)
+    shuffled = list(data.MultiTaskBatches(loaders, "simultaneous", "random", g))
+    orders = {tuple(t for t, _ in step) for step in shuffled}
+    assert all(sorted(o) == ["para", "sst", "sts"] for o in orders) and len(orders) > 1
+    for i, step in enumerate(shuffled):  # each task's batches still come in their order
+        assert sorted(b for _, b in step) == sorted(f"{t}{i}" for t in loaders)
+
+
+def test_a_training_share_is_a_fixed_random_subset():
+    examples = list(range(100))
+    kept = data.subset(examples, 0, 0.25, seed=3)
+    assert len(kept) == 25 and set(kept) <= set(examples)
+    assert kept == data.subset(examples, 0, 0.25, seed=3) != data.subset(examples, 0, 0.25, 4)
+    assert len(data.subset(examples, 0, 0.001, seed=3)) == 1  # at least one
+    first = data.random_subset(examples, 40, seed=3)  # --train_size 40, then the share
+    halved = data.subset(examples, 40, 0.5, seed=3)
+    assert len(halved) == 20 and set(halved) <= set(first)

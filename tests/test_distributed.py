@@ -19,10 +19,13 @@ from torch import distributed
 
 import multitask_classifier as mt
 from base_bert import BertConfig
-from helpers import weights
+from helpers import tiny_flags, weights
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not distributed.is_available(), reason="no torch.distributed")
+pytestmark = [  # two processes each: several seconds a test
+    pytest.mark.skipif(not distributed.is_available(), reason="no torch.distributed"),
+    pytest.mark.slow,
+]
 
 # Attention key biases get no gradient in exact arithmetic (a shift that softmax ignores), so
 # AdamW turns their rounding noise into +-lr steps, differently in one process and in two.
@@ -37,19 +40,21 @@ def env(tmp_path, tiny_config):
 
 
 def argv(env, run_dir, *extra):
-    bert_dir, data_dir = env
-    return [
-        "--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir),
-        "--batch_size", "8", "--lr", "1e-3", "--seed", "0", "--loops", "1", "--dropout", "0",
-        "--max_length", "64", "--no_test_predictions", *extra,
-    ]  # fmt: skip
+    flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --dropout 0 --max_length 64"
+    return tiny_flags(env, run_dir, flags + " --no_test_predictions", *extra)
 
 
 def torchrun(args, wait=True):
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "multitask_classifier.py"), *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "multitask_classifier.py"),
+        *args,
+    ]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if not wait:
         return subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)

@@ -55,8 +55,11 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     assert "--preset thesis" in out and "best stage:" in out  # the run's own output, streamed
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["stage"] for row in rows[1:]] == [
-        "QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%",
-    ]  # fmt: skip
+        "QQP",
+        "loop 1: STS",
+        "loop 1: SST",
+        "loop 1: QQP 3%",
+    ]
     assert all(row["stage"] in out for row in rows)  # the forgetting table, printed
     for name in ("config.json", "best.safetensors", "forgetting.png", "loss.png"):
         assert (run_dir / name).is_file(), name

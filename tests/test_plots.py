@@ -46,8 +46,17 @@ def write_jsonl(path, records, end="\n"):
 
 
 def step(stage, name, n, tasks, loss):
-    return {"stage": stage, "name": name, "epoch": 0, "step": n, "tasks": tasks, "loss": loss,
-            "lr": 1e-5, "grad_norm": 1.0, "examples_per_s": 100.0}  # fmt: skip
+    return {
+        "stage": stage,
+        "name": name,
+        "epoch": 0,
+        "step": n,
+        "tasks": tasks,
+        "loss": loss,
+        "lr": 1e-5,
+        "grad_norm": 1.0,
+        "examples_per_s": 100.0,
+    }
 
 
 def test_a_tiny_run_gives_both_pictures_and_readers_match_its_files(tiny_env, tmp_path):
@@ -116,8 +125,11 @@ def test_an_individual_run_gets_pictures_per_task(tmp_path):
         assert list(plots.score_series(rows)) == [task]  # one task, no overall
     written = plots.main([str(tmp_path), "--out", str(tmp_path / "pictures")])
     assert [p.relative_to(tmp_path / "pictures").as_posix() for p in written] == [
-        "sst/forgetting.png", "sst/loss.png", "sts/forgetting.png", "sts/loss.png",
-    ]  # fmt: skip
+        "sst/forgetting.png",
+        "sst/loss.png",
+        "sts/forgetting.png",
+        "sts/loss.png",
+    ]
     for path in written:
         assert_small_png(path)
 

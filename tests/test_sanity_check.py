@@ -12,6 +12,7 @@ import sanity_check
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_sanity_check_passes():
     done = subprocess.run(
         [sys.executable, "sanity_check.py"], cwd=REPO, capture_output=True, text=True, timeout=120

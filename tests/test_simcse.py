@@ -5,8 +5,10 @@ from collections import namedtuple
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import simcse
+from helpers import two_sets
 from simcse import (
     alignment,
     build_triplets,
@@ -197,36 +199,6 @@ def test_contrastive_margin_loss_matches_loop():
 # ---------------------------------------------------------------- the loss tables
 
 
-def test_task_losses_on_hand_made_inputs():
-    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
-    labels = torch.tensor([0, 2])
-    p0 = math.exp(2) / (math.exp(2) + 1 + math.exp(-1))
-    expected = (-math.log(p0) - math.log(1 / 3)) / 2
-    assert simcse.OUTPUT_LOSSES["ce"](logits, labels).item() == pytest.approx(expected, 1e-6)
-    logit, y = torch.tensor([0.0, 2.0, -1.0]), torch.tensor([1.0, 0.0, 0.0])
-    sig = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
-    bce = -(math.log(sig[0]) + math.log(1 - sig[1]) + math.log(1 - sig[2])) / 3
-    assert simcse.OUTPUT_LOSSES["bce"](logit, y).item() == pytest.approx(bce, 1e-6)
-    score, target = torch.tensor([1.0, 4.0, 2.5]), torch.tensor([0.0, 5.0, 2.5])
-    assert simcse.OUTPUT_LOSSES["mse"](score, target).item() == pytest.approx(2 / 3, 1e-6)
-
-
-def test_every_loss_a_task_allows_exists():
-    from evaluation import TASKS
-
-    for task, spec in TASKS.items():
-        for loss in spec.losses:
-            assert loss in simcse.OUTPUT_LOSSES or loss in simcse.PAIR_LOSSES, (task, loss)
-
-
-def test_sbert_target_is_the_cosine_against_score_over_5():
-    cos = torch.tensor([0.9, 0.1, -0.3, 0.5])
-    scores = torch.tensor([4.5, 0.0, 1.0, 2.5])
-    out = cos * 2.5 + 2.5  # what the STS head returns
-    naive = sum((c - y / 5) ** 2 for c, y in zip(cos.tolist(), scores.tolist(), strict=True)) / 4
-    assert simcse.OUTPUT_LOSSES["cosine_sbert"](out, scores).item() == pytest.approx(naive)
-
-
 def test_similarity_distillation_matches_loop_and_allows_rotations():
     torch.manual_seed(0)
     z, ref = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
@@ -242,3 +214,32 @@ def test_similarity_distillation_matches_loop_and_allows_rotations():
     assert z.grad.abs().sum() > 0 and ref.grad is None  # the reference is a fixed target
     with pytest.raises(ValueError, match="one shape"):
         similarity_distillation(z, ref[:4])
+
+
+def test_dropout_views_objectives_are_alignment_plus_uniformity():
+    z1, z2 = two_sets(2, B=6)
+    n1, n2 = F.normalize(z1, dim=-1), F.normalize(z2, dim=-1)
+    align = sum(((a - b) ** 2).sum().item() for a, b in zip(n1, n2, strict=True)) / 6
+
+    def unif(n):
+        terms = [
+            math.exp(-2 * ((n[i] - n[j]) ** 2).sum().item())
+            for i in range(6)
+            for j in range(i + 1, 6)
+        ]
+        return math.log(sum(terms) / len(terms))
+
+    expected = align + (unif(n1) + unif(n2)) / 2
+    k, objective = simcse.OBJECTIVES["dropout_align_uniform"]
+    assert k == 1  # one sentence per example: two dropout views
+    assert objective(torch.stack([z1, z2]), 0.05).item() == pytest.approx(expected, rel=1e-5)
+    k, canon = simcse.OBJECTIVES["dropout_align_uniform_simcse"]
+    term = simcse.unsup_simcse_loss(z1, z2, 0.05).item()
+    assert canon(torch.stack([z1, z2]), 0.05).item() == pytest.approx(expected + term, rel=1e-5)
+
+
+def test_a_batch_of_one_has_alignment_only():
+    z1, z2 = two_sets(4, B=1)
+    _, objective = simcse.OBJECTIVES["dropout_align_uniform"]
+    loss = objective(torch.stack([z1, z2]), 0.05)
+    assert loss.item() == pytest.approx(simcse.alignment(z1, z2).item())

@@ -153,9 +153,8 @@ def test_perturbation_in_epsilon_ball_and_not_on_padding():
         return model.head_on(e, mask)
 
     eps = 1e-2  # large enough that float32 rounding of (embeds + noise) - embeds is negligible
-    adversarial_regularizer(
-        f, embeds, clean, "classification", mask, sigma=1e-3, eta=0.1, epsilon=eps
-    )
+    cfg = SmartConfig(sigma=1e-3, eta=0.1, epsilon=eps)
+    adversarial_regularizer(f, embeds, clean, "classification", mask, cfg)
     noise = seen[-1] - embeds.detach()  # the perturbation of the final pass
     assert noise.abs().max().item() <= eps * (1 + 1e-4)
     assert noise[mask == 0].abs().max().item() == 0.0
@@ -180,7 +179,8 @@ def test_ascent_step_matches_hand_derived_update():
 
     sigma, eta, eps = 0.1, 0.05, 0.12
     torch.manual_seed(1)
-    adversarial_regularizer(recording_f, embeds, f(embeds), "regression", None, sigma, eta, eps)
+    cfg = SmartConfig(sigma=sigma, eta=eta, epsilon=eps)
+    adversarial_regularizer(recording_f, embeds, f(embeds), "regression", None, cfg)
     torch.manual_seed(1)
     n0 = (torch.randn(B, T, H, dtype=torch.float64) * sigma).clamp(-eps, eps)
     sign = torch.sign((n0 * w).sum(dim=(1, 2)))[:, None, None]  # (B, 1, 1)
@@ -192,7 +192,8 @@ def test_regularizer_is_zero_for_a_head_that_ignores_its_input():
     bias = nn.Parameter(torch.randn(3))
     embeds = torch.randn(4, 6, 8, requires_grad=True)
     f = lambda e: bias.expand(e.size(0), 3)  # noqa: E731
-    r_s = adversarial_regularizer(f, embeds, f(embeds), "classification", sigma=0.1, epsilon=0.1)
+    cfg = SmartConfig(sigma=0.1, epsilon=0.1)
+    r_s = adversarial_regularizer(f, embeds, f(embeds), "classification", cfg=cfg)
     assert r_s.item() == 0.0
 
 
@@ -205,12 +206,13 @@ def test_ascent_increases_the_divergence():
     embeds = model.bert.embed(ids).detach()
     clean = model.head_on(embeds, mask).detach()
     f = lambda e: model.head_on(e, mask)  # noqa: E731
-    kw = dict(attention_mask=mask, sigma=1e-3, eta=0.05, epsilon=0.05)
+    kw = dict(sigma=1e-3, eta=0.05, epsilon=0.05)
+    zero, one = SmartConfig(steps=0, **kw), SmartConfig(steps=1, **kw)
     for seed in range(3):
         torch.manual_seed(seed)
-        before = adversarial_regularizer(f, embeds, clean, "classification", steps=0, **kw)
+        before = adversarial_regularizer(f, embeds, clean, "classification", mask, zero)
         torch.manual_seed(seed)  # the same initial noise, then one ascent step
-        after = adversarial_regularizer(f, embeds, clean, "classification", steps=1, **kw)
+        after = adversarial_regularizer(f, embeds, clean, "classification", mask, one)
         assert after.item() > 10 * before.item() > 0
 
 
@@ -220,7 +222,12 @@ def test_ascent_leaves_parameter_grads_alone():
     embeds = model.bert.embed(ids)
     clean = model.head_on(embeds, mask)
     adversarial_regularizer(
-        lambda e: model.head_on(e, mask), embeds, clean, "classification", mask, steps=2
+        lambda e: model.head_on(e, mask),
+        embeds,
+        clean,
+        "classification",
+        mask,
+        SmartConfig(steps=2),
     )
     assert all(p.grad is None for p in model.parameters())
 
@@ -238,7 +245,9 @@ def test_regularizer_gradient_flows_through_clean_and_perturbed_outputs():
         seen.append(e.detach())
         return model.head_on(e, mask)
 
-    r_s = adversarial_regularizer(f, embeds, clean, "classification", mask, 1e-3, 0.1, 1e-2)
+    r_s = adversarial_regularizer(
+        f, embeds, clean, "classification", mask, SmartConfig(sigma=1e-3, eta=0.1, epsilon=1e-2)
+    )
     (grad,) = torch.autograd.grad(r_s, embeds)
     x = embeds.detach().clone().requires_grad_(True)
     noise = seen[-1] - embeds.detach()
@@ -360,7 +369,9 @@ def test_smart_loss_combines_both_terms():
     torch.manual_seed(0)
     total = smart_loss(f, embeds, clean, "classification", t_out, cfg, mask)
     torch.manual_seed(0)
-    r_s = adversarial_regularizer(f, embeds, clean, "classification", mask, 1e-3, 1e-3, 1e-2, 1)
+    r_s = adversarial_regularizer(
+        f, embeds, clean, "classification", mask, SmartConfig(sigma=1e-3, eta=1e-3, epsilon=1e-2)
+    )
     d_breg = bregman_divergence(clean, t_out, "classification")
     assert abs(total.item() - (10.0 * r_s.item() + 2.0 * d_breg.item())) < TOL
     with pytest.raises(ValueError, match="needs teacher_out"):
@@ -432,7 +443,9 @@ def smoothness(eps: float, shared: bool, seed: int = 0) -> float:
         with same.replay() if shared else nullcontext():
             return model.head_on(e, mask)
 
-    r_s = adversarial_regularizer(f, embeds, clean, "classification", mask, eps, 100 * eps, eps)
+    r_s = adversarial_regularizer(
+        f, embeds, clean, "classification", mask, SmartConfig(sigma=eps, eta=100 * eps, epsilon=eps)
+    )
     return r_s.item()
 
 

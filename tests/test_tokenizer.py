@@ -120,7 +120,10 @@ def assert_same_in_packs(ours, fast, texts, sep, group):
 # ---- the project's data, against the Rust tokenizer ----------------------------------------
 
 
-@pytest.mark.parametrize("file_name", DATA_FILES)
+@pytest.mark.parametrize(
+    "file_name",
+    [pytest.param(f, marks=pytest.mark.slow) if f.startswith("snli") else f for f in DATA_FILES],
+)
 def test_matches_hf_on_data(file_name, ours, fast):
     """Every distinct sentence, untruncated (eight to a text, see assert_same_in_packs). Pairs truncated to 16 tokens (odd budget 13, to
     exercise longest-first): every row of the dev and test files, every 10th row of the train

@@ -1,30 +1,35 @@
 """The training loop: stages, the step, resume, PCGrad and non-finite losses (tiny BERT)."""
 
 import json
-import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+import config
 import datasets as data
 import evaluation
+import losses
 import multitask_classifier as mt
+import runtime
 import simcse
 import trainer
 from bert import BertModel
-from config import DataConfig, ModelConfig, MultitaskConfig, OptimConfig
+from config import DataConfig, MultitaskConfig, OptimConfig
 from helpers import (
     assert_same_run,
+    embeddings,
+    first_batch,
     interrupt_stage,
     pair_batch,
     run,
     sentence_batch,
     sigterm_on_call,
+    tiny_model_and_data,
     weights,
 )
+from losses import StepContext
 from optimizer import flatten_grads, pcgrad, pcgrad_backward
-from smart import EMATeacher, SameDropout, SmartConfig
 from tokenizer import BertTokenizer
 
 
@@ -47,27 +52,17 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def tiny_model_and_data(tiny_env):
-    """A MultitaskBERT on the tiny checkpoint (seed 0) and the tiny data, tokenized."""
-    bert_dir, data_dir = tiny_env
-    tok = BertTokenizer.from_pretrained(str(bert_dir))
-    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
-    torch.manual_seed(0)
-    model = mt.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
-    return model, task_data
-
-
 def test_short_training_lowers_every_task_loss(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
-    rt = trainer.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", amp=False)
 
     def loss_of(task):
         model.eval()
         loader = data.make_loader(task_data[task].train, 64, shuffle=False)
         with torch.no_grad():
             return sum(
-                simcse.OUTPUT_LOSSES[evaluation.TASKS[task].losses[0]](
+                losses.OUTPUT_LOSSES[evaluation.TASKS[task].losses[0]](
                     model(task, b), b["labels"]
                 ).item()
                 for b in loader
@@ -75,26 +70,15 @@ def test_short_training_lowers_every_task_loss(tiny_env):
 
     for task in mt.MULTITASK:
         before = loss_of(task)
-        stage = trainer.Stage((task,), lr=1e-3, batch_size=8, epochs=5)
+        stage = config.Stage((task,), lr=1e-3, batch_size=8, epochs=5)
         steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0))
-        trainer.train_stage(model, optimizer, stage, steps, rt, task)
+        trainer.train_stage(model, optimizer, stage, steps, StepContext(rt))
         assert loss_of(task) < 0.9 * before, task
 
 
-def test_stages_check_their_fields():
-    with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
-        trainer.Stage(("qqp",), 1e-5, 32)
-    with pytest.raises(ValueError, match="loss 'mnrl' does not fit task 'sst'"):
-        trainer.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
-    with pytest.raises(ValueError, match="a multitask stage needs"):
-        trainer.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
-    with pytest.raises(ValueError, match="unknown stage kind 'simcse'"):
-        trainer.Stage((), 1e-5, 32, kind="simcse")
-
-
 def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, monkeypatch):
-    real = simcse.OUTPUT_LOSSES["ce"]
-    monkeypatch.setitem(simcse.OUTPUT_LOSSES, "ce", lambda out, y: real(out, y) * float("nan"))
+    real = losses.OUTPUT_LOSSES["ce"]
+    monkeypatch.setitem(losses.OUTPUT_LOSSES, "ce", lambda out, y: real(out, y) * float("nan"))
     with pytest.raises(
         SystemExit,
         match=r"loss is nan at step 1 of stage 'loop 1: SST' \(task sst\).*best.safetensors",
@@ -138,19 +122,20 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
             m.p = 0.0
     for layer in model.bert.encoder["layer"]:
         layer.attention["self"].dropout_p = 0.0
-    rt = trainer.make_runtime("cpu", amp=False)
-    smart = SmartConfig(lambda_s=0.0, mu=0.0)
+    rt = runtime.make_runtime("cpu", amp=False)
+    stage = config.Stage(("sst",), 1e-5, 3)  # SMART off, the default losses
     batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
     batches["sst"]["labels"] = torch.tensor([0, 4, 2])
     batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])
     batches["sts"]["labels"] = torch.tensor([4.5, 0.5, 2.0])
     shared = list(model.bert.parameters())
 
-    def losses():
-        return [trainer.batch_loss(model, t, b, smart, None, rt) for t, b in batches.items()]
+    def task_losses():
+        ctx = StepContext(rt)
+        return [losses.batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
 
     grads = []  # the reference: each task's encoder gradient alone, then PCGrad by hand
-    for loss in losses():
+    for loss in task_losses():
         model.zero_grad(set_to_none=True)
         loss.backward()
         grads.append(flatten_grads(shared))
@@ -159,18 +144,12 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     assert conflicts > 0  # otherwise the surgery would be a plain sum
 
     model.zero_grad(set_to_none=True)
-    pcgrad_backward(shared, losses(), torch.Generator().manual_seed(7))
+    pcgrad_backward(shared, task_losses(), torch.Generator().manual_seed(7))
     assert torch.allclose(flatten_grads(shared), expected, atol=1e-6)
     head = model.heads["sst"].weight.grad.clone()
     model.zero_grad(set_to_none=True)
-    losses()[0].backward()
+    task_losses()[0].backward()
     assert torch.allclose(head, model.heads["sst"].weight.grad, atol=1e-7)  # own task only
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_requested_without_cuda_says_so():
-    with pytest.raises(SystemExit, match="no CUDA device is available"):
-        trainer.make_runtime("cuda", amp=True)
 
 
 def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_path, monkeypatch):
@@ -266,64 +245,18 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
 # SMART's passes, and the update's tools (issue: a defense against forgetting)
 
 
-def first_batch(task_data, task, size):
-    return next(iter(data.make_loader(task_data[task].train, size, shuffle=False)))
-
-
-def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
-    """trainer.smart_term on one batch, its passes set up as batch_loss sets them up."""
-    torch.manual_seed(0)
-    with rt.autocast():
-        shared = cfg.dropout == "shared"
-        same_embed = SameDropout(rt.device) if shared else None
-        embeds = model.embed(batch)
-        masks = (same_embed, SameDropout(rt.device)) if shared else None
-        out = model(task, batch, embeds)
-        return trainer.smart_term(model, task, cfg, batch, embeds, out, teacher, rt, masks).item()
-
-
-def test_r_s_responds_to_the_perturbation_under_bf16_autocast(tiny_env):
-    model, task_data = tiny_model_and_data(tiny_env)
-    model.train()
-    batch = first_batch(task_data, "sst", 8)
-    rt = trainer.Runtime(torch.device("cpu"), torch.bfloat16, None)
-
-    def r_s(eps, dropout="shared"):
-        cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
-        return smart_value(model, batch, cfg, rt)
-
-    r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
-    # bf16 resolves ~8e-3: without float32 passes a 1e-5 perturbation would be rounded away
-    assert r[1e-9] < 1e-3 * r[1e-5]
-    assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
-    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: bf16 dropout noise
-
-
-def test_the_teacher_pass_shares_the_clean_pass_dropout(tiny_env):
-    model, task_data = tiny_model_and_data(tiny_env)
-    model.train()
-    batch = first_batch(task_data, "sst", 8)
-    rt = trainer.make_runtime("cpu", amp=False)
-    teacher = EMATeacher(model)  # the model's own weights: only dropout can differ
-    bregman = {
-        d: smart_value(model, batch, SmartConfig(lambda_s=0, mu=1, dropout=d), rt, teacher)
-        for d in ("shared", "independent")
-    }
-    assert bregman["shared"] < 1e-12 and bregman["independent"] > 1e-6
-
-
 def gradient_of_one_step(tiny_env, optim, weighting="random"):
     """Gradients left by one multitask train_step (lr 0, eval mode: no dropout)."""
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
-    stage = trainer.Stage(
+    stage = config.Stage(
         mt.MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
     )
     step = [(t, first_batch(task_data, t, 7)) for t in mt.MULTITASK]
     optimizer = trainer.new_optimizer(model, optim)
-    rt = trainer.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", amp=False)
     generator = torch.Generator().manual_seed(3)
-    loss = trainer.train_step(model, optimizer, stage, step, rt, None, generator, optim)
+    loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt, optim), generator)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert len(grads) > 20  # the encoder's and the heads' (the unused pooler has none)
     return loss.item(), grads
@@ -356,9 +289,9 @@ def test_heads_get_their_own_learning_rate(tiny_env):
     encoder, heads = (g["params"] for g in optimizer.param_groups)
     assert {id(p) for p in encoder} == {id(p) for p in model.bert.parameters()}
     assert {id(p) for p in encoder + heads} == {id(p) for p in model.parameters()}
-    trainer.set_lr(optimizer, trainer.Stage(("sst",), 2e-5, 8), 0.5)
+    trainer.set_lr(optimizer, config.Stage(("sst",), 2e-5, 8), 0.5)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-5, 2e-4])
-    frozen = trainer.Stage(("sst",), 1e-3, 8, freeze_encoder=True)  # its lr is the heads'
+    frozen = config.Stage(("sst",), 1e-3, 8, freeze_encoder=True)  # its lr is the heads'
     trainer.set_lr(optimizer, frozen)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3])
 
@@ -387,51 +320,21 @@ def test_l2sp_keeps_the_encoder_near_its_pretrained_weights(tiny_env, tmp_path):
     assert drift("--l2sp", "1000") < 0.5 * drift()
 
 
-def cos_of(u: list[float], v: list[float]) -> float:
-    dot = sum(a * b for a, b in zip(u, v, strict=True))
-    return dot / math.sqrt(sum(a * a for a in u) * sum(b * b for b in v))
-
-
-def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(tiny_env):
-    model, task_data = tiny_model_and_data(tiny_env)
-    reference = trainer.frozen_copy(model)
-    with torch.no_grad():  # the model moves away; its frozen copy must not follow
-        for p in model.bert.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    model.eval()  # no dropout: the same sentence embeddings in every pass
-    rt = trainer.make_runtime("cpu", amp=False)
-    smart = SmartConfig(lambda_s=0, mu=0)
-    for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
-        batch = first_batch(task_data, task, 6)
-        plain = trainer.batch_loss(model, task, batch, smart, None, rt)
-        pulled = trainer.batch_loss(model, task, batch, smart, None, rt, None, reference, 2.0)
-        with torch.no_grad():  # each example's first sentence (a pair's: side 0)
-            first = {k: v[0] if v.dim() == 3 else v for k, v in batch.items() if k != "ids"}
-            z, z0 = model.sentences(first).tolist(), reference.sentences(first).tolist()
-        gaps = [
-            (cos_of(z[i], z[j]) - cos_of(z0[i], z0[j])) ** 2
-            for i in range(len(z)) for j in range(len(z)) if i != j
-        ]  # fmt: skip
-        assert len(z) == 6
-        assert sum(gaps) > 1e-6  # the perturbed model's cosines did move
-        assert (pulled - plain).item() == pytest.approx(2.0 * sum(gaps) / len(gaps), rel=1e-4)
-    assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
-
-
 def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env):
     def drift(distill):
         model, task_data = tiny_model_and_data(tiny_env)
         reference = trainer.frozen_copy(model)
         optim = OptimConfig(lr=1e-2, distill=distill)  # 8 steps that move the cosines far
         optimizer = trainer.new_optimizer(model, optim)
-        stage = trainer.Stage(("sst",), 1e-2, 16)
+        stage = config.Stage(("sst",), 1e-2, 16)
         batch = first_batch(task_data, "sst", 16)
-        rt = trainer.make_runtime("cpu", amp=False)
+        rt = runtime.make_runtime("cpu", amp=False)
         for seed in range(8):
             model.train()
             generator = torch.Generator().manual_seed(seed)
             step = [("sst", batch)]
-            trainer.train_step(model, optimizer, stage, step, rt, None, generator, optim, reference)
+            ctx = StepContext(rt, optim, reference=reference)
+            trainer.train_step(model, optimizer, stage, step, ctx, generator)
         model.eval()
         with torch.no_grad():
             return simcse.similarity_distillation(
@@ -441,43 +344,29 @@ def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env)
     assert drift(0.0) > 0.1 and drift(100.0) < 0.01 * drift(0.0)
 
 
-def test_distillation_without_a_stage_that_trains_the_encoder_is_refused(tiny_env, tmp_path):
-    for preset in ("simcse", "unsup-simcse"):  # contrastive, then heads on a frozen encoder
-        with pytest.raises(SystemExit, match=f"no stage of --preset {preset} has one"):
-            run(tiny_env, tmp_path / preset, "--preset", preset, "--distill", "1")
-
-
-def test_tools_that_would_change_the_method_are_refused():
-    rt = trainer.make_runtime("cpu", amp=False)
-    simcse_stage = mt.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
-    with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
-        trainer.check_runtime([simcse_stage], rt, OptimConfig(accumulate=2))
-    mnrl = trainer.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
-    with pytest.raises(SystemExit, match="micro-batches would change its loss"):
-        trainer.check_runtime([mnrl], rt, OptimConfig(accumulate=2))
-    pcgrad = mt.multitask_plan(mt.parse_args(["--preset", "multitask", "--weighting", "pcgrad"])[0])
-    with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
-        trainer.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
-    trainer.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
-    sst = trainer.Stage(("sst",), 1e-5, 8)
-    with pytest.raises(SystemExit, match="stage 'SST' compares each example"):
-        trainer.check_runtime([sst], rt, OptimConfig(accumulate=2, distill=1.0))
-
-
-def test_in_batch_negatives_under_torchrun_are_announced(capsys):
-    two = trainer.Runtime(torch.device("cpu"), None, None, rank=0, world=2)
-    mnrl = trainer.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
-    trainer.check_runtime([mnrl], two)
-    assert "takes its in-batch negatives from each process's share" in capsys.readouterr().out
-    trainer.check_runtime([trainer.Stage(("sts",), 1e-5, 8)], two)
-    assert capsys.readouterr().out == ""  # nothing to say for a loss without negatives
-
-
 def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
-    rt = trainer.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", amp=False)
     run = trainer.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
     state = torch.get_rng_state()
     row = run.score(model, task_data)
     assert set(mt.MULTITASK) <= set(row)
     assert torch.equal(torch.get_rng_state(), state)  # training's draws do not depend on it
+
+
+def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
+    bert_dir, data_dir = tiny_env
+
+    tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
+    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tokenizer, ("para",), 0)
+    bert = BertModel.from_pretrained(str(bert_dir))
+    model = mt.MultitaskBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
+    rt = runtime.make_runtime("cpu", amp=False)
+    trainer.fit_thresholds(model, task_data, rt, 16)
+    pairs = task_data["para"].train
+    with torch.no_grad():
+        batch = pairs.collate(list(range(len(pairs))))
+        u, v = embeddings(model.eval(), batch)
+    d = (u - v).norm(dim=-1).numpy()
+    best = evaluation.best_threshold(d, batch["labels"].numpy())
+    assert model.para_threshold.item() == pytest.approx(best, abs=1e-5)

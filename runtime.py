@@ -1,0 +1,117 @@
+"""Where and how the numbers are computed: device, precision and data-parallel processes.
+
+Decided once, in `make_runtime`, and carried by every step as a `Runtime`. Under torchrun
+(WORLD_SIZE > 1) every process builds the same global batches and trains on its share
+(`my_parts`); gradients are summed over the processes before the update, as
+DistributedDataParallel would, and the main process alone scores, prints and writes.
+"""
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+import datasets as data
+from optimizer import flatten_grads, write_flat_grads
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    amp_dtype: torch.dtype | None  # autocast dtype, None for float32
+    scaler: torch.amp.GradScaler | None  # only for float16
+    rank: int = 0  # this process among `world` data-parallel ones (torchrun)
+    world: int = 1
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    @property
+    def main(self) -> bool:
+        """The process that scores, prints and writes files (the only one without torchrun)."""
+        return self.rank == 0
+
+
+def pick_device(device_arg: str) -> torch.device:
+    """--device as a torch.device: 'auto' is CUDA when present, else the CPU."""
+    if device_arg.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device_arg}: no CUDA device is available here; use cpu")
+    if device_arg == "auto":
+        device_arg = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return torch.device(device_arg)
+    except RuntimeError:
+        raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N") from None
+
+
+def make_runtime(device_arg: str, amp: bool) -> Runtime:
+    """The device and precision; under torchrun (WORLD_SIZE > 1) also joins the process
+    group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU."""
+    device = pick_device(device_arg)
+    rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        rank = dist.get_rank()
+    if device.type != "cuda" or not amp:
+        return Runtime(device, None, None, rank, world)
+    if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
+        return Runtime(device, torch.bfloat16, None, rank, world)
+    return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"), rank, world)
+
+
+def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:
+    """This process's micro-batches of a global batch, each with its share of the batch: the
+    batch is cut into `world` shards (this process takes shard `rank`, maybe none when the
+    batch is smaller than the world), each shard into `accumulate` micro-batches. Losses
+    weighted by the shares and gradients summed over processes give the batch's gradient."""
+    B = batch["input_ids"].shape[-2]
+    shards = data.split_batch(batch, rt.world)
+    if rt.rank >= len(shards):
+        return []
+    micro = data.split_batch(shards[rt.rank], accumulate)
+    return [(m, m["input_ids"].shape[-2] / B) for m in micro]
+
+
+def sum_over_processes(tensor: torch.Tensor, rt: Runtime) -> torch.Tensor:
+    """In place: the sum of this tensor over the processes (itself alone without torchrun)."""
+    if rt.world > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def sum_gradients(params: list, rt: Runtime) -> None:
+    """Sum every gradient over the processes (what DistributedDataParallel does, in one
+    flat buffer). A parameter gets one where any process has one; zeros stand in for the
+    others, so every process sends the same shapes."""
+    if rt.world == 1:
+        return
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=rt.device)
+    has = sum_over_processes(has, rt)
+    used = [p for p, n in zip(params, has.tolist(), strict=True) if n > 0]
+    if used:
+        write_flat_grads(used, sum_over_processes(flatten_grads(used), rt))
+
+
+def from_main(value, rt: Runtime):
+    """The main process's value of a Python object, on every process."""
+    if rt.world == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def any_process(flags: list[bool], rt: Runtime) -> list[bool]:
+    """Each flag true on any process: the same verdict everywhere (e.g. stop, save)."""
+    if rt.world == 1:
+        return flags
+    summed = sum_over_processes(torch.tensor(flags, dtype=torch.float32, device=rt.device), rt)
+    return [x > 0 for x in summed.tolist()]

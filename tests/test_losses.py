@@ -1,0 +1,198 @@
+"""The loss of one batch (losses.py): the task-loss tables against loops and hand-made
+inputs, SMART's term as the step builds it, the distillation and SimCSE terms."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import config
+import losses
+import multitask_classifier as mt
+import runtime
+import simcse
+import trainer
+from base_bert import BertConfig
+from bert import BertModel
+from config import OptimConfig, SimCSEConfig
+from helpers import first_batch, sentence_batch, tiny_model_and_data, two_sets
+from losses import StepContext
+from smart import EMATeacher, SameDropout, SmartConfig
+
+
+def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
+    """losses.smart_term on one batch, its passes set up as batch_loss sets them up."""
+    torch.manual_seed(0)
+    with rt.autocast():
+        shared = cfg.dropout == "shared"
+        same_embed = SameDropout(rt.device) if shared else None
+        embeds = model.embed(batch)
+        masks = (same_embed, SameDropout(rt.device)) if shared else None
+        out = model(task, batch, embeds)
+        ctx = StepContext(rt, teacher=teacher)
+        return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, masks).item()
+
+
+def test_r_s_responds_to_the_perturbation_under_bf16_autocast(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch = first_batch(task_data, "sst", 8)
+    rt = runtime.Runtime(torch.device("cpu"), torch.bfloat16, None)
+
+    def r_s(eps, dropout="shared"):
+        cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
+        return smart_value(model, batch, cfg, rt)
+
+    r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
+    # bf16 resolves ~8e-3: without float32 passes a 1e-5 perturbation would be rounded away
+    assert r[1e-9] < 1e-3 * r[1e-5]
+    assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
+    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: bf16 dropout noise
+
+
+def test_the_teacher_pass_shares_the_clean_pass_dropout(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch = first_batch(task_data, "sst", 8)
+    rt = runtime.make_runtime("cpu", amp=False)
+    teacher = EMATeacher(model)  # the model's own weights: only dropout can differ
+    bregman = {
+        d: smart_value(model, batch, SmartConfig(lambda_s=0, mu=1, dropout=d), rt, teacher)
+        for d in ("shared", "independent")
+    }
+    assert bregman["shared"] < 1e-12 and bregman["independent"] > 1e-6
+
+
+def cos_of(u: list[float], v: list[float]) -> float:
+    dot = sum(a * b for a, b in zip(u, v, strict=True))
+    return dot / math.sqrt(sum(a * a for a in u) * sum(b * b for b in v))
+
+
+def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    reference = trainer.frozen_copy(model)
+    with torch.no_grad():  # the model moves away; its frozen copy must not follow
+        for p in model.bert.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.eval()  # no dropout: the same sentence embeddings in every pass
+    rt = runtime.make_runtime("cpu", amp=False)
+    stage = config.Stage(("sst",), 1e-5, 6)  # SMART off, the default losses
+    pull = StepContext(rt, OptimConfig(distill=2.0), reference=reference)
+    for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
+        batch = first_batch(task_data, task, 6)
+        plain = losses.batch_loss(model, task, batch, stage, StepContext(rt))
+        pulled = losses.batch_loss(model, task, batch, stage, pull)
+        with torch.no_grad():  # each example's first sentence (a pair's: side 0)
+            first = {k: v[0] if v.dim() == 3 else v for k, v in batch.items() if k != "ids"}
+            z, z0 = model.sentences(first).tolist(), reference.sentences(first).tolist()
+        gaps = [
+            (cos_of(z[i], z[j]) - cos_of(z0[i], z0[j])) ** 2
+            for i in range(len(z))
+            for j in range(len(z))
+            if i != j
+        ]
+        assert len(z) == 6
+        assert sum(gaps) > 1e-6  # the perturbed model's cosines did move
+        assert (pulled - plain).item() == pytest.approx(2.0 * sum(gaps) / len(gaps), rel=1e-4)
+    assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
+
+
+def test_task_losses_on_hand_made_inputs():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 2])
+    p0 = math.exp(2) / (math.exp(2) + 1 + math.exp(-1))
+    expected = (-math.log(p0) - math.log(1 / 3)) / 2
+    assert losses.OUTPUT_LOSSES["ce"](logits, labels).item() == pytest.approx(expected, 1e-6)
+    logit, y = torch.tensor([0.0, 2.0, -1.0]), torch.tensor([1.0, 0.0, 0.0])
+    sig = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
+    bce = -(math.log(sig[0]) + math.log(1 - sig[1]) + math.log(1 - sig[2])) / 3
+    assert losses.OUTPUT_LOSSES["bce"](logit, y).item() == pytest.approx(bce, 1e-6)
+    score, target = torch.tensor([1.0, 4.0, 2.5]), torch.tensor([0.0, 5.0, 2.5])
+    assert losses.OUTPUT_LOSSES["mse"](score, target).item() == pytest.approx(2 / 3, 1e-6)
+
+
+def test_every_loss_a_task_allows_exists():
+    from evaluation import TASKS
+
+    for task, spec in TASKS.items():
+        for loss in spec.losses:
+            assert loss in losses.OUTPUT_LOSSES or loss in losses.PAIR_LOSSES, (task, loss)
+
+
+def test_sbert_target_is_the_cosine_against_score_over_5():
+    cos = torch.tensor([0.9, 0.1, -0.3, 0.5])
+    scores = torch.tensor([4.5, 0.0, 1.0, 2.5])
+    out = cos * 2.5 + 2.5  # what the STS head returns
+    naive = sum((c - y / 5) ** 2 for c, y in zip(cos.tolist(), scores.tolist(), strict=True)) / 4
+    assert losses.OUTPUT_LOSSES["cosine_sbert"](out, scores).item() == pytest.approx(naive)
+
+
+def test_auslins_distance_margin_matches_a_loop():
+    u, v = two_sets()
+    labels = torch.tensor([1, 0, 1, 0, 0])
+    d = simcse.euclidean_distance(u, v)
+    expected = [math.dist(a, b) for a, b in zip(u.tolist(), v.tolist(), strict=True)]
+    assert d.tolist() == pytest.approx(expected, rel=1e-5)
+    report = 0.0  # Auslin et al.'s formula as printed, on d: y = 1 pays the margin term
+    for dist, y in zip(expected, labels.tolist(), strict=True):
+        report += 0.5 * (max(0.0, 0.5 - dist) ** 2 if y == 1 else dist * dist)
+    got = losses.PAIR_LOSSES["distance_margin"](u, v, labels, "binary")
+    assert got.item() == pytest.approx(report / 5, rel=1e-5)
+    near = losses.PAIR_LOSSES["distance_margin"](u, u + 0.01, torch.ones(5), "binary")
+    assert near.item() > 0  # close paraphrases are pushed past the margin
+    same = u.clone().requires_grad_()
+    losses.PAIR_LOSSES["distance_margin"](same, u, torch.ones(5), "binary").backward()
+    assert torch.isfinite(same.grad).all()  # d = 0 has a finite gradient
+
+
+def test_sigmoid_losses_match_loops():
+    out = torch.tensor([-2.0, -0.1, 0.3, 3.0])
+    y = torch.tensor([0, 1, 1, 0])
+    p = [1 / (1 + math.exp(-x)) for x in out.tolist()]
+    mse = sum((a - b) ** 2 for a, b in zip(p, y.tolist(), strict=True)) / 4
+    l1 = sum(abs(a - b) for a, b in zip(p, y.tolist(), strict=True)) / 4
+    margin = (
+        sum(
+            0.5 * (a * a if b == 0 else max(0.0, 0.5 - a) ** 2)
+            for a, b in zip(p, y.tolist(), strict=True)
+        )
+        / 4
+    )
+    table = losses.OUTPUT_LOSSES
+    assert table["sigmoid_mse"](out, y).item() == pytest.approx(mse, rel=1e-6)
+    assert table["sigmoid_l1"](out, y).item() == pytest.approx(l1, rel=1e-6)
+    assert table["sigmoid_margin"](out, y).item() == pytest.approx(margin, rel=1e-6)
+    # a paraphrase past the margin and a non-paraphrase far below pay (almost) nothing
+    assert table["sigmoid_margin"](torch.tensor([4.0, -9.0]), torch.tensor([1, 0])) < 1e-4
+
+
+def test_cosine_mse_targets_follow_the_task():
+    u, v = two_sets(1)
+    cos = F.cosine_similarity(u, v, dim=-1).tolist()
+    y = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0])
+    loss = losses.PAIR_LOSSES["cosine_mse"]
+    binary = sum((c - t) ** 2 for c, t in zip(cos, y.tolist(), strict=True)) / 5
+    assert loss(u, v, y, "binary").item() == pytest.approx(binary, rel=1e-5)
+    scores = torch.tensor([0.0, 2.5, 5.0, 1.0, 4.0])
+    target = [s / 2.5 - 1 for s in scores.tolist()]  # 0-5 to [-1, 1]
+    regression = sum((c - t) ** 2 for c, t in zip(cos, target, strict=True)) / 5
+    assert loss(u, v, scores, "regression").item() == pytest.approx(regression, rel=1e-5)
+
+
+def test_a_simcse_term_adds_the_weighted_loss_of_two_dropout_views(tiny_config):
+    torch.manual_seed(0)
+    quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    bert = BertModel(BertConfig(**tiny_config.to_dict() | quiet))  # two equal views
+    model = mt.MultitaskBERT(bert, dropout=0.0).train()
+    rt = runtime.make_runtime("cpu", amp=False)
+    term = SimCSEConfig(simcse_weight=0.3)
+    plain = config.Stage(("sst",), 1e-3, 3)
+    with_term = config.Stage(("sst",), 1e-3, 3, contrastive=term)
+    batch = sentence_batch() | {"labels": torch.tensor([0, 3, 4])}
+    base = losses.task_loss(model, plain, "sst", batch, StepContext(rt))
+    z = model.sentences(batch)
+    expected = base + 0.3 * simcse.unsup_simcse_loss(z, z, term.temperature)
+    got = losses.task_loss(model, with_term, "sst", batch, StepContext(rt))
+    assert got.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert got.item() > base.item()

@@ -1,0 +1,194 @@
+"""Presets (presets.py): what each resolves to, pinned by a golden file, and every
+combination of flags they refuse."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import config
+import multitask_classifier as mt
+import presets
+import reports
+import runtime
+from config import OptimConfig
+from helpers import run
+
+GOLDEN = Path(__file__).parent / "golden" / "presets.txt"
+
+
+def resolved_presets() -> str:
+    """What `--show` prints for every preset, and for a report's row at the scale
+    `make reports` runs it at: the text the golden file pins."""
+    out = []
+    for name, preset in presets.PRESETS.items():
+        argv = ["--preset", name]
+        if preset.report_scale not in (None, 1.0):
+            argv += ["--scale", str(preset.report_scale)]
+        cfg, _ = mt.parse_args(argv)
+        out.append(f"$ python multitask_classifier.py {' '.join(argv)} --show\n")
+        out.append(presets.show(cfg) + "\n\n")
+    return "".join(out)
+
+
+def test_every_preset_resolves_to_what_the_golden_file_says():
+    """A change to what any preset trains shows up in the diff of tests/golden/presets.txt;
+    rewrite it with `python tests/test_presets.py` and review that diff."""
+    assert resolved_presets() == GOLDEN.read_text()
+
+
+def test_show_prints_the_plan_and_loads_nothing(monkeypatch, capsys):
+    def no(*args, **kwargs):
+        raise AssertionError("--show must not load a model or data")
+
+    monkeypatch.setattr(mt.BertTokenizer, "from_pretrained", no)
+    monkeypatch.setattr(mt.data, "load_task_data", no)
+    monkeypatch.setattr(presets, "check_model", no)
+    argv = ["--preset", "auslin-segments-gs-cls", "--scale", "0.25", "--bert", "no/such-model"]
+    mt.main([*argv, "--show"])
+    out = capsys.readouterr().out
+    assert "--pooling cls" in out and "--bert no/such-model" in out and "--scale 0.25" in out
+    assert "--multitask_epochs 2" in out  # 6 epochs x 0.25, rounded
+    stages = [line for line in out.splitlines() if "epoch" in line and "pcgrad" in line]
+    assert len(stages) == 2 and all("para:sigmoid_margin sts:mse" in s for s in stages)
+
+
+def test_show_counts_the_thesis_stages_and_marks_smart_and_distillation():
+    cfg, _ = mt.parse_args(["--preset", "thesis-smart", "--loops", "2"])
+    lines = presets.show(cfg).splitlines()
+    stage_lines = lines[lines.index("stages:") + 2 :]
+    assert len(stage_lines) == 1 + 3 * 2  # one QQP epoch, then 2 x (STS, SST, 3% QQP)
+    assert all("independent" in line for line in stage_lines)
+    cfg, _ = mt.parse_args(["--preset", "defended"])
+    distilled = presets.show(cfg).splitlines()[-1]
+    assert distilled.endswith(" 30") and "sts:cosine_sbert" not in distilled  # a QQP stage
+
+
+def test_unknown_preset_lists_the_allowed_ones(tiny_env):
+    with pytest.raises(SystemExit, match="unknown preset 'thesys'; choose from thesis, "):
+        mt.main(["--preset", "thesys"])
+
+
+def test_thesis_smart_is_the_thesis_plan_with_smart_weights():
+    cfg, _ = mt.parse_args(["--preset", "thesis-smart"])
+    plain, _ = mt.parse_args(["--preset", "thesis"])
+    smart_plan, thesis_plan = (
+        presets.PRESETS["thesis-smart"].plans_of(cfg),
+        presets.thesis_plan(plain),
+    )
+    assert [s.name for s in smart_plan[""]] == [s.name for s in thesis_plan]
+    weights = {s.tasks[0]: (s.smart.lambda_s, s.smart.mu, s.batch_size) for s in smart_plan[""]}
+    assert weights == {"sst": (10.0, 1.0, 8), "para": (5.0, 1.0, 8), "sts": (5.0, 1.0, 8)}
+    assert all(not s.smart.active and s.batch_size == 32 for s in thesis_plan)
+
+
+def test_smart_with_an_embedding_loss_is_refused():
+    with pytest.raises(SystemExit, match="--sts_loss cosine_mse works on sentence embeddings"):
+        mt.parse_args(["--preset", "thesis-smart", "--sts_loss", "cosine_mse"])
+
+
+def test_pair_losses_need_siamese_pairs():
+    with pytest.raises(SystemExit, match="--para_loss mnrl needs siamese"):
+        mt.parse_args(["--cross_encode", "para", "--para_loss", "mnrl"])
+
+
+def test_help_lists_every_preset_with_one_line(capsys):
+    with pytest.raises(SystemExit):
+        mt.parse_args(["--help"])
+    out = capsys.readouterr().out
+    for name, preset in presets.PRESETS.items():
+        assert any(line.split() == [name, *preset.help.split()] for line in out.splitlines())
+
+
+def test_weightings_that_a_round_robin_step_cannot_use_are_refused():
+    for weighting in ("pcgrad", "random"):
+        with pytest.raises(SystemExit, match=f"--weighting {weighting} combines the losses"):
+            mt.parse_args(["--mixing", "round_robin", "--weighting", weighting])
+
+
+def test_smart_with_a_preset_it_does_not_change_is_refused():
+    with pytest.raises(SystemExit, match="--smart changes no stage of --preset multitask"):
+        mt.main(["--preset", "multitask", "--smart", "--bert", "minilm"])
+
+
+def test_tools_that_would_change_the_method_are_refused():
+    rt = runtime.make_runtime("cpu", amp=False)
+    simcse_stage = presets.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
+    with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
+        presets.check_runtime([simcse_stage], rt, OptimConfig(accumulate=2))
+    mnrl = config.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
+    with pytest.raises(SystemExit, match="micro-batches would change its loss"):
+        presets.check_runtime([mnrl], rt, OptimConfig(accumulate=2))
+    pcgrad = presets.multitask_plan(
+        mt.parse_args(["--preset", "multitask", "--weighting", "pcgrad"])[0]
+    )
+    with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
+        presets.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
+    presets.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
+    sst = config.Stage(("sst",), 1e-5, 8)
+    with pytest.raises(SystemExit, match="stage 'SST' compares each example"):
+        presets.check_runtime([sst], rt, OptimConfig(accumulate=2, distill=1.0))
+
+
+def test_in_batch_negatives_under_torchrun_are_announced(capsys):
+    two = runtime.Runtime(torch.device("cpu"), None, None, rank=0, world=2)
+    mnrl = config.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
+    presets.check_runtime([mnrl], two)
+    assert "takes its in-batch negatives from each process's share" in capsys.readouterr().out
+    presets.check_runtime([config.Stage(("sts",), 1e-5, 8)], two)
+    assert capsys.readouterr().out == ""  # nothing to say for a loss without negatives
+
+
+def test_distillation_without_a_stage_that_trains_the_encoder_is_refused(tiny_env, tmp_path):
+    for preset in ("simcse", "unsup-simcse"):  # contrastive, then heads on a frozen encoder
+        with pytest.raises(SystemExit, match=f"no stage of --preset {preset} has one"):
+            run(tiny_env, tmp_path / preset, "--preset", preset, "--distill", "1")
+
+
+def test_every_report_row_is_a_preset_listed_by_help(capsys):
+    rows = [r.preset for t in reports.TABLES.values() for r in t.rows]
+    scaled = {name for name, p in presets.PRESETS.items() if p.report_scale}
+    assert set(rows) == scaled and len(rows) == len(set(rows)) == 24
+    with pytest.raises(SystemExit):
+        mt.parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in rows)
+
+
+def test_scale_shrinks_a_reports_data_and_epochs_only():
+    full, _ = mt.parse_args(["--preset", "broadhurst-6"])
+    assert (full.multitask.examples_per_task, full.multitask.multitask_epochs) == (50000, 10)
+    assert full.data.train_share == 1 and full.optim.lr == 1e-5 and full.optim.batch_size == 8
+    small, _ = mt.parse_args(["--preset", "broadhurst-6", "--scale", "0.1"])
+    assert (small.multitask.examples_per_task, small.multitask.multitask_epochs) == (5000, 1)
+    assert small.data.train_share == 0.1 and small.model.dropout == full.model.dropout == 0.3
+    typed, _ = mt.parse_args(["--preset", "broadhurst-6", "--scale", "0.1", "--train_share", "1"])
+    assert typed.data.train_share == 1  # a typed flag beats the scale
+    with pytest.raises(SystemExit, match="--scale shrinks the reports' presets"):
+        mt.parse_args(["--preset", "thesis", "--scale", "0.5"])
+
+
+def test_a_loss_is_refused_where_the_read_out_is_not_what_it_trains():
+    with pytest.raises(SystemExit, match="--sts_loss cosine_mse trains a cosine"):
+        mt.parse_args(["--preset", "auslin-siamese", "--sts_loss", "cosine_mse"])
+    with pytest.raises(SystemExit, match="only --siamese euclidean reads out"):
+        mt.parse_args(["--preset", "multitask", "--para_loss", "distance_margin"])
+
+
+def test_a_simcse_term_no_stage_carries_and_one_cut_by_accumulation_are_refused(tiny_env, tmp_path):
+    with pytest.raises(SystemExit, match="no stage of --preset simcse has one"):
+        run(tiny_env, tmp_path / "a", "--preset", "simcse", "--simcse_weight", "1")
+    with pytest.raises(SystemExit, match="--accumulate 2"):
+        run(tiny_env, tmp_path / "b", "--preset", "sicurello-simcse", "--accumulate", "2")
+
+
+def test_a_one_sentence_source_cannot_feed_a_triplet_objective(tiny_env, tmp_path):
+    with pytest.raises(SystemExit, match="needs 3 sentences per example"):
+        run(tiny_env, tmp_path / "run", "--preset", "simcse", "--simcse_data", "sst")
+
+
+if __name__ == "__main__":  # rewrite the golden file after a deliberate change
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(resolved_presets())
+    sys.exit(f"wrote {GOLDEN}; review its diff")
