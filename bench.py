@@ -51,14 +51,14 @@ from torch import nn
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
-from config import OptimConfig
+from config import OptimConfig, Stage
 from losses import StepContext
 from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
 from runtime import Runtime, make_runtime
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
-from trainer import Stage, new_optimizer, train_step
+from trainer import new_optimizer, train_step
 
 RANDOM_BASE = "bert-base"  # --model: bert-base-uncased's shape with random weights
 SIZES = {"cpu": ("minilm", [32], 64), "cuda": (RANDOM_BASE, [8, 16, 32], 128)}  # model, B, T

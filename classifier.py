@@ -19,10 +19,18 @@ import config
 import datasets as data
 import multitask_classifier as mt
 from base_bert import EMBEDDED
-from config import DataConfig, DeviceConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig
+from config import (
+    DataConfig,
+    DeviceConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    ScheduleConfig,
+    Stage,
+)
 from runtime import make_runtime
 from tokenizer import BertTokenizer
-from trainer import Run, Stage, finish, run_plan
+from trainer import Run, finish, run_plan
 
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 

@@ -131,7 +131,7 @@ def distillation(z, batch, reference) -> torch.Tensor:
 
 
 def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
-    """The training loss of one batch of `task` in `stage` (a trainer.Stage): the task's
+    """The training loss of one batch of `task` in `stage` (a config.Stage): the task's
     loss, plus SMART's terms when on, plus --distill times the distillation gap when the
     stage trains the encoder."""
     name = stage.losses.get(task) or TASKS[task].losses[0]

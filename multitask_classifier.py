@@ -6,19 +6,19 @@ One shared BERT encoder, three task heads (Reimers & Gurevych, 2019, Sentence-BE
 - similarity (STS-B): cosine(u, v) * 2.5 + 2.5 against the 0-5 score, mean squared error.
 (evaluation.TASKS lists each task's kind and the losses it may train with.)
 
-Training is a plan: a list of stages (trainer.Stage), run by one loop (trainer.run_plan).
-Each preset below is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust defense
-against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
+Training is a plan: a list of stages (config.Stage), run by one loop (trainer.run_plan).
+Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
+defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
 every stage all three dev sets are scored: one row of the forgetting table.
 
     python multitask_classifier.py                    # thesis preset, bert-base-uncased
     python multitask_classifier.py --preset sequential --bert minilm
+    python multitask_classifier.py --preset defended --show   # what it trains, stage by stage
     python multitask_classifier.py --resume runs/thesis-...
 """
 
 import json
-import os
 import random
 import sys
 import time
@@ -40,14 +40,14 @@ import presets
 import simcse
 from base_bert import resolve_model_dir
 from bert import BertModel, mean_pool
-from config import ModelConfig, RunConfig
+from config import ModelConfig, RunConfig, Stage
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
 from losses import OUTPUT_LOSSES, PAIR_LOSSES
 from presets import PRESETS, check_plans, check_settings, loss_choices
 from runtime import from_main, make_runtime
 from tokenizer import BertTokenizer
-from trainer import Run, Stage, finish, run_plan, write_predictions
+from trainer import Run, finish, run_plan, write_predictions
 
 
 class MultitaskBERT(nn.Module):
@@ -199,7 +199,7 @@ def model_factory(
 
 
 # ---------------------------------------------------------------------------------------
-# Plans: a training schedule is data
+# Which heads a run's losses need
 
 
 def cosine_tasks(cfg: RunConfig) -> tuple:
@@ -412,10 +412,12 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
 
 def main(argv=None):
     cfg, folders = parse_args(argv)
-    if folders["show"]:
-        return print(presets.show(cfg))
-    presets.check_model(cfg)
+    if not folders["show"]:  # --show loads no model
+        presets.check_model(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.amp)
+    if folders["show"]:
+        check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg), rt)
+        return print(presets.show(cfg))
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
     )
@@ -428,8 +430,6 @@ def main(argv=None):
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
     check_plans(cfg, plans, rt)
-    if not rt.main:  # under torchrun the main process prints and writes; the others train
-        sys.stdout = open(os.devnull, "w")  # for the rest of the process
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+import checkpoint
 from checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
 
@@ -42,10 +43,9 @@ COLORS = {
 
 def read_rows(run_dir) -> list[dict]:
     """metrics.jsonl: the untouched model's row first, then one row per finished stage."""
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
+    if not (Path(run_dir) / METRICS).is_file():
         raise SystemExit(f"{run_dir}: no {METRICS} there; is it a run folder?")
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return checkpoint.read_rows(run_dir)
 
 
 def read_steps(run_dir) -> list[dict]:

@@ -222,15 +222,15 @@ SIMCSE_TERM = {"simcse.simcse_weight": 1.0}  # the weight is not in the report
 UNIF = {"simcse.simcse_loss": "dropout_align_uniform"}
 CANON = {"simcse.simcse_loss": "dropout_align_uniform_simcse"}
 
-THESIS = "Fig. 4.10"  # the thesis's schedule
-BH = "Broadhurst & Maffezzoli, Table 1"
-AUSLIN = "Auslin et al., section 5.4, ablation table"
-AUSLIN_TABLE = "Auslin et al., section 5.4, siamese table"
-SICURELLO_1, SICURELLO_2 = "Sicurello, Table 1", "Sicurello, Table 2"
+SRC_THESIS = "Fig. 4.10"  # the thesis's schedule
+SRC_BH = "Broadhurst & Maffezzoli, Table 1"
+SRC_AUSLIN = "Auslin et al., section 5.4, ablation table"
+SRC_AUSLIN_TABLE = "Auslin et al., section 5.4, siamese table"
+SRC_SICURELLO_1, SRC_SICURELLO_2 = "Sicurello, Table 1", "Sicurello, Table 2"
 
 
 PRESETS = {
-    "thesis": Preset("SBERT, the thesis schedule", thesis_plan, f"thesis {THESIS}, Table 4.11"),
+    "thesis": Preset("SBERT, the thesis schedule", thesis_plan, f"thesis {SRC_THESIS}, Table 4.11"),
     "thesis-smart": Preset(
         "SMART + SBERT, the thesis schedule", thesis_plan, "thesis Table 4.10", SMART_ON
     ),
@@ -245,7 +245,7 @@ PRESETS = {
         "heads at 50x the lr, warmup and linear decay, the batch's cosines distilled from "
         "the untouched encoder",
         thesis_plan,
-        f"thesis {THESIS}; this project's forgetting study (docs/forgetting.md)",
+        f"thesis {SRC_THESIS}; this project's forgetting study (docs/forgetting.md)",
         DEFENDED,
     ),
     "demo": Preset(
@@ -287,110 +287,111 @@ PRESETS = {
     ),
     # Broadhurst & Maffezzoli, Table 1 (make reports: --scale 0.1)
     "broadhurst-1": Preset(
-        "exp. 1: SST only, 10 epochs, all three scored", sst_plan, BH, BROADHURST,
+        "exp. 1: SST only, 10 epochs, all three scored", sst_plan, SRC_BH, BROADHURST,
         {"multitask.multitask_epochs": 10}, 0.1,
     ),
     "broadhurst-2": Preset(
         "exp. 2: all tasks, random weights, CE / BCE / MSE, concatenation heads",
-        multitask_plan, BH, BROADHURST, BROADHURST_SIZES, 0.1,
+        multitask_plan, SRC_BH, BROADHURST, BROADHURST_SIZES, 0.1,
     ),
     "broadhurst-3": Preset(
-        "exp. 3: MNRL for QQP and STS", multitask_plan, BH,
+        "exp. 3: MNRL for QQP and STS", multitask_plan, SRC_BH,
         BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "mnrl"},
         BROADHURST_SIZES, 0.1,
     ),
     "broadhurst-4": Preset(
-        "exp. 4: MNRL for QQP, cosine-MSE for STS", multitask_plan, BH,
+        "exp. 4: MNRL for QQP, cosine-MSE for STS", multitask_plan, SRC_BH,
         BROADHURST | {"multitask.para_loss": "mnrl", "multitask.sts_loss": "cosine_mse"},
         BROADHURST_SIZES, 0.1,
     ),
     "broadhurst-5": Preset(
-        "exp. 5: BCE for QQP, cosine-MSE for STS", multitask_plan, BH,
+        "exp. 5: BCE for QQP, cosine-MSE for STS", multitask_plan, SRC_BH,
         BROADHURST | {"multitask.sts_loss": "cosine_mse"}, BROADHURST_SIZES, 0.1,
     ),
     "broadhurst-6": Preset(
-        "exp. 6: exp. 5 on 50,000 examples per task, 10 epochs", multitask_plan, BH,
+        "exp. 6: exp. 5 on 50,000 examples per task, 10 epochs", multitask_plan, SRC_BH,
         BROADHURST | {"multitask.sts_loss": "cosine_mse"},
         {"multitask.examples_per_task": 50000, "multitask.multitask_epochs": 10}, 0.1,
     ),
     # Auslin et al.'s ablation: 6 epochs of the first 2,048 of each task (--scale 0.25)
     "auslin-siamese": Preset(
-        "siamese, d = ||u - v||, contrastive QQP, MSE STS, no GS", multitask_plan, AUSLIN,
+        "siamese, d = ||u - v||, their contrastive formula on d for QQP, MSE STS, no GS",
+        multitask_plan, SRC_AUSLIN,
         AUSLIN_SIAMESE, {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-siamese-gs": Preset(
-        "siamese, gradient surgery (PCGrad)", multitask_plan, AUSLIN, AUSLIN_SIAMESE | GS,
+        "siamese, gradient surgery (PCGrad)", multitask_plan, SRC_AUSLIN, AUSLIN_SIAMESE | GS,
         {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-segments": Preset(
         "segments (cross-encoded pairs), sigmoid margin QQP, MSE STS, no GS", multitask_plan,
-        AUSLIN, AUSLIN_SEGMENTS, {"multitask.multitask_epochs": 6}, 0.25,
+        SRC_AUSLIN, AUSLIN_SEGMENTS, {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-segments-gs-mean": Preset(
-        "segments, GS, mean pooling", multitask_plan, AUSLIN, AUSLIN_SEGMENTS | GS,
+        "segments, GS, mean pooling", multitask_plan, SRC_AUSLIN, AUSLIN_SEGMENTS | GS,
         {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-segments-gs-cls": Preset(
-        "segments, GS, CLS pooling", multitask_plan, AUSLIN,
+        "segments, GS, CLS pooling", multitask_plan, SRC_AUSLIN,
         AUSLIN_SEGMENTS | GS | {"model.pooling": "cls"}, {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-segments-gs-l1": Preset(
-        "segments, GS, L1 for both pair tasks", multitask_plan, AUSLIN,
+        "segments, GS, L1 for both pair tasks", multitask_plan, SRC_AUSLIN,
         AUSLIN_SEGMENTS | GS | {"multitask.para_loss": "sigmoid_l1", "multitask.sts_loss": "l1"},
         {"multitask.multitask_epochs": 6}, 0.25,
     ),
     "auslin-segments-rand": Preset(
-        "segments, no GS, random task order", multitask_plan, AUSLIN,
+        "segments, no GS, random task order", multitask_plan, SRC_AUSLIN,
         AUSLIN_SEGMENTS | {"multitask.order": "random"}, {"multitask.multitask_epochs": 6},
         0.25,
     ),
     "auslin-segments-gs-rand": Preset(
-        "segments, GS, random task order", multitask_plan, AUSLIN,
+        "segments, GS, random task order", multitask_plan, SRC_AUSLIN,
         AUSLIN_SEGMENTS | GS | {"multitask.order": "random"},
         {"multitask.multitask_epochs": 6}, 0.25,
     ),
     # Auslin et al.'s siamese table: 4 epochs over all the data (--scale 0.05)
     "auslin-siamese-cosine-mse": Preset(
-        "siamese table: GS, cosine, MSE for both pair tasks", multitask_plan, AUSLIN_TABLE,
+        "siamese table: GS, cosine, MSE for both pair tasks", multitask_plan, SRC_AUSLIN_TABLE,
         AUSLIN_EARLY | {"multitask.para_loss": "cosine_mse"},
         {"multitask.multitask_epochs": 4}, 0.05,
     ),
     "auslin-siamese-cosine-contrastive": Preset(
-        "siamese table: GS, cosine, contrastive QQP, MSE STS", multitask_plan, AUSLIN_TABLE,
+        "siamese table: GS, cosine, contrastive QQP, MSE STS", multitask_plan, SRC_AUSLIN_TABLE,
         AUSLIN_EARLY | {"multitask.para_loss": "contrastive"},
         {"multitask.multitask_epochs": 4}, 0.05,
     ),
     # Sicurello (EquiBERT): their 128-batch subsample is already CPU-sized (--scale 1)
     "sicurello-vanilla": Preset(
-        "BERT_vanilla, round robin on all tasks, 128 batches", multitask_plan, SICURELLO_1,
+        "BERT_vanilla, round robin on all tasks, 128 batches", multitask_plan, SRC_SICURELLO_1,
         SICURELLO, SICURELLO_EPOCHS, 1.0,
     ),
     "sicurello-simcse": Preset(
         "BERT_simCSE: the task losses + SimCSE of each batch's sentences", multitask_plan,
-        SICURELLO_1, SICURELLO | SIMCSE_TERM, SICURELLO_EPOCHS, 1.0,
+        SRC_SICURELLO_1, SICURELLO | SIMCSE_TERM, SICURELLO_EPOCHS, 1.0,
     ),
     "sicurello-unif": Preset(
         "BERT_unif: alignment + uniformity on SST, then heads on the frozen encoder",
-        uniform_plan(("sst", "para")), SICURELLO_1, SICURELLO | UNIF, UNIFORM_EPOCHS, 1.0,
+        uniform_plan(("sst", "para")), SRC_SICURELLO_1, SICURELLO | UNIF, UNIFORM_EPOCHS, 1.0,
     ),
     "sicurello-simcsecanon": Preset(
         "BERT_simCSEcanon: BERT_unif with a SimCSE term", uniform_plan(("sst", "para")),
-        SICURELLO_1, SICURELLO | CANON, UNIFORM_EPOCHS, 1.0,
+        SRC_SICURELLO_1, SICURELLO | CANON, UNIFORM_EPOCHS, 1.0,
     ),
     "sicurello-vanilla-sst": Preset(
-        "BERT_vanilla trained on SST only", sst_plan, SICURELLO_2, SICURELLO,
+        "BERT_vanilla trained on SST only", sst_plan, SRC_SICURELLO_2, SICURELLO,
         SICURELLO_EPOCHS, 1.0,
     ),
     "sicurello-simcse-sst": Preset(
-        "BERT_simCSE trained on SST only", sst_plan, SICURELLO_2, SICURELLO | SIMCSE_TERM,
+        "BERT_simCSE trained on SST only", sst_plan, SRC_SICURELLO_2, SICURELLO | SIMCSE_TERM,
         SICURELLO_EPOCHS, 1.0,
     ),
     "sicurello-unif-sst": Preset(
-        "BERT_unif, the SST head only", uniform_plan(("sst",)), SICURELLO_2, SICURELLO | UNIF,
+        "BERT_unif, the SST head only", uniform_plan(("sst",)), SRC_SICURELLO_2, SICURELLO | UNIF,
         UNIFORM_EPOCHS, 1.0,
     ),
     "sicurello-simcsecanon-sst": Preset(
-        "BERT_simCSEcanon, the SST head only", uniform_plan(("sst",)), SICURELLO_2,
+        "BERT_simCSEcanon, the SST head only", uniform_plan(("sst",)), SRC_SICURELLO_2,
         SICURELLO | CANON, UNIFORM_EPOCHS, 1.0,
     ),
 }  # fmt: skip
@@ -405,8 +406,9 @@ def overrides(typed: dict) -> dict:
 
 
 def epilog() -> str:
-    """The presets as --help lists them."""
-    return "presets:\n" + "\n".join(f"  {k:<20} {p.help}" for k, p in PRESETS.items())
+    """The presets as --help lists them: each with its line and its source."""
+    lines = [f"  {k:<20} {p.help} [{p.source}]" for k, p in PRESETS.items()]
+    return "presets (--preset NAME --show prints what one trains):\n" + "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------
@@ -497,6 +499,7 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
         cfg.optim.distill > 0 and not trains,
         f"--distill pulls task stages that train the encoder; no stage of {name} has one",
     )
+    check_runtime(stages, rt, cfg.optim)
     for s in (s for s in stages if s.kind == CONTRASTIVE):
         objective, source = s.contrastive.simcse_loss, s.contrastive.simcse_data
         need, has = OBJECTIVES[objective][0], data.CONTRASTIVE_SOURCES[source]
@@ -505,7 +508,6 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
             f"--simcse_loss {objective} needs {need} sentences per example "
             f"and --simcse_data {source} has {has}: use --simcse_data snli",
         )
-    check_runtime(stages, rt, cfg.optim)
 
 
 def check_runtime(stages: list[Stage], rt, optim=None):

@@ -1,9 +1,10 @@
 """The three CS224n reports' tables: each row one preset, run at a CPU scale, beside theirs.
 
 Each table below lists its rows by preset name (presets.py says what each trains, its
-source and the scale `make reports` runs it at) with the dev scores the report printed. `python reports.py TABLE` trains every row that has not finished yet on the
-embedded model (a row's run folder is resumed where it stopped), then writes TABLE.md: their
-SST / QQP / STS / overall, ours (the model the run kept), and the minutes each row took.
+source and the scale `make reports` runs it at) with the dev scores the report printed.
+`python reports.py TABLE` trains every row that has not finished yet on the embedded model
+(a row's run folder is resumed where it stopped), then writes TABLE.md: their SST / QQP /
+STS / overall, ours (the model the run kept), and the minutes each row took.
 
     python reports.py broadhurst                      # its default CPU scale, runs/reports/
     python reports.py all --out runs/reports          # every table, one after another
@@ -11,8 +12,8 @@ SST / QQP / STS / overall, ours (the model the run kept), and the minutes each r
     python reports.py sicurello --table_only          # rewrite the table from finished rows
 
 The numbers come from the texts in ../shared/papers (their tables, dev sets). Their runs used
-bert-base-uncased, the whole Quora training file and a GPU; see the README's section on the
-reports for which of their conclusions hold here.
+bert-base-uncased, the whole Quora training file and a GPU; docs/reports.md says which of
+their conclusions hold here.
 """
 
 import argparse

@@ -3,10 +3,12 @@
 Decided once, in `make_runtime`, and carried by every step as a `Runtime`. Under torchrun
 (WORLD_SIZE > 1) every process builds the same global batches and trains on its share
 (`my_parts`); gradients are summed over the processes before the update, as
-DistributedDataParallel would, and the main process alone scores, prints and writes.
+DistributedDataParallel would. The main process alone prints (make_runtime silences the
+others), scores and writes (trainer.Run).
 """
 
 import os
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -60,6 +62,8 @@ def make_runtime(device_arg: str, amp: bool) -> Runtime:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         rank = dist.get_rank()
+        if rank != 0:  # the main process prints; the others train alongside, silently
+            sys.stdout = open(os.devnull, "w")  # for the rest of the process
     if device.type != "cuda" or not amp:
         return Runtime(device, None, None, rank, world)
     if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer

@@ -151,13 +151,14 @@ class InStage:
     save: Callable[[dict], None] | None = None
     minutes: float = 0.0
     resume: dict | None = None
-    rt: Runtime | None = None  # under torchrun every process stops and saves together
     end: dict | None = None  # the position after the last step (its generators included)
     stop: list = field(default_factory=list)  # the signals caught so far
     last_save: float = field(default_factory=time.monotonic)
 
     def restore(self, teacher) -> tuple[int, float]:
-        """(steps already done, their mean loss); the teacher gets its saved parameters."""
+        """(steps already done, their mean loss); the teacher gets its saved parameters.
+        The clock of periodic checkpoints starts here."""
+        self.last_save = time.monotonic()
         if not self.resume:
             return 0, 0.0
         if teacher and self.resume["teacher"]:
@@ -172,12 +173,13 @@ class InStage:
             checkpoint.set_rng_state(*self.resume["rng"])
         return step <= done
 
-    def after_step(self, step: int, total: int, running: float, teacher):
-        """Keep the stage's end position; save when due or asked to stop, then stop."""
+    def after_step(self, step: int, total: int, running: float, teacher, rt: Runtime):
+        """Keep the stage's end position; save when due or asked to stop, then stop. Under
+        torchrun every process stops (and saves) at the same step."""
         if step == total:
             self.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
         due = self.save is not None and 0 < 60 * self.minutes < time.monotonic() - self.last_save
-        halt, due = any_process([bool(self.stop), due], self.rt) if self.rt else (self.stop, due)
+        halt, due = any_process([bool(self.stop), due], rt)
         if self.save and (halt or due):
             self.save({"step": step, "running": running, "teacher": teacher})
             self.last_save = time.monotonic()
@@ -243,7 +245,7 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                 bar.set_postfix(loss=f"{running:.4f}")
                 if hooks.log:
                     hooks.log(step_record(model, optimizer, step_batches, (epoch, step), loss, t0))
-                within.after_step(step, total, running, teacher)
+                within.after_step(step, total, running, teacher, rt)
             if hooks.after_epoch and step >= done:
                 hooks.after_epoch(epoch)
         if within.stop:  # asked during the last epoch's evaluation
@@ -414,13 +416,25 @@ class Run:
 
     # Only the main process scores and writes; these methods are where that is decided.
 
-    def score(self, model, task_data) -> dict:
-        """The dev row of a trained (or untouched) model, cosine read-outs fit first; {} on
-        the other processes."""
+    def score(self, model, task_data, train=False) -> dict:
+        """The dev row of a trained (or untouched) model, cosine read-outs fit first, with
+        the training split's scores under 'train' when asked; {} on the other processes."""
         if not self.rt.main:
             return {}
         fit_thresholds(model, task_data, self.rt, self.eval_batch_size)
-        return self.evaluate(model, task_data)
+        row = self.evaluate(model, task_data)
+        if train:
+            row["train"] = self.evaluate(model, task_data, "train")
+        return row
+
+    def select(self, row: dict) -> float:
+        """The score that keeps a stage's model as the best (nan elsewhere: never kept)."""
+        return evaluation.selection_score(row, self.eval_tasks) if self.rt.main else math.nan
+
+    def keep_steps(self, progress: dict):
+        """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""
+        if self.rt.main:
+            checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
 
     def file(self, name: str) -> Path:
         """A file of the run folder; os.devnull for the other processes."""
@@ -462,8 +476,7 @@ def start(model, optimizer, task_data, run: Run) -> dict:
         else:
             checkpoint.set_rng_state(*rng)
         print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
-    if run.rt.main:  # the step log and the table of what the state holds
-        checkpoint.keep_logged_steps(run.run_dir / checkpoint.STEPS, progress)
+    run.keep_steps(progress)  # the step log and the table of what the state holds
     run.write_rows(progress["rows"])
     print(evaluation.format_table(progress["rows"], run.eval_tasks))
     if not progress["rows"]:  # the starting point: what training has to beat
@@ -496,7 +509,7 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
             }
             run.save(model, optimizer, progress, position)
 
-        within = InStage(save, run.checkpoint_minutes, resume, run.rt)
+        within = InStage(save, run.checkpoint_minutes, resume)
         after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
         desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
         hooks = StageHooks(desc, run.seed * 1000 + k, log, after_epoch, within)
@@ -506,9 +519,7 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
         row |= {"train_loss": train_loss, "seconds": time.time() - t0}
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-            row |= run.score(model, task_data)
-            if run.score_train and run.rt.main:
-                row["train"] = run.evaluate(model, task_data, "train")
+            row |= run.score(model, task_data, train=run.score_train)
         if stop:
             within.save_end()
     return row
@@ -542,7 +553,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
         except NonFiniteLoss as e:
             raise SystemExit(f"stopped: {e}{kept_best(run)}") from None
-        score = evaluation.selection_score(row, run.eval_tasks) if run.rt.main else math.nan
+        score = run.select(row)
         rows.append(row)
         run.write_rows(rows)
         if score > best["score"]:  # False for nan

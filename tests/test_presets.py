@@ -98,7 +98,8 @@ def test_help_lists_every_preset_with_one_line(capsys):
         mt.parse_args(["--help"])
     out = capsys.readouterr().out
     for name, preset in presets.PRESETS.items():
-        assert any(line.split() == [name, *preset.help.split()] for line in out.splitlines())
+        line = [name, *preset.help.split(), *f"[{preset.source}]".split()]
+        assert any(x.split() == line for x in out.splitlines()), name
 
 
 def test_weightings_that_a_round_robin_step_cannot_use_are_refused():
