@@ -266,7 +266,7 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
         runs[attention] = partial(step, plain, steps, StepContext(ctx.rt), g)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
         ref_opt = torch.optim.AdamW(ref.to(ctx.rt.device).parameters(), **adamw)
-        ref_rt = make_runtime(str(ctx.rt.device), ctx.rt.amp_dtype is not None)  # own scaler
+        ref_rt = make_runtime(str(ctx.rt.device), ctx.rt.precision)  # its own scaler
         runs[f"hf_{attention}"] = partial(reference_step, ref, ref_opt, steps[0][1], ref_rt)
         if attention == "manual":  # the training default
             # the teacher's momentum schedule does not change a step's cost
@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     import transformers
 
     args = parse_args(argv)
-    rt = make_runtime(args.device, amp=True)  # the precision training would use here
+    rt = make_runtime(args.device, "auto")  # the precision training would use here
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = rt.device.type == "cuda"

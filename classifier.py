@@ -70,7 +70,7 @@ def main(argv=None):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.task}-{cfg.option}-{stamp}")
     torch.manual_seed(cfg.seed)
-    rt = make_runtime(cfg.device.device, cfg.device.amp)
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     tasks = (cfg.task,)
     task_data = data.load_task_data(cfg.data, tokenizer, tasks, cfg.seed)
@@ -82,7 +82,7 @@ def main(argv=None):
         )
         for e in range(cfg.epochs)
     ]
-    print(f"{cfg.task} {cfg.option}: {cfg.model.bert} on {rt.device}, lr {cfg.optim.lr}")
+    print(f"{cfg.task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
     run = Run(run_dir, rt, tasks, cfg.data.eval_batch_size, cfg.seed, score_train=True)
     t0 = time.time()
     model, rows, best = run_plan(stages, make_model(), task_data, cfg.optim, run)

@@ -23,6 +23,7 @@ from checkpoint import CheckpointError
 from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
 from evaluation import TASKS
 from optimizer import DECAYS, WEIGHTINGS
+from runtime import PRECISIONS
 from simcse import DISTANCES, OBJECTIVES
 from smart import DROPOUT, SmartConfig
 
@@ -283,12 +284,21 @@ class DeviceConfig:
     """device"""
 
     device: str = option("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
-    amp: bool = option(
-        True,
-        "float32 on GPU (default: bf16 autocast, fp16 + scaler where bf16 is missing)",
-        flag="--no_amp",
+    precision: str = option(
+        "auto",
+        "number format of training and scoring: auto is bf16 autocast where the device "
+        "multiplies bf16 natively (Ampere GPUs, CPUs with AVX512-BF16), fp16 autocast with a "
+        "gradient scaler on other GPUs (a T4), float32 elsewhere; any of them can be forced, "
+        "fp16 on the CPU too (slow there, but the T4's code path)",
+        choices=PRECISIONS,
     )
-    compile: bool = option(False, "torch.compile the encoder layers (GPU)")
+    amp: bool = option(True, "the same as --precision fp32 (an older flag)", flag="--no_amp")
+    compile: bool = option(False, "torch.compile the encoder layers")
+
+    @property
+    def resolved_precision(self) -> str:
+        """--precision, where --no_amp asks for float32."""
+        return "fp32" if not self.amp and self.precision == "auto" else self.precision
 
 
 @dataclass

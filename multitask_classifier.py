@@ -246,7 +246,8 @@ def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
 DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules."
 RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
 # settings of the machine rather than of the experiment: a resumed run may change them
-MACHINE = {"device.device", "device.amp", "device.compile", "data.data_dir", "checkpoint_minutes"}
+MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
+MACHINE |= {"checkpoint_minutes"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -275,6 +276,9 @@ def load_run_config(run_dir: str) -> RunConfig:
         raise SystemExit(f"{saved}: not valid JSON ({e})") from None
     cfg = config.from_dict(RunConfig, text, str(saved))
     presets.overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
+    if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
+        old = "auto" if cfg.device.amp and torch.cuda.is_available() else "fp32"
+        cfg = replace(cfg, device=replace(cfg.device, precision=old))
     return replace(cfg, run_dir=str(run_dir))
 
 
@@ -320,8 +324,8 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    precision = rt.amp_dtype or torch.float32
-    print(f"device {rt.device}, precision {precision}, model {cfg.model.bert}, run {run_dir}")
+    print(f"device {rt.device}, precision {rt.precision} ({rt.why}), model {cfg.model.bert}")
+    print(f"run folder {run_dir}")
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     task_data = load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
     make_model = run_model(cfg, cfg.device.compile)
@@ -414,7 +418,7 @@ def main(argv=None):
     cfg, folders = parse_args(argv)
     if not folders["show"]:  # --show loads no model
         presets.check_model(cfg)
-    rt = make_runtime(cfg.device.device, cfg.device.amp)
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision)
     if folders["show"]:
         check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg), rt)
         return print(presets.show(cfg))

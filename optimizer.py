@@ -352,7 +352,7 @@ def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> None:
         optimizer.step()
 
 
-def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None) -> None:
+def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None, scaler=None):
     """Gradients of several task losses with gradient surgery (PCGrad), not yet applied.
 
     Each task's gradient on the `shared` parameters (the encoder) is taken alone (one flat
@@ -360,13 +360,16 @@ def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None) -> 
     outside `shared` (the per-task heads) just accumulate their own task's gradient.
     reduce(flat) -> flat: applied to each task's gradient before the surgery (data parallel:
     the sum over processes); a loss of None contributes zeros (no example of that task here).
+    scaler: float16's GradScaler. Every task's loss is scaled by the same factor s, and the
+    surgery is homogeneous (pcgrad(s * g) = s * pcgrad(g)), so the optimizer's step unscales
+    the result as it would a plain gradient; an overflow in any task skips the step.
     """
     grads = []
     for loss in losses:
         for p in shared:
             p.grad = None
         if loss is not None:
-            loss.backward()
+            backward(loss, scaler)
         flat = flatten_grads(shared)  # (P,)
         grads.append(reduce(flat) if reduce else flat)
     write_flat_grads(shared, pcgrad(grads, generator))

@@ -514,7 +514,6 @@ def check_runtime(stages: list[Stage], rt, optim=None):
     """What the device's precision or the update's tools cannot do with these stages."""
     optim = optim or config.OptimConfig()
     pcgrad = any(s.weighting == "pcgrad" for s in stages)
-    refuse(rt.scaler and pcgrad, "PCGrad needs unscaled gradients: use bf16 or --no_amp, not fp16")
     refuse(
         pcgrad and (optim.accumulate > 1 or optim.l2sp > 0),
         "--weighting pcgrad takes "

@@ -18,6 +18,9 @@ import torch.distributed as dist
 import datasets as data
 from optimizer import flatten_grads, write_flat_grads
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # --precision
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 @dataclass
 class Runtime:
@@ -26,6 +29,12 @@ class Runtime:
     scaler: torch.amp.GradScaler | None  # only for float16
     rank: int = 0  # this process among `world` data-parallel ones (torchrun)
     world: int = 1
+    why: str = ""  # how the precision was chosen, as the run prints it
+
+    @property
+    def precision(self) -> str:
+        """'fp32', 'bf16' or 'fp16'."""
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -50,10 +59,34 @@ def pick_device(device_arg: str) -> torch.device:
         raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N") from None
 
 
-def make_runtime(device_arg: str, amp: bool) -> Runtime:
-    """The device and precision; under torchrun (WORLD_SIZE > 1) also joins the process
-    group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU."""
+def native_bf16(device: torch.device) -> bool:
+    """Whether the device multiplies bf16 natively: an Ampere or newer GPU; a CPU with
+    AVX512-BF16 or AMX (elsewhere CPU autocast to bf16 runs, but emulated and slower)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's probes
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def pick_precision(device: torch.device, precision: str) -> tuple[str, str]:
+    """('fp32' | 'bf16' | 'fp16', why) for --precision on this device."""
+    if precision not in PRECISIONS:
+        raise SystemExit(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return precision, "as asked"
+    kind = "GPU" if device.type == "cuda" else "CPU"
+    if native_bf16(device):
+        return "bf16", f"auto: this {kind} multiplies bf16 natively"
+    if device.type == "cuda":  # a T4: fp16 tensor cores, no bf16
+        return "fp16", "auto: this GPU has no native bf16, so fp16 with a gradient scaler"
+    return "fp32", "auto: this CPU has no native bf16 dot products"
+
+
+def make_runtime(device_arg: str, precision: str = "auto") -> Runtime:
+    """The device and precision (pick_precision); under torchrun (WORLD_SIZE > 1) also
+    joins the process group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU."""
     device = pick_device(device_arg)
+    name, why = pick_precision(device, precision)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         if device.type == "cuda":
@@ -64,11 +97,9 @@ def make_runtime(device_arg: str, amp: bool) -> Runtime:
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process
-    if device.type != "cuda" or not amp:
-        return Runtime(device, None, None, rank, world)
-    if torch.cuda.is_bf16_supported(including_emulation=False):  # Ampere or newer
-        return Runtime(device, torch.bfloat16, None, rank, world)
-    return Runtime(device, torch.float16, torch.amp.GradScaler("cuda"), rank, world)
+    # float16's narrow range needs the loss scaled so small gradients do not underflow
+    scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+    return Runtime(device, AUTOCAST[name], scaler, rank, world, why)
 
 
 def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:

@@ -162,12 +162,15 @@ def adversarial_regularizer(
         # divergence is divided by its own value: the backward then carries numbers near 1
         # whether adv is ~epsilon^2 (shared masks) or ~1 (R-Drop), and float16 can neither
         # underflow nor overflow (a 1/epsilon scale would multiply R-Drop's by 1e5)
-        (grad,) = torch.autograd.grad(
-            adv / adv.detach().clamp(min=1e-30),
-            noise,
-            allow_unused=True,
-            materialize_grads=True,
-        )
+        # autocast off: under the step's autocast the backward's matmuls would be cast to
+        # float16 too, where this gradient (~1/perturbation at the output) overflows
+        with torch.autocast(embeds.device.type, enabled=False):
+            (grad,) = torch.autograd.grad(
+                adv / adv.detach().clamp(min=1e-30),
+                noise,
+                allow_unused=True,
+                materialize_grads=True,
+            )
         # per-example infinity norm: every example moves by eta in its largest coordinate
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))

@@ -132,7 +132,8 @@ def pcgrad_losses(model, stage, tasks, parts, weights, ctx: StepContext, generat
         for task, mine in zip(tasks, parts, strict=True)
     ]
     shared = [p for p in model.bert.parameters() if p.requires_grad]
-    pcgrad_backward(shared, losses, generator, lambda g: sum_over_processes(g, ctx.rt))
+    reduce = lambda g: sum_over_processes(g, ctx.rt)  # noqa: E731
+    pcgrad_backward(shared, losses, generator, reduce, ctx.rt.scaler)
     in_shared = {id(p) for p in shared}
     sum_gradients([p for p in model.parameters() if id(p) not in in_shared], ctx.rt)  # heads
     return sum(w * x.detach() for w, x in zip(weights, losses, strict=True) if x is not None)

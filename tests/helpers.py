@@ -74,11 +74,12 @@ def assert_same_run(straight_rows, straight_dir, resumed_dir):
 
 
 def tiny_flags(tiny_env, run_dir, flags: str = "", *extra) -> list[str]:
-    """--bert, --data_dir and --run_dir of the tiny model, data and a run folder, then the
-    flags in `flags` (split at spaces) and `extra`."""
+    """--bert, --data_dir and --run_dir of the tiny model, data and a run folder, float32
+    whatever this CPU offers (a later --precision wins), then the flags in `flags` (split
+    at spaces) and `extra`."""
     bert_dir, data_dir = tiny_env
     where = ["--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir)]
-    return where + flags.split() + list(extra)
+    return where + ["--precision", "fp32"] + flags.split() + list(extra)
 
 
 def run(tiny_env, run_dir, *extra):

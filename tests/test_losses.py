@@ -34,28 +34,30 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
         return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, masks).item()
 
 
-def test_r_s_responds_to_the_perturbation_under_bf16_autocast(tiny_env):
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision):
     model, task_data = tiny_model_and_data(tiny_env)
     model.train()
     batch = first_batch(task_data, "sst", 8)
-    rt = runtime.Runtime(torch.device("cpu"), torch.bfloat16, None)
+    rt = runtime.make_runtime("cpu", precision)
 
     def r_s(eps, dropout="shared"):
         cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
         return smart_value(model, batch, cfg, rt)
 
     r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
-    # bf16 resolves ~8e-3: without float32 passes a 1e-5 perturbation would be rounded away
+    # bf16 resolves ~8e-3, fp16 ~1e-3: without float32 passes a 1e-5 perturbation would be
+    # rounded away
     assert r[1e-9] < 1e-3 * r[1e-5]
     assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
-    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: bf16 dropout noise
+    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
 
 
 def test_the_teacher_pass_shares_the_clean_pass_dropout(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     model.train()
     batch = first_batch(task_data, "sst", 8)
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     teacher = EMATeacher(model)  # the model's own weights: only dropout can differ
     bregman = {
         d: smart_value(model, batch, SmartConfig(lambda_s=0, mu=1, dropout=d), rt, teacher)
@@ -76,7 +78,7 @@ def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(t
         for p in model.bert.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.eval()  # no dropout: the same sentence embeddings in every pass
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     stage = config.Stage(("sst",), 1e-5, 6)  # SMART off, the default losses
     pull = StepContext(rt, OptimConfig(distill=2.0), reference=reference)
     for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
@@ -185,7 +187,7 @@ def test_a_simcse_term_adds_the_weighted_loss_of_two_dropout_views(tiny_config):
     quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     bert = BertModel(BertConfig(**tiny_config.to_dict() | quiet))  # two equal views
     model = mt.MultitaskBERT(bert, dropout=0.0).train()
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     term = SimCSEConfig(simcse_weight=0.3)
     plain = config.Stage(("sst",), 1e-3, 3)
     with_term = config.Stage(("sst",), 1e-3, 3, contrastive=term)

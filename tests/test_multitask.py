@@ -519,7 +519,7 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
     # the loss trains the embeddings only: no head, a cosine cut fit on training pairs
     assert "para.weight" not in started and trained["para_threshold"] != 0
     cfg = mt.load_run_config(tmp_path / "run")
-    model, info = mt.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", amp=False))
+    model, info = mt.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
     tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
     dev = data.load_task_data(cfg.data, tokenizer, ("para",), 0)["para"].dev
     hits = []

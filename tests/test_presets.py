@@ -114,7 +114,7 @@ def test_smart_with_a_preset_it_does_not_change_is_refused():
 
 
 def test_tools_that_would_change_the_method_are_refused():
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     simcse_stage = presets.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
     with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
         presets.check_runtime([simcse_stage], rt, OptimConfig(accumulate=2))

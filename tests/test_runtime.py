@@ -4,21 +4,45 @@ import pytest
 import torch
 
 import runtime
+from config import DeviceConfig
 from helpers import sentence_batch
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_requested_without_cuda_says_so():
     with pytest.raises(SystemExit, match="no CUDA device is available here; use cpu"):
-        runtime.make_runtime("cuda", amp=True)
+        runtime.make_runtime("cuda", "auto")
 
 
-def test_a_cpu_runtime_is_float32_without_a_scaler():
-    rt = runtime.make_runtime("cpu", amp=True)
-    assert rt.device.type == "cpu" and rt.amp_dtype is None and rt.scaler is None
-    assert rt.main and rt.world == 1
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_follows_what_the_device_multiplies_natively(monkeypatch, native):
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: native)
+    rt = runtime.make_runtime("cpu", "auto")
+    assert rt.device.type == "cpu" and rt.scaler is None and rt.main and rt.world == 1
+    assert (rt.precision, rt.amp_dtype) == (("bf16", torch.bfloat16) if native else ("fp32", None))
+    assert rt.why.startswith("auto: this CPU")
+    gpu = torch.device("cuda")  # a T4 has no bf16: fp16 with a scaler; an A100 has it
+    assert runtime.pick_precision(gpu, "auto")[0] == ("bf16" if native else "fp16")
+
+
+def test_every_precision_can_be_forced_on_the_cpu():
+    for name, dtype in [("fp32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)]:
+        rt = runtime.make_runtime("cpu", name)
+        assert rt.amp_dtype == dtype and rt.precision == name and rt.why == "as asked"
+        assert (rt.scaler is not None) == (name == "fp16")  # GradScaler("cpu") for fp16
+        with rt.autocast():
+            y = torch.ones(2, 3) @ torch.ones(3, 2)
+        assert y.dtype == (dtype or torch.float32)
     with pytest.raises(SystemExit, match="expected auto, cpu, cuda or cuda:N"):
-        runtime.make_runtime("tpu", amp=True)
+        runtime.make_runtime("tpu", "auto")
+    with pytest.raises(SystemExit, match="--precision fp64: expected one of auto, fp32"):
+        runtime.make_runtime("cpu", "fp64")
+
+
+def test_the_old_no_amp_flag_means_float32():
+    assert DeviceConfig(amp=False).resolved_precision == "fp32"
+    assert DeviceConfig(amp=False, precision="bf16").resolved_precision == "bf16"  # typed wins
+    assert DeviceConfig().resolved_precision == "auto"
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])

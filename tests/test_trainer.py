@@ -30,6 +30,7 @@ from helpers import (
 )
 from losses import StepContext
 from optimizer import flatten_grads, pcgrad, pcgrad_backward
+from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 
 
@@ -55,7 +56,7 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
 def test_short_training_lowers_every_task_loss(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
 
     def loss_of(task):
         model.eval()
@@ -122,7 +123,7 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
             m.p = 0.0
     for layer in model.bert.encoder["layer"]:
         layer.attention["self"].dropout_p = 0.0
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     stage = config.Stage(("sst",), 1e-5, 3)  # SMART off, the default losses
     batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
     batches["sst"]["labels"] = torch.tensor([0, 4, 2])
@@ -201,6 +202,7 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
             ],
         ),  # every tool of the update
         (4, ["--preset", "multitask", "--multitask_epochs", "1", "--weighting", "random"]),
+        (8, ["--precision", "fp16"]),  # the T4's path: the scaler's state is restored too
         (8, ["--preset", "defended", "--distill", "5"]),  # the reference is the loaded model
         (8, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
         (6, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
@@ -245,8 +247,9 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
 # SMART's passes, and the update's tools (issue: a defense against forgetting)
 
 
-def gradient_of_one_step(tiny_env, optim, weighting="random"):
-    """Gradients left by one multitask train_step (lr 0, eval mode: no dropout)."""
+def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
+    """Gradients left by one multitask train_step (lr 0, eval mode: no dropout); under
+    float16 the scaler's step leaves them unscaled."""
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
     stage = config.Stage(
@@ -254,7 +257,7 @@ def gradient_of_one_step(tiny_env, optim, weighting="random"):
     )
     step = [(t, first_batch(task_data, t, 7)) for t in mt.MULTITASK]
     optimizer = trainer.new_optimizer(model, optim)
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", precision)
     generator = torch.Generator().manual_seed(3)
     loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt, optim), generator)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -328,7 +331,7 @@ def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env)
         optimizer = trainer.new_optimizer(model, optim)
         stage = config.Stage(("sst",), 1e-2, 16)
         batch = first_batch(task_data, "sst", 16)
-        rt = runtime.make_runtime("cpu", amp=False)
+        rt = runtime.make_runtime("cpu", "fp32")
         for seed in range(8):
             model.train()
             generator = torch.Generator().manual_seed(seed)
@@ -346,7 +349,7 @@ def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env)
 
 def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     run = trainer.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
     state = torch.get_rng_state()
     row = run.score(model, task_data)
@@ -361,7 +364,7 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tokenizer, ("para",), 0)
     bert = BertModel.from_pretrained(str(bert_dir))
     model = mt.MultitaskBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
-    rt = runtime.make_runtime("cpu", amp=False)
+    rt = runtime.make_runtime("cpu", "fp32")
     trainer.fit_thresholds(model, task_data, rt, 16)
     pairs = task_data["para"].train
     with torch.no_grad():
@@ -370,3 +373,87 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     d = (u - v).norm(dim=-1).numpy()
     best = evaluation.best_threshold(d, batch["labels"].numpy())
     assert model.para_threshold.item() == pytest.approx(best, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# float16 with a gradient scaler (a T4's path), run on the CPU
+
+
+def relative_gap(a: dict, b: dict) -> float:
+    """||a - b|| / ||b|| over every gradient of the two steps."""
+    diff = torch.stack([(a[k] - b[k]).norm() for k in b])
+    return (
+        torch.linalg.vector_norm(diff) / torch.stack([g.norm() for g in b.values()]).norm()
+    ).item()
+
+
+@pytest.mark.parametrize("weighting", ["random", "pcgrad"])
+def test_a_float16_step_leaves_the_float32_gradient_unscaled(tiny_env, weighting):
+    loss32, g32 = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting)
+    loss16, g16 = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting, "fp16")
+    assert loss16 == pytest.approx(loss32, rel=1e-2) and g16.keys() == g32.keys()
+    assert relative_gap(g16, g32) < 2e-2  # float16's ~1e-3 rounding, not the scale 65536
+
+
+def test_float16_accumulation_and_clipping_see_the_unscaled_gradient(tiny_env):
+    _, whole = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), precision="fp16")
+    _, micro = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, accumulate=3), precision="fp16")
+    assert relative_gap(micro, whole) < 2e-2
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in whole.values()])).item()
+    clipped = OptimConfig(lr=0.0, max_grad_norm=norm / 4)  # clipped after unscaling
+    _, g = gradient_of_one_step(tiny_env, clipped, precision="fp16")
+    total = torch.linalg.vector_norm(torch.stack([x.norm() for x in g.values()])).item()
+    assert total == pytest.approx(norm / 4, rel=1e-3)
+
+
+def test_an_overflowing_float16_step_is_skipped_and_the_scale_falls(tiny_env):
+    model, task_data = tiny_model_and_data(tiny_env)
+    rt = runtime.make_runtime("cpu", "fp16")
+    rt.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)  # scaled gradients overflow
+    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
+    stage, step = config.Stage(("sst",), 1e-3, 8), [("sst", first_batch(task_data, "sst", 8))]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt), torch.Generator())
+    assert torch.isfinite(loss) and rt.scaler.get_scale() == 2.0**39  # halved, not stopped
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # skipped
+    for _ in range(40):  # the run goes on: the scale falls until steps fit, then they train
+        trainer.train_step(model, optimizer, stage, step, StepContext(rt), torch.Generator())
+    assert rt.scaler.get_scale() < 2.0**20
+    assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_pcgrad_under_a_scaler_is_the_surgery_scaled(tiny_config):
+    torch.manual_seed(0)
+    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0).eval()
+    batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
+    batches["sst"]["labels"] = torch.tensor([0, 4, 2])
+    batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])
+    batches["sts"]["labels"] = torch.tensor([4.5, 0.5, 2.0])
+    shared, stage = list(model.bert.parameters()), config.Stage(("sst",), 1e-5, 3)
+    ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
+
+    def surgery(scaler):
+        task_losses = [losses.batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
+        model.zero_grad(set_to_none=True)
+        pcgrad_backward(shared, task_losses, torch.Generator().manual_seed(7), None, scaler)
+        return flatten_grads(shared)
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    torch.testing.assert_close(surgery(scaler) / 1024, surgery(None), rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("dropout", ["shared", "independent"])
+def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
+    model, task_data = tiny_model_and_data(tiny_env)
+    rt = runtime.make_runtime("cpu", "fp16")
+    smart = SmartConfig(lambda_s=10.0, mu=1.0, dropout=dropout)
+    stage = config.Stage(("sst",), 1e-3, 8, smart=smart)
+    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
+    ctx = StepContext(rt, teacher=EMATeacher(model, smart, 4))
+    before = [p.detach().clone() for p in model.parameters()]
+    batch = [("sst", first_batch(task_data, "sst", 8))]
+    for _ in range(4):  # each pass draws its own dropout masks: four different steps
+        loss = trainer.train_step(model, optimizer, stage, batch, ctx, torch.Generator())
+        assert torch.isfinite(loss)
+    assert rt.scaler.get_scale() == 65536.0  # no overflow: every step was taken
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
