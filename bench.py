@@ -7,7 +7,11 @@ Sections (--only), each against an independent reference:
 - train: trainer.train_step, the function training runs, vs HF's BertModel with our head
   and torch.optim.AdamW; SMART vs the plain step; on CUDA, autocast vs float32;
 - adamw: ours vs torch.optim.AdamW;
-- memory: the peak memory of a training step, ours vs HF and SMART vs plain;
+- precision: bf16 against float32 on this device, each timed in this process: a matmul of
+  the model's own FFN shape, the forward and the train step, and each step's FLOP rate
+  (6 x non-embedding parameters x tokens, plus attention) as a share of its matmul rate;
+- compile: the train step with torch.compile'd layers against eager;
+- memory: the peak memory of a training step, ours vs HF, SMART vs plain, bf16 vs float32;
 - padding: real / padded tokens of length-bucketed batches vs random ones.
 
 The same rows run on every --device; --model, --batch_sizes and --length set the sizes. On
@@ -55,7 +59,7 @@ from config import OptimConfig, Stage
 from losses import StepContext
 from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
-from runtime import Runtime, make_runtime
+from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 from trainer import new_optimizer, train_step
@@ -83,6 +87,8 @@ TARGETS = {
     "smart_time": Target("ratio", "<=", 3.5),  # SMART step vs plain step
     "adamw": Target("ratio", "<=", 1.3),  # one optimizer step, like vs like
     "smart_memory": Target("ratio", "<=", 2.0),  # peak memory, SMART step vs plain step
+    "bf16_step": Target("ratio", "<=", 0.6),  # time, bf16 autocast step vs float32 step
+    "bf16_share": Target("ours", ">=", 0.5),  # a bf16 step's FLOP rate / the bf16 matmul's
     "padding": Target("ours", ">=", 0.9),  # real / padded tokens with length buckets (SST)
 }
 
@@ -356,7 +362,7 @@ def bench_forward(ctx: Context) -> list[Row]:
 def bench_train(ctx: Context) -> list[Row]:
     """All steps of step_runs interleaved, so each ratio compares runs made side by side."""
     if ctx.rt.amp_dtype is None:
-        ctx.skipped["train, autocast vs float32"] = "CUDA only: training runs float32 here"
+        ctx.skipped["train, autocast vs float32"] = "training runs float32 on this device"
     rows = []
     for B in ctx.batch_sizes:
         times, what = ctx.time(step_runs(ctx, B)), f"train step {B}x{ctx.length} {ctx.precision}"
@@ -394,6 +400,115 @@ def bench_adamw(ctx: Context) -> list[Row]:
     ]
 
 
+def own_step(ctx: Context, B: int, precision: str, compiled=False) -> Callable[[], object]:
+    """One train_step of our SST model on a B x ctx.length batch at `precision`."""
+    if ctx.model == RANDOM_BASE:
+        torch.manual_seed(0)
+        bert = BertModel(BertConfig())
+    else:
+        bert = BertModel.from_pretrained(ctx.model)
+    if compiled:
+        torch._inductor.config.fallback_random = True  # as multitask_classifier compiles
+        for layer in bert.encoder["layer"]:
+            layer.compile(dynamic=True)
+    model = MultitaskBERT(bert).to(ctx.rt.device).train()
+    batch = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
+    scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
+    rt = Runtime(ctx.rt.device, AUTOCAST[precision], scaler)
+    optimizer = new_optimizer(model, OptimConfig(1e-5))
+    stage, g = Stage(("sst",), lr=1e-5, batch_size=B), torch.Generator()
+    return partial(train_step, model, optimizer, stage, [("sst", batch)], StepContext(rt), g)
+
+
+def step_flops(config: BertConfig, B: int, T: int) -> float:
+    """FLOPs of a training step: 6 x non-embedding parameters x tokens (forward 2, backward
+    4 per weight and token) plus attention's two (T x T) products, 12 x layers x B x T^2 x H."""
+    L, H, inter = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    per_layer = 4 * H * H + 2 * H * inter  # q, k, v, output; the FFN's two (biases aside)
+    return 6 * L * per_layer * B * T + 12 * L * B * T * T * H
+
+
+def matmul_rates(ctx: Context, M: int, K: int, N: int, low: str) -> tuple[dict, Row]:
+    """FLOP/s of an (M, K) x (K, N) matmul in float32 and in `low`, timed interleaved."""
+    dtypes = {"fp32": torch.float32, low: AUTOCAST[low]}
+    g = torch.Generator().manual_seed(0)
+    pairs = {
+        k: (
+            torch.randn(M, K, generator=g).to(ctx.rt.device, d),
+            torch.randn(K, N, generator=g).to(ctx.rt.device, d),
+        )
+        for k, d in dtypes.items()
+    }
+    times = ctx.time({k: partial(torch.matmul, *ab) for k, ab in pairs.items()})
+    rates = {k: 2 * M * K * N / statistics.median(t) for k, t in times.items()}
+    row = timed_row(f"matmul {M}x{K}x{N} (the FFN's shape), {low} vs float32", times, low, "fp32")
+    row.note = f"{rates[low] / 1e9:,.0f} vs {rates['fp32'] / 1e9:,.0f} GFLOP/s"
+    return rates, row
+
+
+def bench_precision(ctx: Context) -> list[Row]:
+    """bf16 autocast (fp16 on a GPU without bf16) against float32, and compile against eager,
+    all in this process; a step's FLOP rate is judged against the matmul of its precision."""
+    cuda = ctx.rt.device.type == "cuda"
+    if not native_bf16(ctx.rt.device) and not cuda:
+        raise Skip("this CPU has no native bf16 dot products: training runs float32 here")
+    low = "bf16" if native_bf16(ctx.rt.device) else "fp16"
+    rows = []
+    for B in ctx.batch_sizes:
+        steps = {p: own_step(ctx, B, p) for p in ("fp32", low)}
+        config = steps["fp32"].args[0].bert.config
+        T, H = ctx.length, config.hidden_size
+        rates, matmul = matmul_rates(ctx, B * T, H, config.intermediate_size, low)
+        rows += [matmul, forward_row(ctx, steps["fp32"].args[0].bert, B, low)]
+        times = ctx.time(steps)
+        what = f"train step {B}x{T}"
+        rows.append(timed_row(f"{what}, {low} vs float32", times, low, "fp32", "bf16_step"))
+        flops = step_flops(config, B, T)
+        for p, target in ((low, "bf16_share" if low == "bf16" else None), ("fp32", None)):
+            rate = flops / statistics.median(times[p])
+            note = f"{rate / 1e9:,.0f} GFLOP/s of {flops / 1e9:,.1f} GFLOP a step"
+            rows.append(
+                Row(
+                    f"{what} {p}: FLOP rate / {p} matmul rate",
+                    "",
+                    rate / rates[p],
+                    target=target,
+                    note=note,
+                )
+            )
+    return rows
+
+
+def forward_row(ctx: Context, bert: BertModel, B: int, low: str) -> Row:
+    """Our BERT forward (eval, no gradients) under `low` autocast against float32."""
+    b = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
+    args = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+
+    def forward(precision):
+        with torch.no_grad(), Runtime(ctx.rt.device, AUTOCAST[precision], None).autocast():
+            bert.eval()(*args)
+
+    times = ctx.time({p: partial(forward, p) for p in ("fp32", low)})
+    bert.train()
+    return timed_row(f"BERT forward {B}x{ctx.length}, {low} vs float32", times, low, "fp32")
+
+
+def bench_compile(ctx: Context) -> list[Row]:
+    """The train step with torch.compile'd layers against eager at the training precision,
+    after compiling (timed apart, in the note): what --compile gains or costs per step."""
+    B, precision = ctx.batch_sizes[-1], ctx.rt.precision
+    steps = {"eager": own_step(ctx, B, precision), "compiled": own_step(ctx, B, precision, True)}
+    t0 = time.perf_counter()
+    steps["compiled"]()  # inductor compiles on the first call (C++ on a CPU)
+    seconds = time.perf_counter() - t0
+    times = ctx.time(steps)
+    row = timed_row(
+        f"train step {B}x{ctx.length} {precision}, compiled vs eager", times, "compiled", "eager"
+    )
+    row.note = f"compiling took {seconds:.0f} s"
+    return [row]
+
+
 def bench_memory(ctx: Context) -> list[Row]:
     """Peak memory of one step over what was in use before it (weights, AdamW's moments,
     the teacher), hand-written attention. After every timing: see peak_memory_mib."""
@@ -410,6 +525,14 @@ def bench_memory(ctx: Context) -> list[Row]:
         ):
             a, b = mib[ours], mib[ref]
             rows.append(Row(f"{what}, {vs}", "MiB", a, b, a / b, target=target, note=how))
+    if ctx.rt.amp_dtype is not None:  # what autocast's copies and halves add or save
+        B, low = ctx.batch_sizes[-1], ctx.rt.precision
+        steps = {p: own_step(ctx, B, p) for p in (low, "fp32")}
+        for step in steps.values():
+            step()  # AdamW's moments: not a step's cost
+        mib = {p: peak_memory_mib(step, ctx.rt.device) for p, step in steps.items()}
+        what = f"peak memory of a train step {B}x{ctx.length}, {low} vs float32"
+        rows.append(Row(what, "MiB", mib[low], mib["fp32"], mib[low] / mib["fp32"], note=how))
     return rows
 
 
@@ -438,7 +561,16 @@ def bench_padding(ctx: Context) -> list[Row]:
 # Memory changes malloc's settings on a CPU, so it comes after every timed section.
 SECTIONS = {
     f.__name__.removeprefix("bench_"): f
-    for f in (bench_tokenizer, bench_forward, bench_train, bench_adamw, bench_memory, bench_padding)
+    for f in (
+        bench_tokenizer,
+        bench_forward,
+        bench_train,
+        bench_precision,
+        bench_compile,
+        bench_adamw,
+        bench_memory,
+        bench_padding,
+    )
 }
 
 
@@ -487,6 +619,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"run only these sections, of: {', '.join(SECTIONS)} (default: all)")
     p.add_argument("--device", default="auto",
                    help="'auto' (CUDA if present, the default), 'cpu' or 'cuda'")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="of the rows at training precision (default: auto, as training picks)")
     p.add_argument("--model", help=f"encoder of forward, train, adamw and memory: a checkpoint "
                    f"folder, 'minilm' (embedded) or '{RANDOM_BASE}' (its shape, random weights); "
                    f"default: minilm on a CPU, {RANDOM_BASE} on CUDA")
@@ -514,7 +648,7 @@ def main(argv=None) -> int:
     import transformers
 
     args = parse_args(argv)
-    rt = make_runtime(args.device, "auto")  # the precision training would use here
+    rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = rt.device.type == "cuda"

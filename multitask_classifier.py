@@ -189,6 +189,9 @@ def model_factory(
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
         if compile:
+            # compiled dropout draws eager's masks from the global generator, so SMART's
+            # replayed masks and a resumed run's draws stay what they are without compile
+            torch._inductor.config.fallback_random = True
             for layer in bert.encoder["layer"]:
                 layer.compile(dynamic=True)
         return MultitaskBERT(

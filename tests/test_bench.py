@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import bench
+from base_bert import BertConfig
 from bench import (
     TARGETS,
     Row,
@@ -20,6 +21,7 @@ from bench import (
     time_interleaved,
     timed_row,
 )
+from bert import BertModel
 
 
 class FakeClock:
@@ -170,6 +172,7 @@ def test_smoke_run_on_the_tiny_bert(tiny_env, tmp_path):
     sections = ["tokenizer", "forward", "train", "adamw", "padding"]
     argv = ["--only", *sections, "--model", str(bert_dir), "--data_dir", str(data_dir)]
     argv += ["--batch_sizes", "4", "--length", "8", "--repeats", "2", "--warmup", "0"]
+    argv += ["--precision", "fp32"]  # whatever this CPU offers
     assert bench.main([*argv, "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "bench.json").read_text())
     rows = record["rows"]
@@ -179,5 +182,40 @@ def test_smoke_run_on_the_tiny_bert(tiny_env, tmp_path):
     assert len(timed) == 9 and all(r["ratio_paired"] > 0 and r["ratio_min"] > 0 for r in timed)
     assert all(len(r["seconds"]["ours"]) == len(r["seconds"]["ref"]) == 2 for r in timed)
     assert all(isinstance(r["passed"], bool) for r in rows if r["target"])
-    assert "autocast" in next(iter(record["skipped"]))  # the CUDA-only row, with its reason
+    assert "autocast" in next(iter(record["skipped"]))  # no autocast row at float32, and why
     assert "ratio of medians | ratio of minima" in (tmp_path / "out" / "bench.md").read_text()
+
+
+def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
+    cfg = BertConfig(
+        hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=20
+    )
+    layer = BertModel(cfg).encoder["layer"][0]
+    weights = sum(p.numel() for n, p in layer.named_parameters() if n.endswith("weight"))
+    weights -= sum(
+        p.numel() for n, p in layer.named_parameters() if "LayerNorm" in n and n.endswith("weight")
+    )
+    B, T = 3, 5
+    attention = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer
+    expected = 2 * (6 * weights * B * T + 3 * attention)  # 2 layers; backward twice forward
+    assert bench.step_flops(cfg, B, T) == expected
+
+
+@pytest.mark.slow
+def test_the_precision_section_on_the_tiny_bert(tiny_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "native_bf16", lambda device: True)  # emulated where absent
+    bert_dir, data_dir = tiny_env
+    argv = ["--only", "precision", "--model", str(bert_dir), "--data_dir", str(data_dir)]
+    argv += ["--batch_sizes", "4", "--length", "8", "--repeats", "2", "--warmup", "0"]
+    assert bench.main([*argv, "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
+    names = [r["what"] for r in rows]
+    assert [n.split(",")[0].split(":")[0] for n in names] == [
+        "matmul 32x32x64 (the FFN's shape)",
+        "BERT forward 4x8",
+        "train step 4x8",
+        "train step 4x8 bf16",
+        "train step 4x8 fp32",
+    ]
+    shares = [r for r in rows if "FLOP rate" in r["what"]]
+    assert all(r["ours"] > 0 for r in shares) and shares[0]["target"] == "bf16_share"

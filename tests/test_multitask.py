@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
+import config
 import datasets as data
 import evaluation
 import losses
@@ -18,6 +19,7 @@ import runtime
 import trainer
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
+from config import ModelConfig
 from helpers import (
     embeddings,
     interrupt_stage,
@@ -27,6 +29,8 @@ from helpers import (
     tiny_flags,
     weights,
 )
+from losses import StepContext
+from smart import SmartConfig
 from tokenizer import BertTokenizer
 
 
@@ -613,3 +617,37 @@ def test_each_task_is_read_out_by_what_its_loss_trains(preset, cosine, concat, c
 def test_the_sentence_bert_sts_target_keeps_the_cosine_under_concat_heads():
     cfg, _ = mt.parse_args(["--preset", "broadhurst-2", "--sts_loss", "cosine_sbert"])
     assert mt.concat_tasks(cfg) == ("para",)
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_as_the_eager_ones(tiny_env):
+    """--compile on the CPU (inductor, a C compiler): the same outputs and gradients as
+    eager, dropout on, and SMART's replayed dropout masks still replayed."""
+    bert_dir, _ = tiny_env
+    batch = sentence_batch(vocab=40) | {"labels": torch.tensor([0, 4, 2])}
+    models = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        models[compiled] = mt.model_factory(
+            ModelConfig(bert=str(bert_dir)), mt.MULTITASK, (), compiled
+        )()
+    grads, outs = {}, {}
+    for compiled, model in models.items():
+        torch.manual_seed(1)
+        outs[compiled] = model.train()("sst", batch)
+        outs[compiled].square().sum().backward()
+        grads[compiled] = torch.cat(
+            [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+        )
+    torch.testing.assert_close(outs[True], outs[False], rtol=1e-5, atol=1e-6)
+    scale = grads[False].abs().max().item()
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-5 * scale)
+    smart = SmartConfig(lambda_s=1, mu=0, sigma=1e-9, eta=1e-7, epsilon=1e-9, dropout="shared")
+    stage = config.Stage(("sst",), 1e-3, 3, smart=smart)
+    ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
+    plain = config.Stage(("sst",), 1e-3, 3)
+    torch.manual_seed(2)
+    with_r_s = losses.batch_loss(models[True], "sst", batch, stage, ctx)
+    torch.manual_seed(2)
+    without = losses.batch_loss(models[True], "sst", batch, plain, ctx)
+    assert 0 <= (with_r_s - without).item() < 1e-9  # the perturbed pass saw the same masks
