@@ -1,6 +1,7 @@
 """Checkpoints: safetensors + JSON, atomic writes, no unpickling, clear refusals."""
 
 import errno
+import json
 import os
 import signal
 
@@ -124,3 +125,21 @@ def test_an_interrupt_during_a_write_inside_a_stage_is_noted_not_raised(tmp_path
     with checkpoint.signals_caught() as stop:  # as train_stage holds them
         checkpoint.atomic_write("whole\n", tmp_path / "f.txt")
     assert stop == [signal.SIGTERM] and (tmp_path / "f.txt").read_text() == "whole\n"
+
+
+def test_the_step_log_keeps_what_the_checkpoint_holds(tmp_path):
+    path = tmp_path / checkpoint.STEPS
+    lines = [json.dumps({"stage": s, "step": t}) for s in (0, 1) for t in (1, 2, 3)]
+    path.write_text("\n".join(lines) + '\n{"stage": 1, "st')  # a kill cut the last line short
+    checkpoint.keep_logged_steps(path, {"next_stage": 1, "within": {"step": 2}})
+    kept = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(r["stage"], r["step"]) for r in kept] == [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2)]
+    checkpoint.keep_logged_steps(path, {"next_stage": 1})  # a checkpoint between stages
+    assert len(path.read_text().splitlines()) == 3
+
+
+def test_rows_round_trip_through_the_run_folder(tmp_path):
+    rows = [{"stage": "start (no training)", "index": -1}, {"stage": "QQP", "index": 0}]
+    checkpoint.write_rows(tmp_path, rows)
+    assert checkpoint.read_rows(tmp_path) == rows
+    assert (tmp_path / checkpoint.METRICS).read_text().count("\n") == 2

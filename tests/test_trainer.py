@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import checkpoint
 import config
 import datasets as data
 import evaluation
@@ -457,3 +458,17 @@ def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
         assert torch.isfinite(loss)
     assert rt.scaler.get_scale() == 65536.0  # no overflow: every step was taken
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+
+
+def test_a_float16_run_resumes_with_its_scaler_state(tiny_env, tmp_path, monkeypatch):
+    real = torch.amp.GradScaler  # a high first scale: early steps overflow, the scale falls
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device: real(device, init_scale=2.0**30))
+    straight = run(tiny_env, tmp_path / "straight", "--precision", "fp16")
+    with monkeypatch.context() as m:
+        sigterm_on_call(m, trainer, "train_step", 8)
+        with pytest.raises(SystemExit):
+            run(tiny_env, tmp_path / "resumed", "--precision", "fp16")
+    saved = checkpoint.read_tensors(tmp_path / "resumed" / checkpoint.STATE)[1]["scaler"]
+    assert saved["scale"] < 2.0**30  # a fresh scaler would start elsewhere: this can fail
+    mt.main(["--resume", str(tmp_path / "resumed")])
+    assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
