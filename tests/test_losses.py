@@ -34,23 +34,39 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
         return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, masks).item()
 
 
+@pytest.mark.parametrize("dropout", ["shared", "independent"])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision):
+def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision, dropout):
+    """bf16 resolves ~8e-3, fp16 ~1e-3: unless SMART's passes run in float32 a 1e-5
+    perturbation is rounded away. Own masks (independent) are compared without dropout,
+    which would otherwise be all R_s measures."""
     model, task_data = tiny_model_and_data(tiny_env)
-    model.train()
+    model.train(dropout == "shared")
     batch = first_batch(task_data, "sst", 8)
     rt = runtime.make_runtime("cpu", precision)
 
-    def r_s(eps, dropout="shared"):
+    def r_s(eps, dropout=dropout):
         cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
         return smart_value(model, batch, cfg, rt)
 
     r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
-    # bf16 resolves ~8e-3, fp16 ~1e-3: without float32 passes a 1e-5 perturbation would be
-    # rounded away
     assert r[1e-9] < 1e-3 * r[1e-5]
     assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
-    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
+    if dropout == "shared":
+        assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
+
+
+@pytest.mark.parametrize("dropout", ["shared", "independent"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_teacher_equal_to_the_model_agrees_with_it_under_autocast(tiny_env, precision, dropout):
+    """D_Breg compares the teacher's pass with the clean one: both in one precision, so a
+    teacher with the model's own weights gives 0 (with own masks: without dropout)."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train(dropout == "shared")
+    batch = first_batch(task_data, "sst", 8)
+    rt = runtime.make_runtime("cpu", precision)
+    cfg = SmartConfig(lambda_s=0, mu=1, dropout=dropout)
+    assert smart_value(model, batch, cfg, rt, EMATeacher(model)) < 1e-12
 
 
 def test_the_teacher_pass_shares_the_clean_pass_dropout(tiny_env):
