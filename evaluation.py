@@ -340,14 +340,18 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     row k >= 1 the model after stage k. For each task t (and 'overall' when all three are
     scored), s_k being t's dev score in row k and K the last row:
 
-    average_forgetting: mean over k >= 1 of max(0, max(s_0 .. s_{k-1}) - s_k), how far a
-        stage leaves the score below the best reached before it (Chaudhry et al. 2018,
-        measured after every stage; a stage that reaches a new best counts 0, so gains on
-        one task cannot hide losses on another stage).
-    final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
+    forgetting: max(s_0 .. s_{K-1}) - s_K, the best score before the last stage (the
+        untouched model's included) less the final one: Chaudhry et al.'s (2018) forgetting
+        at the end of the run; negative when the run ends at its best.
     backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
         Ranzato 2017): what the later stages did to what t's own stages reached; None when
         no stage trained t ('overall' and 'heldout': every stage counts).
+    final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
+    mean_drop_below_best: mean over k >= 1 of max(0, max(s_0 .. s_{k-1}) - s_k), how far
+        each stage leaves the score below the best reached before it, averaged over the
+        run (a new best counts 0, so one stage's gain cannot hide another's loss; the
+        measure this project's forgetting study was chosen on, there called "average
+        forgetting").
     'heldout' (when every row has it): the held-out transfer AUC (trainer.Run.evaluate).
     """
     if len(rows) < 2:
@@ -364,11 +368,12 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
             if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
         ]
         out[t] = {
-            "average_forgetting": float(np.mean(drops)),
-            "final_minus_start": s[-1] - s[0],
+            "forgetting": max(s[:-1]) - s[-1],
             "backward_transfer": float(np.mean([s[-1] - s[k] for k in trained]))
             if trained
             else None,
+            "final_minus_start": s[-1] - s[0],
+            "mean_drop_below_best": float(np.mean(drops)),
         }
     return out
 
@@ -378,7 +383,7 @@ def format_forgetting(measures: dict) -> str:
     names = list(measures)
     titles = [TASKS[t].title if t in TASKS else t for t in names]
     lines = [f"{'forgetting (dev)':<20s} | " + " | ".join(f"{t:>8s}" for t in titles)]
-    for key in ("average_forgetting", "final_minus_start", "backward_transfer"):
+    for key in ("forgetting", "backward_transfer", "final_minus_start", "mean_drop_below_best"):
         cells = [measures[t][key] for t in names]
         text = [f"{'':>8s}" if c is None else f"{c:>+8.4f}" for c in cells]
         lines.append(f"{key.replace('_', ' '):<20s} | " + " | ".join(text))
@@ -388,7 +393,7 @@ def format_forgetting(measures: dict) -> str:
 def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
     """A Markdown table of recipes, each run with several seeds (a list of table rows per
     run, the start row first, all three tasks scored): the best stage's scores, the mean
-    of the three tasks' average forgetting and the stages' time, as mean +- standard
+    of the three tasks' mean drop below the best and the stages' time, as mean +- standard
     deviation."""
 
     def cell(values, digits=3):
@@ -397,16 +402,16 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
         return f"{mean:.{digits}f}{spread}"
 
     lines = [
-        "| recipe | seeds | best overall | SST acc | QQP acc | STS r | avg forgetting | minutes |",
+        "| recipe | seeds | best overall | SST acc | QQP acc | STS r | mean drop | minutes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, runs in recipes.items():
         best = [rows[1 + kept_stage(rows)] for rows in runs]
         tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
-        forget = [  # the three tasks' average forgetting, averaged
+        forget = [  # the three tasks' mean drop below the best, averaged
             np.mean(
                 [
-                    m["average_forgetting"]
+                    m["mean_drop_below_best"]
                     for t, m in forgetting(rows, MULTITASK).items()
                     if t in MULTITASK
                 ]

@@ -12,7 +12,7 @@ coloured by the task trained; thin vertical lines separate the stages, named on 
 (where a long run leaves room).
 
 --table prints a Markdown table comparing recipes, each run with one or more seeds (best
-stage's scores, average forgetting, minutes; evaluation.compare_runs); no picture is drawn.
+stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
 
 For the individual preset, give the run folder: each task's sub-run gets its own pictures.
 Only this file imports matplotlib, and only its Figure class (drawn with the Agg canvas,

@@ -199,22 +199,46 @@ def test_forgetting_measures_of_a_hand_made_table():
     ]
     m = E.forgetting(rows, E.MULTITASK)
     # STS: best before each stage 0.8, 0.8, 0.9 minus 0.7, 0.9, 0.6 -> 0.1, (gain) 0, 0.3
-    assert m["sts"]["average_forgetting"] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
+    assert m["sts"]["mean_drop_below_best"] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
+    assert m["sts"]["forgetting"] == pytest.approx(0.9 - 0.6)  # best before the end, less it
     assert m["sts"]["final_minus_start"] == pytest.approx(-0.2)
     assert m["sts"]["backward_transfer"] == pytest.approx(0.6 - 0.9)  # after its own stage
     # QQP: 0.5 -> 0.7 (gain), then 0.6 and 0.6 against the best 0.7
-    assert m["para"]["average_forgetting"] == pytest.approx((0.0 + 0.1 + 0.1) / 3)
+    assert m["para"]["mean_drop_below_best"] == pytest.approx((0.0 + 0.1 + 0.1) / 3)
+    assert m["para"]["forgetting"] == pytest.approx(0.7 - 0.6)
     assert m["para"]["backward_transfer"] == pytest.approx(0.6 - 0.7)
     assert m["sst"]["backward_transfer"] == pytest.approx(0.0)  # trained last
     overall = [r["overall"] for r in rows]
     drops = [max(0, max(overall[:k]) - overall[k]) for k in (1, 2, 3)]
-    assert m["overall"]["average_forgetting"] == pytest.approx(sum(drops) / 3)
+    assert m["overall"]["mean_drop_below_best"] == pytest.approx(sum(drops) / 3)
     assert m["overall"]["backward_transfer"] == pytest.approx(
         sum(overall[3] - overall[k] for k in (1, 2, 3)) / 3
     )
     untrained = E.forgetting([rows[0], row(0.3, 0.5, 0.8, [])], E.MULTITASK)
     assert untrained["sst"]["backward_transfer"] is None
-    assert "average forgetting" in E.format_forgetting(m)
+    table = E.format_forgetting(m).splitlines()
+    assert [line.split("|")[0].strip() for line in table[1:]] == [
+        "forgetting",
+        "backward transfer",
+        "final minus start",
+        "mean drop below best",
+    ]
+
+
+@pytest.mark.parametrize(
+    "sts, forgetting, mean_drop",
+    [
+        ([0.8, 0.5, 0.5, 0.5, 0.8], 0.0, 0.225),  # a dip the run recovers from: no forgetting
+        ([0.8, 0.8, 0.8, 0.8, 0.5], 0.3, 0.075),  # a loss at the end: all of it forgotten
+    ],
+)
+def test_forgetting_at_the_end_is_not_the_mean_drop(sts, forgetting, mean_drop):
+    """Chaudhry et al.'s forgetting (the best before the last stage, less the last) and the
+    run's mean drop below its best disagree either way on these two STS sequences."""
+    rows = [{"sts": {"pearson": s}, "tasks": ["sts"] if k else []} for k, s in enumerate(sts)]
+    m = E.forgetting(rows, ("sts",))["sts"]
+    assert m["forgetting"] == pytest.approx(forgetting)
+    assert m["mean_drop_below_best"] == pytest.approx(mean_drop)
 
 
 def test_best_threshold_matches_a_scan_of_every_cut():
