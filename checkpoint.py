@@ -224,13 +224,20 @@ def rng_state() -> tuple[dict, dict]:
     return tensors, info
 
 
+def by_index(tensors: dict, prefix: str) -> list:
+    """The tensors named prefix + 0, 1, 2, ... in the order of their numbers (sorted names
+    would put 'cuda.10' before 'cuda.2')."""
+    found = {int(k.removeprefix(prefix)): v for k, v in tensors.items() if k.startswith(prefix)}
+    return [found[i] for i in sorted(found)]
+
+
 def set_rng_state(tensors: dict, info: dict):
     torch.set_rng_state(tensors["torch"])
     kind, pos, has_gauss, gauss = info["numpy"]
     np.random.set_state((kind, tensors["numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
     version, internal, gauss_next = info["python"]
     random.setstate((version, tuple(internal), gauss_next))
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
+    cuda = by_index(tensors, "cuda.")
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 

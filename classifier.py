@@ -70,7 +70,7 @@ def main(argv=None):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.task}-{cfg.option}-{stamp}")
     torch.manual_seed(cfg.seed)
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision)
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     tasks = (cfg.task,)
     task_data = data.load_task_data(cfg.data, tokenizer, tasks, cfg.seed)

@@ -294,6 +294,12 @@ class DeviceConfig:
     )
     amp: bool = option(True, "the same as --precision fp32 (an older flag)", flag="--no_amp")
     compile: bool = option(False, "torch.compile the encoder layers")
+    dist_timeout: float = option(
+        30.0,
+        "under torchrun: minutes a process waits for the others (a crashed or stalled one) "
+        "before it stops with an error",
+        positive=True,
+    )
 
     @property
     def resolved_precision(self) -> str:

@@ -250,7 +250,7 @@ DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules
 RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
 # settings of the machine rather than of the experiment: a resumed run may change them
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
-MACHINE |= {"checkpoint_minutes"}
+MACHINE |= {"checkpoint_minutes", "device.dist_timeout"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -421,7 +421,7 @@ def main(argv=None):
     cfg, folders = parse_args(argv)
     if not folders["show"]:  # --show loads no model
         presets.check_model(cfg)
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision)
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     if folders["show"]:
         check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg), rt)
         return print(presets.show(cfg))

@@ -11,6 +11,7 @@ import os
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -82,9 +83,10 @@ def pick_precision(device: torch.device, precision: str) -> tuple[str, str]:
     return "fp32", "auto: this CPU has no native bf16 dot products"
 
 
-def make_runtime(device_arg: str, precision: str = "auto") -> Runtime:
+def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0) -> Runtime:
     """The device and precision (pick_precision); under torchrun (WORLD_SIZE > 1) also
-    joins the process group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU."""
+    joins the process group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU;
+    a process that waits for the others longer than timeout_minutes stops with an error."""
     device = pick_device(device_arg)
     name, why = pick_precision(device, precision)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
@@ -93,7 +95,8 @@ def make_runtime(device_arg: str, precision: str = "auto") -> Runtime:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process

@@ -143,3 +143,8 @@ def test_rows_round_trip_through_the_run_folder(tmp_path):
     checkpoint.write_rows(tmp_path, rows)
     assert checkpoint.read_rows(tmp_path) == rows
     assert (tmp_path / checkpoint.METRICS).read_text().count("\n") == 2
+
+
+def test_generator_states_come_back_in_the_order_of_their_devices():
+    states = {"cuda.10": "ten", "cuda.2": "two", "cuda.0": "zero", "torch": "cpu"}
+    assert checkpoint.by_index(states, "cuda.") == ["zero", "two", "ten"]

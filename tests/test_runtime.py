@@ -1,5 +1,7 @@
 """Device and precision decided once, and each process's share of a batch (runtime.py)."""
 
+from datetime import timedelta
+
 import pytest
 import torch
 
@@ -62,3 +64,15 @@ def test_one_process_agrees_with_itself():
     rt = runtime.Runtime(torch.device("cpu"), None, None)
     assert runtime.any_process([True, False], rt) == [True, False]
     assert runtime.from_main({"a": 1}, rt) == {"a": 1}
+
+
+def test_a_data_parallel_process_waits_for_the_others_only_so_long(monkeypatch):
+    asked = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(runtime.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(
+        runtime.dist, "init_process_group", lambda b, timeout: asked.update(b=b, t=timeout)
+    )
+    monkeypatch.setattr(runtime.dist, "get_rank", lambda: 0)
+    rt = runtime.make_runtime("cpu", "fp32", timeout_minutes=7)
+    assert asked == {"b": "gloo", "t": timedelta(minutes=7)} and rt.world == 2 and rt.main
