@@ -1,35 +1,20 @@
 """Benchmarks: speed and memory of our from-scratch pieces against independent references.
 
-Sections (--only), each against an independent reference:
-- tokenizer: ours vs Hugging Face's pure-Python BertTokenizerLegacy (the target) and its
-  Rust BertTokenizer;
-- forward: our BertModel vs transformers' BertModel with the same weights;
-- train: trainer.train_step, the function training runs, vs HF's BertModel with our head
-  and torch.optim.AdamW; SMART vs the plain step; on CUDA, autocast vs float32;
-- adamw: ours vs torch.optim.AdamW;
-- precision: bf16 against float32 on this device, each timed in this process: a matmul of
-  the model's own FFN shape, the forward and the train step, and each step's FLOP rate
-  (6 x non-embedding parameters x tokens, plus attention) as a share of its matmul rate;
-- compile: the train step with torch.compile'd layers against eager;
-- memory: the peak memory of a training step, ours vs HF, SMART vs plain, bf16 vs float32;
-- padding: real / padded tokens of length-bucketed batches vs random ones.
+Sections (--only): tokenizer (ours vs HF's pure-Python BertTokenizerLegacy, the target,
+and its Rust one); forward (our BertModel vs transformers' with the same weights); train
+(trainer.train_step vs HF's BertModel with our head and torch's AdamW; SMART vs plain);
+precision (bf16 vs float32: a matmul of the model's FFN shape, the forward, the train step,
+each step's FLOP rate as a share of its matmul rate); compile (compiled layers vs eager);
+adamw (ours vs torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs
+float32); padding (real / padded tokens, length buckets vs random batches).
 
-The same rows run on every --device; --model, --batch_sizes and --length set the sizes. On
-a CPU the embedded MiniLM at 32x64; on CUDA bert-base's shape with random weights (nothing
-to download) at 8, 16 and 32 x 128, under the bf16 or fp16 autocast training uses there.
-Rows that need CUDA are listed as not measured elsewhere.
-
-The runs of a comparison are interleaved (A B, B A, ...), so a machine that slows down
-hits both alike. A ratio is ours / reference of the times (below 1: ours is faster): of
-the medians, of the minima, and the median of the paired ratios (repeat r of ours over
-repeat r of the reference, run back to back). Targets are judged on the paired ratio: a
-pair shares the machine's state at that moment, so a load that comes and goes cancels in
-it, where one lucky run can set a minimum (runs on this 2-core machine under load showed
-paired AdamW ratios within 0.98-1.01 while the minima ranged from 0.57 to 1.41). The JSON
-keeps every repeat's time. The bench only measures
-(correctness is the tests' job); a missed target is reported, never adjusted.
-When other work keeps every core busy, --threads 1 steadies the timings further: an op on
-two threads stalls at each barrier where one of them is descheduled.
+At the precision training picks (--precision). A CPU runs the embedded MiniLM at 32x64,
+CUDA bert-base's shape with random weights at 8, 16 and 32 x 128 (--model, --batch_sizes,
+--length). A comparison's runs are interleaved (A B, B A, ...); a ratio is ours /
+reference of the medians, of the minima, and the median of the paired ratios (repeat r of
+each, back to back), on which targets are judged: a load that comes and goes hits a pair
+alike, where one lucky run sets a minimum. The bench only measures; a missed target is
+reported, never adjusted. --threads 1 steadies timings when other work keeps the cores busy.
 
     python bench.py                                 # minutes; several times that when busy
     python bench.py --only train memory --repeats 3
@@ -207,9 +192,12 @@ class Context:
         warmup = self.warmup if warmup is None else warmup
         return time_interleaved(runs, self.repeats, warmup, prepare, sync)
 
-    @property
-    def precision(self) -> str:
-        return str(self.rt.amp_dtype or torch.float32).removeprefix("torch.")
+
+def our_bert(ctx: Context, attention: str = "manual") -> BertModel:
+    """Our BertModel for --model: a checkpoint, or bert-base's shape with BERT's init."""
+    if ctx.model == RANDOM_BASE:
+        return BertModel(BertConfig(attention=attention))
+    return BertModel.from_pretrained(ctx.model, attention=attention)
 
 
 def encoders(ctx: Context, attention: str) -> tuple[BertModel, nn.Module]:
@@ -218,10 +206,7 @@ def encoders(ctx: Context, attention: str) -> tuple[BertModel, nn.Module]:
     import transformers  # imported where used: importing bench stays fast
 
     transformers.logging.set_verbosity_error()
-    if ctx.model == RANDOM_BASE:
-        ours = BertModel(BertConfig(attention=attention))  # BERT's initialisation
-    else:
-        ours = BertModel.from_pretrained(ctx.model, attention=attention)
+    ours = our_bert(ctx, attention)
     cfg = {k: v for k, v in ours.config.to_dict().items() if k != "attention"}
     impl = "eager" if attention == "manual" else "sdpa"
     ref = transformers.BertModel(transformers.BertConfig(**cfg, attn_implementation=impl))
@@ -256,8 +241,8 @@ def reference_step(model: nn.ModuleDict, optimizer, batch, rt: Runtime) -> None:
 
 def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, Callable]:
     """Training steps on one SST batch of B x ctx.length, each a call with no argument:
-    ours (trainer.train_step) and the reference per attention kind, ours with SMART, and
-    on CUDA ours in float32, to weigh the autocast that training uses there."""
+    ours (trainer.train_step) and the reference per attention kind, and ours with SMART
+    (float32 against autocast: bench_precision)."""
     pairs = {attention: encoders(ctx, attention) for attention in attentions}
     vocab_size = pairs[attentions[0]][0].config.vocab_size
     steps = [("sst", random_batch(B, ctx.length, vocab_size, ctx.rt.device))]
@@ -278,9 +263,6 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
             # the teacher's momentum schedule does not change a step's cost
             teacher = EMATeacher(ours, smart.smart)
             runs["smart"] = partial(step, smart, steps, StepContext(ctx.rt, teacher=teacher), g)
-            if ctx.rt.amp_dtype is not None:
-                fp32 = Runtime(ctx.rt.device, None, None)
-                runs["float32"] = partial(step, plain, steps, StepContext(fp32), g)
     return runs
 
 
@@ -354,25 +336,22 @@ def bench_forward(ctx: Context) -> list[Row]:
             args = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
             with torch.no_grad(), ctx.rt.autocast():
                 times = ctx.time({"ours": partial(ours, *args), "ref": partial(ref, *args)})
-            what = f"BERT forward {B}x{ctx.length} {ctx.precision}, {attention} vs {ref_name}"
+            what = f"BERT forward {B}x{ctx.length} {ctx.rt.precision}, {attention} vs {ref_name}"
             rows.append(timed_row(what, times, target=f"forward_{attention}"))
     return rows
 
 
 def bench_train(ctx: Context) -> list[Row]:
     """All steps of step_runs interleaved, so each ratio compares runs made side by side."""
-    if ctx.rt.amp_dtype is None:
-        ctx.skipped["train, autocast vs float32"] = "training runs float32 on this device"
     rows = []
     for B in ctx.batch_sizes:
-        times, what = ctx.time(step_runs(ctx, B)), f"train step {B}x{ctx.length} {ctx.precision}"
+        times, what = ctx.time(step_runs(ctx, B)), f"train step {B}x{ctx.length} {ctx.rt.precision}"
         rows += [
             timed_row(f"{what}, {vs}", times, ours, ref, target, (B, "examples"))
             for ours, ref, vs, target in (
                 ("manual", "hf_manual", "manual vs HF eager", "train_step"),
                 ("sdpa", "hf_sdpa", "sdpa vs HF sdpa", "train_step"),
                 ("smart", "manual", "SMART (lambda_s=10, mu=1) vs plain", "smart_time"),
-                ("manual", "float32", "vs float32", None),  # CUDA: what autocast gains
             )
             if ref in times
         ]
@@ -402,11 +381,8 @@ def bench_adamw(ctx: Context) -> list[Row]:
 
 def own_step(ctx: Context, B: int, precision: str, compiled=False) -> Callable[[], object]:
     """One train_step of our SST model on a B x ctx.length batch at `precision`."""
-    if ctx.model == RANDOM_BASE:
-        torch.manual_seed(0)
-        bert = BertModel(BertConfig())
-    else:
-        bert = BertModel.from_pretrained(ctx.model)
+    torch.manual_seed(0)  # random weights: the same for every precision
+    bert = our_bert(ctx)
     if compiled:
         torch._inductor.config.fallback_random = True  # as multitask_classifier compiles
         for layer in bert.encoder["layer"]:
@@ -430,16 +406,12 @@ def step_flops(config: BertConfig, B: int, T: int) -> float:
 
 def matmul_rates(ctx: Context, M: int, K: int, N: int, low: str) -> tuple[dict, Row]:
     """FLOP/s of an (M, K) x (K, N) matmul in float32 and in `low`, timed interleaved."""
+    g, device = torch.Generator().manual_seed(0), ctx.rt.device
+    a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
     dtypes = {"fp32": torch.float32, low: AUTOCAST[low]}
-    g = torch.Generator().manual_seed(0)
-    pairs = {
-        k: (
-            torch.randn(M, K, generator=g).to(ctx.rt.device, d),
-            torch.randn(K, N, generator=g).to(ctx.rt.device, d),
-        )
-        for k, d in dtypes.items()
-    }
-    times = ctx.time({k: partial(torch.matmul, *ab) for k, ab in pairs.items()})
+    times = ctx.time(
+        {k: partial(torch.matmul, a.to(device, d), b.to(device, d)) for k, d in dtypes.items()}
+    )
     rates = {k: 2 * M * K * N / statistics.median(t) for k, t in times.items()}
     row = timed_row(f"matmul {M}x{K}x{N} (the FFN's shape), {low} vs float32", times, low, "fp32")
     row.note = f"{rates[low] / 1e9:,.0f} vs {rates['fp32'] / 1e9:,.0f} GFLOP/s"
@@ -467,15 +439,8 @@ def bench_precision(ctx: Context) -> list[Row]:
         for p, target in ((low, "bf16_share" if low == "bf16" else None), ("fp32", None)):
             rate = flops / statistics.median(times[p])
             note = f"{rate / 1e9:,.0f} GFLOP/s of {flops / 1e9:,.1f} GFLOP a step"
-            rows.append(
-                Row(
-                    f"{what} {p}: FLOP rate / {p} matmul rate",
-                    "",
-                    rate / rates[p],
-                    target=target,
-                    note=note,
-                )
-            )
+            share = f"{what} {p}: FLOP rate / {p} matmul rate"
+            rows.append(Row(share, "", rate / rates[p], target=target, note=note))
     return rows
 
 
@@ -501,10 +466,8 @@ def bench_compile(ctx: Context) -> list[Row]:
     t0 = time.perf_counter()
     steps["compiled"]()  # inductor compiles on the first call (C++ on a CPU)
     seconds = time.perf_counter() - t0
-    times = ctx.time(steps)
-    row = timed_row(
-        f"train step {B}x{ctx.length} {precision}, compiled vs eager", times, "compiled", "eager"
-    )
+    what = f"train step {B}x{ctx.length} {precision}, compiled vs eager"
+    row = timed_row(what, ctx.time(steps), "compiled", "eager")
     row.note = f"compiling took {seconds:.0f} s"
     return [row]
 
@@ -518,7 +481,7 @@ def bench_memory(ctx: Context) -> list[Row]:
         for name in kept:  # the first step makes AdamW's moments: not a step's cost
             runs[name]()
         mib = {name: peak_memory_mib(runs[name], ctx.rt.device) for name in kept}
-        what = f"peak memory of a train step {B}x{ctx.length} {ctx.precision}"
+        what = f"peak memory of a train step {B}x{ctx.length} {ctx.rt.precision}"
         for ours, ref, vs, target in (
             ("manual", "hf_manual", "ours vs HF eager", None),
             ("smart", "manual", "SMART vs plain", "smart_memory"),
@@ -587,17 +550,17 @@ def fmt(value: float | None, unit: str = "") -> str:
 
 
 def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
-    lines = ["# Benchmarks\n", "; ".join(meta.values()) + ".\n"]
-    lines += [
-        "| what | ours | reference | ratio of medians | ratio of minima | paired ratio "
-        "| target | result |"
-    ]
+    head = "| what | ours | reference | ratio of medians | ratio of minima | paired ratio | target "
+    lines = ["# Benchmarks\n", "; ".join(meta.values()) + ".\n", head + "| result |"]
     lines += ["| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         what = (f"{r.what} ({r.note})" if r.note else r.what).replace("|", "\\|")
         cells = [what, fmt(r.ours, r.unit), fmt(r.reference, r.unit), fmt(r.ratio)]
-        cells += [fmt(r.ratio_min), fmt(r.ratio_paired)]
-        cells.append(str(TARGETS[r.target]) if r.target else "-")
+        cells += [
+            fmt(r.ratio_min),
+            fmt(r.ratio_paired),
+            str(TARGETS[r.target]) if r.target else "-",
+        ]
         cells.append({True: "pass", False: "**FAIL**", None: "-"}[r.passed])
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("\nNotes:")
@@ -656,7 +619,7 @@ def main(argv=None) -> int:
     sizes = [arg or default for arg, default in zip(given, defaults, strict=True)]
     ctx = Context(rt, *sizes, args.repeats, args.warmup, data.data_dir(args.data_dir))
     meta = {
-        "device": f"{torch.cuda.get_device_name(rt.device) if cuda else 'CPU'}, {ctx.precision}",
+        "device": f"{torch.cuda.get_device_name(rt.device) if cuda else 'CPU'}, {ctx.rt.precision}",
         "torch": f"torch {torch.__version__} ({torch.get_num_threads()} threads)",
         "transformers": f"transformers {transformers.__version__}",
         "sizes": f"model {ctx.model}, batches {ctx.batch_sizes} x {ctx.length}",
