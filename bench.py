@@ -42,7 +42,7 @@ from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
 from config import OptimConfig, Stage
 from losses import StepContext
-from multitask_classifier import MultitaskBERT
+from multitask_classifier import MultitaskBERT, compile_layers
 from optimizer import AdamW, backward, optimizer_step
 from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
 from smart import EMATeacher, SmartConfig
@@ -243,26 +243,20 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
     """Training steps on one SST batch of B x ctx.length, each a call with no argument:
     ours (trainer.train_step) and the reference per attention kind, and ours with SMART
     (float32 against autocast: bench_precision)."""
-    pairs = {attention: encoders(ctx, attention) for attention in attentions}
-    vocab_size = pairs[attentions[0]][0].config.vocab_size
-    steps = [("sst", random_batch(B, ctx.length, vocab_size, ctx.rt.device))]
-    plain = Stage(("sst",), lr=1e-5, batch_size=B)
-    smart = Stage(("sst",), lr=1e-5, batch_size=B, smart=SmartConfig(lambda_s=10.0, mu=1.0))
     adamw = dict(lr=1e-5, eps=1e-6, weight_decay=0.0, foreach=ctx.rt.device.type == "cuda")
-    runs, g = {}, torch.Generator()
-    for attention, (bert, ref_bert) in pairs.items():
+    runs = {}
+    for attention in attentions:
+        bert, ref_bert = encoders(ctx, attention)
         ours = MultitaskBERT(bert).to(ctx.rt.device).train()
-        optimizer = new_optimizer(ours, OptimConfig(1e-5, foreach_adamw=adamw["foreach"]))
-        step = partial(train_step, ours, optimizer)
-        runs[attention] = partial(step, plain, steps, StepContext(ctx.rt), g)
+        runs[attention] = own_step(ctx, B, ctx.rt.precision, ours)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
         ref_opt = torch.optim.AdamW(ref.to(ctx.rt.device).parameters(), **adamw)
+        batch = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
         ref_rt = make_runtime(str(ctx.rt.device), ctx.rt.precision)  # its own scaler
-        runs[f"hf_{attention}"] = partial(reference_step, ref, ref_opt, steps[0][1], ref_rt)
+        runs[f"hf_{attention}"] = partial(reference_step, ref, ref_opt, batch, ref_rt)
         if attention == "manual":  # the training default
-            # the teacher's momentum schedule does not change a step's cost
-            teacher = EMATeacher(ours, smart.smart)
-            runs["smart"] = partial(step, smart, steps, StepContext(ctx.rt, teacher=teacher), g)
+            smart = SmartConfig(lambda_s=10.0, mu=1.0)
+            runs["smart"] = own_step(ctx, B, ctx.rt.precision, ours, smart)
     return runs
 
 
@@ -326,14 +320,19 @@ def bench_tokenizer(ctx: Context) -> list[Row]:
     ]
 
 
+def forward_inputs(ctx: Context, B: int, bert) -> tuple:
+    """(ids, mask, token types) of a random B x ctx.length batch for `bert`'s vocabulary."""
+    b = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
+    return b["input_ids"], b["attention_mask"], b["token_type_ids"]
+
+
 def bench_forward(ctx: Context) -> list[Row]:
     """BERT forward in eval mode, without gradients, at training precision."""
     rows = []
     for attention, ref_name in (("manual", "HF eager"), ("sdpa", "HF sdpa")):
         ours, ref = (m.eval() for m in encoders(ctx, attention))
         for B in ctx.batch_sizes:
-            b = random_batch(B, ctx.length, ours.config.vocab_size, ctx.rt.device)
-            args = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+            args = forward_inputs(ctx, B, ours)
             with torch.no_grad(), ctx.rt.autocast():
                 times = ctx.time({"ours": partial(ours, *args), "ref": partial(ref, *args)})
             what = f"BERT forward {B}x{ctx.length} {ctx.rt.precision}, {attention} vs {ref_name}"
@@ -379,21 +378,21 @@ def bench_adamw(ctx: Context) -> list[Row]:
     ]
 
 
-def own_step(ctx: Context, B: int, precision: str, compiled=False) -> Callable[[], object]:
-    """One train_step of our SST model on a B x ctx.length batch at `precision`."""
-    torch.manual_seed(0)  # random weights: the same for every precision
-    bert = our_bert(ctx)
-    if compiled:
-        torch._inductor.config.fallback_random = True  # as multitask_classifier compiles
-        for layer in bert.encoder["layer"]:
-            layer.compile(dynamic=True)
-    model = MultitaskBERT(bert).to(ctx.rt.device).train()
-    batch = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
+def own_step(ctx: Context, B: int, precision: str, model=None, smart=None) -> partial:
+    """One train_step of our SST model (by default a fresh one for --model) on the same
+    B x ctx.length batch at `precision`; with SMART and its teacher when `smart` is given
+    (the teacher's momentum schedule does not change a step's cost)."""
+    if model is None:
+        torch.manual_seed(0)  # random weights and heads: the same for every precision
+        model = MultitaskBERT(our_bert(ctx)).to(ctx.rt.device).train()
+    batch = random_batch(B, ctx.length, model.bert.config.vocab_size, ctx.rt.device)
     scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
-    rt = Runtime(ctx.rt.device, AUTOCAST[precision], scaler)
-    optimizer = new_optimizer(model, OptimConfig(1e-5))
-    stage, g = Stage(("sst",), lr=1e-5, batch_size=B), torch.Generator()
-    return partial(train_step, model, optimizer, stage, [("sst", batch)], StepContext(rt), g)
+    step = StepContext(Runtime(ctx.rt.device, AUTOCAST[precision], scaler))
+    step.teacher = EMATeacher(model, smart) if smart else None
+    stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
+    foreach = ctx.rt.device.type == "cuda"
+    optimizer = new_optimizer(model, OptimConfig(1e-5, foreach_adamw=foreach))
+    return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
 
 
 def step_flops(config: BertConfig, B: int, T: int) -> float:
@@ -446,8 +445,7 @@ def bench_precision(ctx: Context) -> list[Row]:
 
 def forward_row(ctx: Context, bert: BertModel, B: int, low: str) -> Row:
     """Our BERT forward (eval, no gradients) under `low` autocast against float32."""
-    b = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
-    args = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+    args = forward_inputs(ctx, B, bert)
 
     def forward(precision):
         with torch.no_grad(), Runtime(ctx.rt.device, AUTOCAST[precision], None).autocast():
@@ -462,7 +460,12 @@ def bench_compile(ctx: Context) -> list[Row]:
     """The train step with torch.compile'd layers against eager at the training precision,
     after compiling (timed apart, in the note): what --compile gains or costs per step."""
     B, precision = ctx.batch_sizes[-1], ctx.rt.precision
-    steps = {"eager": own_step(ctx, B, precision), "compiled": own_step(ctx, B, precision, True)}
+    torch.manual_seed(0)  # the eager model's weights and heads (own_step seeds the same)
+    compiled = MultitaskBERT(compile_layers(our_bert(ctx))).to(ctx.rt.device).train()
+    steps = {
+        "eager": own_step(ctx, B, precision),
+        "compiled": own_step(ctx, B, precision, compiled),
+    }
     t0 = time.perf_counter()
     steps["compiled"]()  # inductor compiles on the first call (C++ on a CPU)
     seconds = time.perf_counter() - t0
@@ -521,20 +524,9 @@ def bench_padding(ctx: Context) -> list[Row]:
     return rows
 
 
-# Memory changes malloc's settings on a CPU, so it comes after every timed section.
-SECTIONS = {
-    f.__name__.removeprefix("bench_"): f
-    for f in (
-        bench_tokenizer,
-        bench_forward,
-        bench_train,
-        bench_precision,
-        bench_compile,
-        bench_adamw,
-        bench_memory,
-        bench_padding,
-    )
-}
+TIMED = (bench_tokenizer, bench_forward, bench_train, bench_precision, bench_compile, bench_adamw)
+# memory changes malloc's settings on a CPU, so it comes after every timed section
+SECTIONS = {f.__name__.removeprefix("bench_"): f for f in (*TIMED, bench_memory, bench_padding)}
 
 
 # ---------------------------------------------------------------------------------------

@@ -180,6 +180,16 @@ class MultitaskBERT(nn.Module):
         return self(task, batch)
 
 
+def compile_layers(bert: BertModel) -> BertModel:
+    """torch.compile each encoder layer (--compile). Compiled dropout draws eager's masks
+    from the global generator, so SMART's replayed masks and a resumed run's draws stay
+    what they are without compile."""
+    torch._inductor.config.fallback_random = True
+    for layer in bert.encoder["layer"]:
+        layer.compile(dynamic=True)
+    return bert
+
+
 def model_factory(
     cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
 ) -> Callable[[], MultitaskBERT]:
@@ -189,11 +199,7 @@ def model_factory(
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
         if compile:
-            # compiled dropout draws eager's masks from the global generator, so SMART's
-            # replayed masks and a resumed run's draws stay what they are without compile
-            torch._inductor.config.fallback_random = True
-            for layer in bert.encoder["layer"]:
-                layer.compile(dynamic=True)
+            compile_layers(bert)
         return MultitaskBERT(
             bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
         )
