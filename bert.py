@@ -27,6 +27,32 @@ from base_bert import (
 )
 
 
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
+
+    On a GPU this is F.dropout's fused kernel. On the CPU, F.dropout draws one Bernoulli
+    sample per element (about 5 ns each here: a fifth of a bf16 training step). Here each
+    element gets a 16-bit random integer instead, four to one 64-bit draw, and survives
+    when it is at least p's cut: the keep probability is 1 - round(p * 2^16) / 2^16
+    (0.899994 for p = 0.1), and survivors are scaled by its exact inverse, so E[out] = x.
+    The draws come from torch's generator, so seeding and fork_rng work as for F.dropout.
+    """
+    if not training or p == 0.0 or x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, training)  # (F.dropout also rejects a p outside [0, 1])
+    cut = round(p * 2**16)  # an element is dropped when its draw falls below the cut
+    n = x.numel()
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
+    draws = draws.view(torch.int16)[:n].view(x.shape)  # (ceil(n/4),) -> (4 ceil(n/4),) -> x's
+    return x * (draws >= cut - 2**15) * (2**16 / (2**16 - cut))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout running `dropout` above."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
 def attention(q, k, v, mask, dropout_p=0.0, training=False):
     """Scaled dot-product attention by hand; returns (output, probabilities).
 
@@ -34,7 +60,7 @@ def attention(q, k, v, mask, dropout_p=0.0, training=False):
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
     probs = F.softmax(scores + mask, dim=-1)  # (B, nh, T, T), each row sums to 1
-    out = F.dropout(probs, dropout_p, training) @ v  # (B, nh, T, hs)
+    out = dropout(probs, dropout_p, training) @ v  # (B, nh, T, hs)
     return out, probs
 
 
@@ -74,7 +100,7 @@ class AddNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(d_in, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x, residual):
         return self.LayerNorm(residual + self.dropout(self.dense(x)))
@@ -112,7 +138,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, H)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, H)
         self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids):
         T = input_ids.size(1)

@@ -39,7 +39,7 @@ import evaluation
 import presets
 import simcse
 from base_bert import resolve_model_dir
-from bert import BertModel, mean_pool
+from bert import BertModel, Dropout, mean_pool
 from config import ModelConfig, RunConfig, Stage
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
@@ -82,7 +82,7 @@ class MultitaskBERT(nn.Module):
         if siamese not in simcse.DISTANCES:
             raise ValueError(f"siamese must be one of {simcse.DISTANCES}, got {siamese!r}")
         self.bert, self.pooling, self.tasks = bert, pooling, tuple(tasks)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         H = bert.config.hidden_size
         self.cosine, self.concat, self.siamese = tuple(cosine), tuple(concat), siamese
         self.heads = nn.ModuleDict()

@@ -8,7 +8,7 @@ import transformers
 from safetensors.torch import save_file
 
 from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
-from bert import BertModel, attention, mean_pool
+from bert import BertModel, attention, dropout, mean_pool
 
 ATOL = 1e-5
 
@@ -251,3 +251,39 @@ def test_owner_slash_name_is_a_hub_name_not_a_path(monkeypatch):
         BertModel.from_pretrained("google-bert/bert-base-uncased")
     with pytest.raises(FileNotFoundError, match="not a folder"):
         BertModel.from_pretrained("./some/local/folder")
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_drops_a_p_share_and_keeps_the_mean(p):
+    """Against the definition: each element dropped with probability p, independently,
+    survivors scaled by the inverse keep rate. n = 2^22 draws: the share's standard error is
+    at most 2.5e-4, so 2e-3 is 8 of them; a mask of the wrong rate (cut off by one bit of
+    16 is 1.5e-5, too small to see; p = 0.11 for 0.1 is 40 errors) fails."""
+    torch.manual_seed(0)
+    x = torch.rand(2**22) + 0.5
+    y = dropout(x, p)
+    dropped = y == 0
+    assert abs(dropped.float().mean().item() - p) < 2e-3
+    torch.testing.assert_close(y[~dropped], x[~dropped] * 2**16 / (2**16 - round(p * 2**16)))
+    assert abs(y.mean().item() / x.mean().item() - 1) < 3e-3
+    # four masks come from one 64-bit draw: neighbours must still be independent
+    lanes = dropped.view(-1, 4).float().T  # (4, n/4): lane j holds elements 4i + j
+    off_diagonal = torch.corrcoef(lanes)[~torch.eye(4, dtype=torch.bool)]
+    assert off_diagonal.abs().max() < 5e-3  # standard error 1e-3 at n/4 = 2^20 pairs
+
+
+def test_dropout_gradient_is_the_mask_and_follows_the_generator():
+    x = torch.randn(6, 7, 8, dtype=torch.bfloat16, requires_grad=True)
+    torch.manual_seed(3)
+    y = dropout(x, 0.25)
+    y.backward(torch.ones_like(y))
+    scale = torch.tensor(2**16 / (2**16 - round(0.25 * 2**16)), dtype=torch.bfloat16)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    torch.testing.assert_close(x.grad, (y != 0).to(x.dtype) * scale, atol=0, rtol=0)
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, 0.25), y)  # seeded: the same mask
+    assert not torch.equal(dropout(x, 0.25), y)  # the generator moved on
+    assert dropout(x, 0.25, training=False) is x and dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    with pytest.raises(ValueError):
+        dropout(x, 1.5)
