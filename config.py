@@ -25,7 +25,7 @@ from evaluation import TASKS
 from optimizer import DECAYS, WEIGHTINGS
 from runtime import PRECISIONS
 from simcse import DISTANCES, OBJECTIVES
-from smart import DROPOUT, SmartConfig
+from smart import DROPOUT, VARIANTS, SmartConfig
 
 
 def option(default, help: str, **meta):
@@ -51,6 +51,9 @@ class DataConfig:
         "then keep this share of each training set (report presets: --scale)",
         positive=True,
         maximum=1,
+    )
+    train_first: bool = option(
+        False, "--train_size takes each training file's first rows, not a random sample"
     )
     dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
     max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
@@ -233,6 +236,13 @@ class SmartSettings:
         "effect, as in the paper) or their own (independent: the thesis's code, i.e. R-Drop)",
         choices=DROPOUT,
     )
+    smart_variant: str = option(
+        SmartConfig.variant,
+        "R_s's ascent: as the paper states it (paper: noise kept in an epsilon ball) or as "
+        "SMART's code runs it (reference: per-token normalized step, no ball, every pass its "
+        "own dropout masks, so --smart_dropout does not apply)",
+        choices=VARIANTS,
+    )
     smart_epsilon: float = option(
         SmartConfig.epsilon,
         "radius of the perturbation (infinity norm; initial noise = radius, ascent step = "
@@ -252,7 +262,8 @@ class SmartSettings:
             sigma=eps,
             eta=100 * eps,
             epsilon=eps,
-            dropout=self.smart_dropout,
+            dropout="independent" if self.smart_variant == "reference" else self.smart_dropout,
+            variant=self.smart_variant,
         )
 
 

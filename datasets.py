@@ -653,10 +653,10 @@ def random_subset(examples: list, n: int, seed: int) -> list:
     return [examples[i] for i in keep]
 
 
-def subset(examples: list, size: int, share: float, seed: int) -> list:
-    """`size` examples at random (0: all), then a fixed random share of those (at least
-    one): --train_size, then --train_share."""
-    examples = random_subset(examples, size, seed)
+def subset(examples: list, size: int, share: float, seed: int, first: bool = False) -> list:
+    """`size` examples at random, or the first `size` (0: all), then a fixed random share of
+    those (at least one): --train_size (--train_first), then --train_share."""
+    examples = examples[:size] if first and size else random_subset(examples, size, seed)
     return random_subset(examples, max(1, round(share * len(examples))), seed)
 
 
@@ -689,7 +689,7 @@ def load_task_data(
         def load(split, limit, share=1.0, task=task):
             examples = read_task(folder, task, split, cfg.strict)
             check_usable(examples, task_file(folder, task, split), split)
-            examples = subset(examples, limit, share, seed)
+            examples = subset(examples, limit, share, seed, split == "train" and cfg.train_first)
             if not TASKS[task].pair:
                 return SentenceDataset(examples, tokenizer, cfg.max_length)
             return PairDataset(examples, tokenizer, cfg.max_length, cross_encode=task in cross)
@@ -748,7 +748,8 @@ def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int
         tuples = [(e.sentence,) for e in read_task(folder, "sst", "train", strict=cfg.strict)]
     if not tuples:
         raise DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
-    tuples = subset([t[:columns] for t in tuples], cfg.train_size, cfg.train_share, seed)
+    tuples = [t[:columns] for t in tuples]
+    tuples = subset(tuples, cfg.train_size, cfg.train_share, seed, cfg.train_first)
     print(f"simcse ({objective}, {source}): {len(tuples)} examples of {columns}")
     return TaskData(train=TupleDataset(tuples, tokenizer, cfg.max_length), dev=None, test=None)
 

@@ -21,7 +21,7 @@ import evaluation
 import simcse
 from config import OptimConfig
 from evaluation import TASKS
-from runtime import Runtime
+from runtime import Runtime, gather_rows
 from smart import EMATeacher, SameDropout, SmartConfig, below_resolution, smart_loss
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a batch
@@ -91,6 +91,12 @@ class StepContext:
     optim: OptimConfig = field(default_factory=OptimConfig)  # the update's tools and weights
     teacher: EMATeacher | None = None  # SMART's momentum teacher of the current stage
     reference: torch.nn.Module | None = None  # the untouched model: L2-SP and distillation
+    gather: bool = False  # in-batch objectives see every process's rows (train_step decides)
+
+    def in_batch(self, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
+        """The rows an in-batch objective compares, and its loss's weight: this process's
+        own, or under torchrun the whole batch's (runtime.gather_rows)."""
+        return gather_rows(list(tensors), self.rt) if self.gather else (list(tensors), 1.0)
 
 
 def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx: StepContext, masks):
@@ -103,7 +109,7 @@ def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx: StepCon
     so each divergence compares passes of one precision (0 for a teacher equal to the model).
     """
     rt = ctx.rt
-    exact = below_resolution(smart.epsilon, rt.amp_dtype)
+    exact = below_resolution(min(smart.sigma, smart.epsilon), rt.amp_dtype)
     same_embed, same = masks or (None, None)
 
     def replayed(state):
@@ -125,13 +131,21 @@ def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx: StepCon
     return smart_loss(from_embeddings, embeds, clean, TASKS[task].kind, teacher_out, smart, mask)
 
 
-def distillation(z, batch, reference) -> torch.Tensor:
+def distillation(z, batch, masks: SameDropout, training: bool, ctx: StepContext):
     """The gap between the cosines of the examples' first sentences, z's first B rows, and
-    those the reference model gives them (a pair's own cosine stays free for its task)."""
-    first = {k: batch[k][0] if batch[k].dim() == 3 else batch[k] for k in INPUTS}
-    with torch.no_grad():
-        z0 = reference.sentences(first)  # (B, H)
-    return simcse.similarity_distillation(z[: z0.size(0)].float(), z0.float())
+    those the untouched model (ctx.reference) gives them; a pair's own cosine stays free.
+
+    The reference runs the whole batch in the model's mode (`training`), with the dropout
+    masks of the pass that made z (`masks` replays its draws), in the same precision: at
+    the loaded weights both passes are one computation, so the gap and its gradient are
+    exactly 0 and the term pulls only once the encoder has moved. (An eval-mode reference
+    differs from the dropped-out model at step 0 and pushes the encoder from its first step.)
+    """
+    B = batch["input_ids"].size(-2)  # (B, T) or (2, B, T): the examples, first sentences first
+    with torch.no_grad(), masks.replay():
+        z0 = ctx.reference.train(training).sentences(batch)[:B]  # (B, H)
+    (z, z0), weight = ctx.in_batch(z[:B].float(), z0.float())
+    return weight * simcse.similarity_distillation(z, z0)
 
 
 def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
@@ -141,13 +155,16 @@ def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
     name = stage.losses.get(task) or TASKS[task].losses[0]
     smart = stage.smart
     shared = smart.active and smart.dropout == "shared"
-    same_embed = SameDropout(ctx.rt.device) if shared else None
     distill = 0.0 if stage.freeze_encoder else ctx.optim.distill
+    same_embed = SameDropout(ctx.rt.device) if shared or distill > 0 else None
     with ctx.rt.autocast():
         if name in PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
             z = model.sentences(batch)  # (2B, H)
             u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
-            loss = PAIR_LOSSES[name](u, v, batch["labels"], TASKS[task].kind)
+            labels, weight = batch["labels"], 1.0
+            if name in IN_BATCH_LOSSES:  # the other examples are the negatives
+                (u, v, labels), weight = ctx.in_batch(u, v, labels)
+            loss = weight * PAIR_LOSSES[name](u, v, labels, TASKS[task].kind)
         else:
             embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
             masks = (same_embed, SameDropout(ctx.rt.device)) if shared else None
@@ -157,28 +174,34 @@ def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
             if smart.active:
                 loss = loss + smart_term(model, task, smart, batch, embeds, out, ctx, masks)
         if distill > 0:
-            loss = loss + distill * distillation(z, batch, ctx.reference)
+            loss = loss + distill * distillation(z, batch, same_embed, model.training, ctx)
     return loss
 
 
-def contrastive_loss(model, cfg, batch, rt: Runtime) -> torch.Tensor:
+def contrastive_loss(model, cfg, batch, ctx: StepContext) -> torch.Tensor:
     """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
     cfg: the stage's SimCSE settings (objective and temperature)."""
     if batch["input_ids"].size(0) == 1:  # the same sentences twice: dropout is the only noise
         batch = {k: v.repeat(2, 1, 1) if k != "ids" else v for k, v in batch.items()}  # (2, B, T)
     K = batch["input_ids"].size(0)
-    with rt.autocast():
+    with ctx.rt.autocast():
         z = model.sentences(batch).float()  # (K * B, H)
-    z = z.view(K, -1, z.size(-1))  # (K, B, H)
-    return simcse.OBJECTIVES[cfg.simcse_loss][1](z, cfg.temperature)
+    (z,), weight = ctx.in_batch(z.view(K, -1, z.size(-1)).transpose(0, 1))  # (B, K, H)
+    return weight * simcse.OBJECTIVES[cfg.simcse_loss][1](z.transpose(0, 1), cfg.temperature)
 
 
-def simcse_term(model, batch, temperature: float, rt: Runtime) -> torch.Tensor:
+def simcse_term(model, batch, temperature: float, ctx: StepContext) -> torch.Tensor:
     """Unsupervised SimCSE of the batch's sentences (both sides of pairs): two passes, two
     dropout masks (Sicurello adds it to the task losses)."""
-    with rt.autocast():
+    with ctx.rt.autocast():
         z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
-    return simcse.unsup_simcse_loss(z1, z2, temperature)
+    ids = batch["input_ids"]
+    S = ids.size(0) if ids.dim() == 3 else 1  # sentences per example
+    # (S * B, H) -> (B, S, H): gathered by example, as the processes' shares are cut
+    by_example = (z.view(S, -1, z.size(-1)).transpose(0, 1) for z in (z1, z2))
+    (z1, z2), weight = ctx.in_batch(*by_example)
+    z1, z2 = (z.transpose(0, 1).reshape(-1, z.size(-1)) for z in (z1, z2))  # (S * N, H)
+    return weight * simcse.unsup_simcse_loss(z1, z2, temperature)
 
 
 def task_loss(model, stage, task, batch, ctx: StepContext) -> torch.Tensor:
@@ -186,9 +209,9 @@ def task_loss(model, stage, task, batch, ctx: StepContext) -> torch.Tensor:
     weighted SimCSE term when the stage has one."""
     batch = evaluation.to_device(batch, ctx.rt.device)
     if stage.kind == "contrastive":
-        return contrastive_loss(model, stage.contrastive, batch, ctx.rt)
+        return contrastive_loss(model, stage.contrastive, batch, ctx)
     loss = batch_loss(model, task, batch, stage, ctx)
     term = stage.contrastive
     if term and term.simcse_weight > 0:
-        loss = loss + term.simcse_weight * simcse_term(model, batch, term.temperature, ctx.rt)
+        loss = loss + term.simcse_weight * simcse_term(model, batch, term.temperature, ctx)
     return loss

@@ -189,6 +189,7 @@ AUSLIN_SIAMESE = {  # section 5.3: the first 2,048 per task, batch 32, lr 3e-5, 
     "optim.lr": 3e-5,
     "optim.batch_size": 32,
     "data.train_size": 2048,
+    "data.train_first": True,
     "multitask.mixing": "round_robin",  # 'no GS': an update after each task's batch
     "model.siamese": "euclidean",
     "multitask.para_loss": "distance_margin",
@@ -197,6 +198,7 @@ AUSLIN_SEGMENTS = {  # the same, pairs cross-encoded as one sequence
     "optim.lr": 3e-5,
     "optim.batch_size": 32,
     "data.train_size": 2048,
+    "data.train_first": True,
     "multitask.mixing": "round_robin",
     "multitask.cross_encode": ["para", "sts"],
     "multitask.para_loss": "sigmoid_margin",
@@ -208,7 +210,9 @@ AUSLIN_EARLY = {  # their siamese table: cosine, GS, 4 epochs over all the data
     "multitask.mixing": "simultaneous",
     "multitask.weighting": "pcgrad",
 }
-SICURELLO = {  # section 5.3: lr 1e-5, 3 epochs, round robin, 128 batches of 8 (43 per task)
+# Sicurello, section 5.3: lr 1e-5, 3 epochs, round robin, "128 batches evenly between each
+# task". The batch size is not stated: 8 here, so 43 batches x 8 = 344 examples per task.
+SICURELLO = {
     "optim.lr": 1e-5,
     "optim.batch_size": 8,
     "data.train_size": 344,
@@ -581,7 +585,8 @@ def describe(stage: Stage, cfg: RunConfig) -> list[str]:
             what += f"; + {stage.contrastive.simcse_weight:g} x SimCSE"
         what += "; heads only" if stage.freeze_encoder else ""
     s = stage.smart
-    smart = f"ls={s.lambda_s:g} mu={s.mu:g} {s.dropout}" if s.active else "-"
+    masks = s.dropout if s.variant == "paper" else f"{s.dropout}, {s.variant} ascent"
+    smart = f"ls={s.lambda_s:g} mu={s.mu:g} {masks}" if s.active else "-"
     distill = (
         f"{cfg.optim.distill:g}" if cfg.optim.distill and stage.trains_encoder_on_tasks else "-"
     )

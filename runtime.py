@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike dist's
 
 import datasets as data
 from optimizer import flatten_grads, write_flat_grads
@@ -116,6 +117,53 @@ def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, 
         return []
     micro = data.split_batch(shards[rt.rank], accumulate)
     return [(m, m["input_ids"].shape[-2] / B) for m in micro]
+
+
+def even_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> bool:
+    """True when my_parts gives every process the same number of micro-batches of this
+    global batch, none left out: then every process makes the same gather calls, and
+    in-batch objectives can see the whole batch (gather_rows). Cut as split_batch cuts:
+    chunks of ceil(B / parts)."""
+    B = batch["input_ids"].shape[-2]
+    shard = -(-B // rt.world)
+    shards = [min(shard, B - start) for start in range(0, B, shard)]  # rows per process
+    return len(shards) == rt.world and len({-(-n // -(-n // accumulate)) for n in shards}) == 1
+
+
+def gather_rows(tensors: list[torch.Tensor], rt: Runtime) -> tuple[list[torch.Tensor], float]:
+    """Every process's rows of each tensor, in rank order: (n, ...) here -> (N, ...), so an
+    in-batch objective compares the whole batch's examples as one process would (SimCSE's
+    code gathers for the same reason). Returns the gathered tensors and the weight of a
+    loss on them, N / (world * n).
+
+    The gather keeps gradients: its backward sums, into each process's own rows, the
+    gradients of every process's loss. Every process computes the same loss L; weighted by
+    N / (world * n) and then by its share n / B (train_step), the processes' losses sum to
+    (N / B) L and their summed gradients are (N / B) dL: the batch's, when N = B.
+    """
+    if rt.world == 1:
+        return tensors, 1.0
+    n = tensors[0].size(0)
+    sizes = [torch.zeros(1, dtype=torch.long, device=rt.device) for _ in range(rt.world)]
+    dist.all_gather(sizes, torch.tensor([n], device=rt.device))
+    sizes = [int(k) for k in sizes]
+    out = []
+    for t in tensors:
+        padded = torch.cat([t, t.new_zeros(max(sizes) - n, *t.shape[1:])])  # equal shapes
+        out.append(torch.cat([part[:k] for part, k in zip(all_gather(padded), sizes, strict=True)]))
+    return out, sum(sizes) / (rt.world * n)
+
+
+def own_generators(rt: Runtime) -> None:
+    """Give every process but the main one global generators of its own, so that dropout
+    masks and SMART's noise differ between the processes' shards as they would between a
+    batch's examples in one process; the main process keeps the stream one process would
+    draw. Data order, loss weights and PCGrad's order come from explicit generators that
+    stay shared. Called wherever the generators are set: at the start and on a resume."""
+    if rt.world == 1 or rt.main:
+        return
+    base = int(torch.randint(0, 2**62, ()).item())  # the same on every process, here
+    torch.manual_seed(base + rt.rank)  # also seeds every CUDA device's generator
 
 
 def sum_over_processes(tensor: torch.Tensor, rt: Runtime) -> torch.Tensor:

@@ -39,7 +39,16 @@ from optimizer import (
     optimizer_step,
     pcgrad_backward,
 )
-from runtime import Runtime, any_process, from_main, my_parts, sum_gradients, sum_over_processes
+from runtime import (
+    Runtime,
+    any_process,
+    even_parts,
+    from_main,
+    my_parts,
+    own_generators,
+    sum_gradients,
+    sum_over_processes,
+)
 from smart import EMATeacher
 
 # ---------------------------------------------------------------------------------------
@@ -59,8 +68,10 @@ class SingleTask:
         return ([(self.task, batch)] for batch in self.loader)
 
 
-def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator):
-    """The steps of a stage: each a list of (task, batch) trained together."""
+def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator, seed: int = 0):
+    """The steps of a stage: each a list of (task, batch) trained together, in the order
+    `generator` draws. A multitask stage's --examples_per_task are drawn by `seed`, the
+    run's: every epoch (stage) of a plan trains the same examples, as the reports do."""
     if stage.kind != "multitask":
         key = stage.tasks[0] if stage.kind == "task" else CONTRASTIVE
         loader = data.fraction_loader(
@@ -71,7 +82,8 @@ def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator):
     for task in stage.tasks:
         dataset = task_data[task].train
         if m.examples_per_task:
-            keep = data.standardized_indices(len(dataset), m.examples_per_task, generator)
+            subset = torch.Generator().manual_seed(seed)
+            keep = data.standardized_indices(len(dataset), m.examples_per_task, subset)
         else:
             keep = torch.randperm(len(dataset), generator=generator).tolist()
         loaders[task] = data.subset_loader(dataset, keep, stage.batch_size, generator)
@@ -95,6 +107,9 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx: StepContext, g
     SMART's teacher and the untouched reference model.
     """
     rt, optim = ctx.rt, ctx.optim
+    # in-batch objectives compare the whole batch when every process has its share of it
+    even = all(even_parts(batch, rt, optim.accumulate) for _, batch in step_batches)
+    ctx = replace(ctx, gather=rt.world > 1 and even)
     weights = loss_weights(len(step_batches), stage.weighting, generator)
     parts = [my_parts(batch, rt, optim.accumulate) for _, batch in step_batches]
     tasks = [task for task, _ in step_batches]
@@ -166,12 +181,14 @@ class InStage:
             teacher.params, teacher.step = self.resume["teacher"]
         return self.resume["step"], self.resume["running"]
 
-    def replaying(self, step: int) -> bool:
+    def replaying(self, step: int, rt: Runtime) -> bool:
         """True for steps the checkpoint holds: their batches are drawn, not trained on,
-        so the data order goes on as it was; at the saved step the generators come back."""
+        so the data order goes on as it was; at the saved step the generators come back
+        (the main process's; the others then draw their own from them)."""
         done = self.resume["step"] if self.resume else 0
-        if step == done:
+        if step == done and self.resume:
             checkpoint.set_rng_state(*self.resume["rng"])
+            own_generators(rt)
         return step <= done
 
     def after_step(self, step: int, total: int, running: float, teacher, rt: Runtime):
@@ -230,7 +247,7 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
         for epoch in range(stage.epochs):
             for step_batches in steps:
                 step += 1
-                if within.replaying(step):
+                if within.replaying(step, rt):
                     continue
                 t0 = time.perf_counter()
                 optim = ctx.optim
@@ -381,8 +398,9 @@ def new_optimizer(model, cfg: OptimConfig) -> AdamW:
 
 
 def frozen_copy(model):
-    """A copy of the model that never learns: eval mode (no dropout), no gradients."""
-    return copy.deepcopy(model).eval().requires_grad_(False)
+    """A copy of the model that never learns (no gradients); distillation runs it with the
+    step's own dropout masks (losses.distillation)."""
+    return copy.deepcopy(model).requires_grad_(False)
 
 
 @dataclass
@@ -492,7 +510,8 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
     progress: the run's before the stage (what a checkpoint inside it keeps), with the
     position of such a checkpoint under 'within' when the stage resumes from one."""
     k, resume = progress["next_stage"], progress.pop("within", None)
-    steps = stage_steps(task_data, stage, torch.Generator().manual_seed(run.seed * 1000 + k))
+    order = torch.Generator().manual_seed(run.seed * 1000 + k)
+    steps = stage_steps(task_data, stage, order, run.seed)
     t0 = time.time() - (resume or {}).get("seconds", 0.0)
     best_epoch = BestEpoch(model, task_data, run.rt, run.eval_batch_size)
     if resume:
@@ -547,6 +566,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     if run.rt.world > 1:  # the same starting weights everywhere, as DDP makes sure too
         for tensor in model.state_dict().values():
             dist.broadcast(tensor, src=0)
+    own_generators(run.rt)  # each process its own dropout masks from here on
     best, rows = progress["best"], progress["rows"]
     for k in range(progress["next_stage"], len(plan)):
         at_start = {"best": best, "rows": rows, "next_stage": k} | _within(progress)

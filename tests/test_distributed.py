@@ -1,7 +1,8 @@
 """Data-parallel training under torchrun: 2 CPU processes (gloo) against 1, on a tiny BERT.
 
 Dropout is off (model and heads), so one process and two differ only by float rounding:
-the two sum their halves' gradients where one process takes the whole batch's mean.
+the two sum their halves' gradients where one process takes the whole batch's mean, and
+in-batch objectives (SimCSE, MNRL, distillation) gather the batch's rows.
 """
 
 import json
@@ -78,8 +79,12 @@ def assert_close_weights(a_dir, b_dir, atol=2e-5):
         ["--preset", "thesis"],
         ["--preset", "thesis-smart", "--smart_batch_size", "8", "--smart_dropout", "shared"],
         ["--preset", "multitask", "--weighting", "pcgrad", "--multitask_epochs", "1"],
+        # in-batch objectives: one process compares the whole batch, so two must gather it
+        ["--preset", "simcse", "--simcse_data", "para", "--simcse_loss", "mnrl"],
+        ["--preset", "thesis", "--para_loss", "mnrl", "--simcse_weight", "0.5"],
+        ["--preset", "defended", "--batch_size", "7"],  # distillation; shares of 4 and 3
     ],
-    ids=["plain", "smart", "pcgrad"],
+    ids=["plain", "smart", "pcgrad", "simcse-stage", "mnrl-simcse-term", "distillation"],
 )
 def test_two_processes_train_the_weights_of_one(env, tmp_path, flags):
     mt.main(argv(env, tmp_path / "one", *flags))

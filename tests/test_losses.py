@@ -56,6 +56,22 @@ def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision, dr
         assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_reference_ascent_runs_in_float32_under_autocast(tiny_env, precision):
+    """The reference code's ascent starts from noise of sigma = 1e-5 too: under autocast its
+    passes run in float32, so R_s is the float32 value (no dropout: the same masks)."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.eval()
+    batch = first_batch(task_data, "sst", 8)
+    cfg = SmartConfig(lambda_s=1, mu=0, dropout="independent", variant="reference")
+    r = {
+        p: smart_value(model, batch, cfg, runtime.make_runtime("cpu", p))
+        for p in ("fp32", precision)
+    }
+    assert r["fp32"] > 0
+    assert r[precision] == pytest.approx(r["fp32"], rel=1e-4)
+
+
 @pytest.mark.parametrize("dropout", ["shared", "independent"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_a_teacher_equal_to_the_model_agrees_with_it_under_autocast(tiny_env, precision, dropout):
@@ -113,7 +129,44 @@ def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(t
         assert len(z) == 6
         assert sum(gaps) > 1e-6  # the perturbed model's cosines did move
         assert (pulled - plain).item() == pytest.approx(2.0 * sum(gaps) / len(gaps), rel=1e-4)
-    assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
+    assert not any(p.requires_grad for p in reference.parameters())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_distillation_rests_at_the_loaded_weights_with_dropout_on(tiny_env, precision):
+    """At step 0 the model is its frozen copy: with dropout on and SMART's passes too, the
+    term adds nothing and its gradient is 0 (an eval-mode copy made it pull at once)."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    rt = runtime.make_runtime("cpu", precision)
+    pull = StepContext(rt, OptimConfig(distill=30.0), reference=trainer.frozen_copy(model))
+    smart = SmartConfig(lambda_s=1.0, mu=0.0)
+    for task, stage_losses, smart_cfg in [
+        ("sst", {}, SmartConfig.off()),
+        ("para", {}, smart),
+        ("sts", {"sts": "cosine_mse"}, SmartConfig.off()),  # a pair loss, no head
+    ]:
+        stage = config.Stage((task,), 1e-5, 8, losses=stage_losses, smart=smart_cfg)
+        encoder = list(model.bert.parameters())
+        batch = first_batch(task_data, task, 8)
+        grads = []
+        for ctx in (StepContext(rt), pull):
+            model.zero_grad()
+            torch.manual_seed(1)  # the same dropout masks in both steps
+            loss = losses.batch_loss(model, task, batch, stage, ctx)
+            loss.backward()
+            grads.append(torch.cat([p.grad.flatten() for p in encoder if p.grad is not None]))
+        assert grads[0].abs().sum() > 0  # the task's own gradient reaches the encoder
+        torch.testing.assert_close(grads[1], grads[0], atol=1e-12, rtol=0)
+    with torch.no_grad():  # once the encoder moves, the same term pulls
+        for p in model.bert.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    stage = config.Stage(("sst",), 1e-5, 8)
+    batch = first_batch(task_data, "sst", 8)
+    torch.manual_seed(1)
+    plain = losses.batch_loss(model, "sst", batch, stage, StepContext(rt)).item()
+    torch.manual_seed(1)
+    assert losses.batch_loss(model, "sst", batch, stage, pull).item() > plain + 1e-4
 
 
 def test_task_losses_on_hand_made_inputs():

@@ -76,3 +76,33 @@ def test_a_data_parallel_process_waits_for_the_others_only_so_long(monkeypatch):
     monkeypatch.setattr(runtime.dist, "get_rank", lambda: 0)
     rt = runtime.make_runtime("cpu", "fp32", timeout_minutes=7)
     assert asked == {"b": "gloo", "t": timedelta(minutes=7)} and rt.world == 2 and rt.main
+
+
+@pytest.mark.parametrize("B", [1, 2, 5, 7, 8, 12, 13])
+@pytest.mark.parametrize("world,accumulate", [(1, 1), (2, 1), (2, 2), (3, 2), (4, 1)])
+def test_even_parts_says_whether_every_process_gets_as_many_micro_batches(B, world, accumulate):
+    batch = sentence_batch(B)
+    counts = [
+        len(
+            runtime.my_parts(
+                batch, runtime.Runtime(torch.device("cpu"), None, None, r, world), accumulate
+            )
+        )
+        for r in range(world)
+    ]
+    rt = runtime.Runtime(torch.device("cpu"), None, None, 0, world)
+    assert runtime.even_parts(batch, rt, accumulate) == (min(counts) > 0 and len(set(counts)) == 1)
+
+
+def test_every_process_but_the_main_one_draws_its_own_masks():
+    def draws(rank, world=3):
+        torch.manual_seed(7)  # what every process starts from (or resumes to)
+        runtime.own_generators(runtime.Runtime(torch.device("cpu"), None, None, rank, world))
+        return torch.rand(5)
+
+    torch.manual_seed(7)
+    alone = torch.rand(5)
+    assert torch.equal(draws(0), alone) and torch.equal(draws(0, world=1), alone)
+    ranks = [draws(r) for r in range(3)]
+    assert all(not torch.equal(ranks[i], ranks[j]) for i in range(3) for j in range(i))
+    assert torch.equal(draws(2), ranks[2])  # the same again after a resume to that state

@@ -18,6 +18,7 @@ from smart import (
     beta_schedule,
     bregman_divergence,
     divergence,
+    reference_regularizer,
     smart_loss,
 )
 
@@ -163,12 +164,11 @@ def test_perturbation_in_epsilon_ball_and_not_on_padding():
     assert torch.allclose(per_example, torch.full_like(per_example, eps), rtol=1e-3)
 
 
-def test_ascent_step_matches_hand_derived_update():
-    """Regression head f(e) = sum(w * e): the gradient w.r.t. noise n_b is (2/B)(w.n_b) w,
-    so one step is n_b + eta * sign(w.n_b) * w / max|w|, per example, then clipped."""
+def linear_head(B, T, H, scale=1.0):
+    """A regression head f(e) = sum(w * e) on random (B, T, H) embeddings, and f wrapped to
+    record every input it sees: (w, embeds, f, recording_f, seen)."""
     torch.manual_seed(0)
-    B, T, H = 3, 4, 5
-    w = torch.randn(T, H, dtype=torch.float64)
+    w = torch.randn(T, H, dtype=torch.float64) * scale
     embeds = torch.randn(B, T, H, dtype=torch.float64)
     f = lambda e: (e * w).sum(dim=(1, 2))  # noqa: E731
     seen = []
@@ -177,6 +177,14 @@ def test_ascent_step_matches_hand_derived_update():
         seen.append(e.detach())
         return f(e)
 
+    return w, embeds, f, recording_f, seen
+
+
+def test_ascent_step_matches_hand_derived_update():
+    """Regression head f(e) = sum(w * e): the gradient w.r.t. noise n_b is (2/B)(w.n_b) w,
+    so one step is n_b + eta * sign(w.n_b) * w / max|w|, per example, then clipped."""
+    B, T, H = 3, 4, 5
+    w, embeds, f, recording_f, seen = linear_head(B, T, H)
     sigma, eta, eps = 0.1, 0.05, 0.12
     torch.manual_seed(1)
     cfg = SmartConfig(sigma=sigma, eta=eta, epsilon=eps)
@@ -186,6 +194,50 @@ def test_ascent_step_matches_hand_derived_update():
     sign = torch.sign((n0 * w).sum(dim=(1, 2)))[:, None, None]  # (B, 1, 1)
     expected = (n0 + eta * sign * w / w.abs().max()).clamp(-eps, eps)
     assert torch.allclose(seen[-1] - embeds, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-9])
+def test_reference_ascent_matches_the_reference_codes_update(scale):
+    """The same head as above, the batch-summed squared error: g_b = 2 (w.n_b) w, and the
+    reference's update per token t is n <- (n + eta g) / (max_h |g_bt| + 1e-6): per token,
+    no clipping. scale 1e-9 makes g small against 1e-6, where the division blows the
+    starting noise up far past sigma (no ball holds it)."""
+    B, T, H = 3, 4, 5
+    w, embeds, f, recording_f, seen = linear_head(B, T, H, scale)
+    sigma, eta = 0.1, 0.05
+    torch.manual_seed(1)
+    cfg = SmartConfig(
+        sigma=sigma, eta=eta, epsilon=0.12, dropout="independent", variant="reference"
+    )
+    r_s = reference_regularizer(recording_f, embeds, f(embeds), "regression", cfg)
+    torch.manual_seed(1)
+    n0 = torch.randn(B, T, H, dtype=torch.float64) * sigma
+    expected = torch.empty_like(n0)
+    for b in range(B):
+        g = 2 * (n0[b] * w).sum() * w  # (T, H)
+        for t in range(T):
+            expected[b, t] = (n0[b, t] + eta * g[t]) / (g[t].abs().max() + 1e-6)
+    assert torch.allclose(seen[-1] - embeds, expected, atol=1e-12, rtol=1e-9)
+    assert r_s.item() == pytest.approx(((expected * w).sum(dim=(1, 2)) ** 2).mean().item())
+    if scale < 1:
+        assert expected.abs().max() > 100 * sigma
+
+
+def test_reference_variant_refuses_shared_masks_and_smart_loss_runs_it():
+    with pytest.raises(ValueError, match="own dropout masks"):
+        SmartConfig(variant="reference")
+    with pytest.raises(ValueError, match="variant"):
+        SmartConfig(variant="mt-dnn")
+    w = torch.randn(4, 5)
+    embeds = torch.randn(3, 4, 5)
+    f = lambda e: (e * w).sum(dim=(1, 2))  # noqa: E731
+    cfg = SmartConfig(lambda_s=2.0, mu=0.0, dropout="independent", variant="reference")
+    torch.manual_seed(1)
+    loss = smart_loss(f, embeds, f(embeds), "regression", None, cfg)
+    torch.manual_seed(1)
+    assert loss.item() == pytest.approx(
+        2.0 * reference_regularizer(f, embeds, f(embeds), "regression", cfg).item()
+    )
 
 
 def test_regularizer_is_zero_for_a_head_that_ignores_its_input():
@@ -269,10 +321,13 @@ def test_regularizer_gradient_flows_through_clean_and_perturbed_outputs():
 
 
 def test_beta_schedule():
-    assert beta_schedule(0, 1000) == 0.99
-    assert beta_schedule(99, 1000) == 0.99  # the last of the first 10% of steps
-    assert beta_schedule(100, 1000) == 0.999
-    assert beta_schedule(999, 1000) == 0.999
+    # the thesis's listings: Beta = 0.999 from batch n == 54 of SST's 1,068 batches of 8,
+    # n == 38 of STS's 755 and n == 1769 of QQP's 35,376 (0-based)
+    for switch, batches in ((54, 1068), (38, 755), (1769, 35376)):
+        assert beta_schedule(0, batches) == beta_schedule(switch - 1, batches) == 0.99
+        assert beta_schedule(switch, batches) == beta_schedule(batches - 1, batches) == 0.999
+    assert beta_schedule(99, 1000, warmup_frac=0.1) == 0.99
+    assert beta_schedule(100, 1000, warmup_frac=0.1) == 0.999
     assert beta_schedule(0, 10, warmup_frac=0.0) == 0.999
     with pytest.raises(ValueError, match="total_steps"):
         beta_schedule(0, 0)

@@ -472,3 +472,25 @@ def test_a_float16_run_resumes_with_its_scaler_state(tiny_env, tmp_path, monkeyp
     assert saved["scale"] < 2.0**30  # a fresh scaler would start elsewhere: this can fail
     mt.main(["--resume", str(tmp_path / "resumed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
+
+
+def test_every_epoch_of_a_multitask_plan_trains_the_same_examples(tiny_env):
+    """Broadhurst & Maffezzoli train one standardized set of 12,080 per task for six epochs:
+    the epochs (stages) reshuffle it but never draw another."""
+    _, task_data = tiny_model_and_data(tiny_env)
+    multitask = config.MultitaskConfig(examples_per_task=20, mixing="simultaneous")
+    stage = config.Stage(mt.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
+
+    def examples(epoch, seed=3):
+        order = torch.Generator().manual_seed(1000 * seed + epoch)  # as run_stage seeds it
+        drawn = {task: [] for task in mt.MULTITASK}
+        for step in trainer.stage_steps(task_data, stage, order, seed):
+            for task, batch in step:
+                drawn[task] += batch["ids"]
+        return drawn
+
+    first, second = examples(0), examples(1)
+    for task in mt.MULTITASK:
+        assert len(first[task]) == 20 < len(task_data[task].train)  # a subset, drawn once
+        assert sorted(first[task]) == sorted(second[task]) and first[task] != second[task]
+    assert sorted(examples(0, seed=4)["sst"]) != sorted(first["sst"])  # another run, another set
