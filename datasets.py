@@ -257,14 +257,21 @@ def _read_table(
             continue
         rows.append(row)
     if bad:
-        lines = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
-        warnings.warn(
-            f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
-            f"first: line {bad[0][0]}: {bad[0][1]} (strict=True raises instead)",
-            DataWarning,
-            stacklevel=3,
-        )
+        _warn_skipped(path, bad)
     return rows
+
+
+def _warn_skipped(path: Path, bad: list[tuple[int, str]]) -> None:
+    """One DataWarning for a file's skipped rows, (line, why) each; it is attributed to the
+    first bad line, so the warning shows that row."""
+    lines = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+    warnings.warn_explicit(
+        f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
+        f"first: line {bad[0][0]}: {bad[0][1]} (--strict stops instead)",
+        DataWarning,
+        str(path),
+        bad[0][0],
+    )
 
 
 def read_sentiment(

@@ -429,7 +429,7 @@ def main(argv=None):
         presets.check_model(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     if folders["show"]:
-        check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg), rt)
+        check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg))
         return print(presets.show(cfg))
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
@@ -442,7 +442,7 @@ def main(argv=None):
         return (predict if folders["predict"] else export)(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
-    check_plans(cfg, plans, rt)
+    check_plans(cfg, plans)
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")

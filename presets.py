@@ -484,8 +484,8 @@ def check_model(cfg: RunConfig):
         )
 
 
-def check_plans(cfg: RunConfig, plans: dict, rt):
-    """What only the stages and the device tell, refused before the run folder is made."""
+def check_plans(cfg: RunConfig, plans: dict):
+    """What only the stages tell, refused before the run folder is made."""
     stages = [s for plan in plans.values() for s in plan]
     name = f"--preset {cfg.preset}"
     refuse(
@@ -503,7 +503,7 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
         cfg.optim.distill > 0 and not trains,
         f"--distill pulls task stages that train the encoder; no stage of {name} has one",
     )
-    check_runtime(stages, rt, cfg.optim)
+    check_update(stages, cfg.optim)
     for s in (s for s in stages if s.kind == CONTRASTIVE):
         objective, source = s.contrastive.simcse_loss, s.contrastive.simcse_data
         need, has = OBJECTIVES[objective][0], data.CONTRASTIVE_SOURCES[source]
@@ -514,8 +514,8 @@ def check_plans(cfg: RunConfig, plans: dict, rt):
         )
 
 
-def check_runtime(stages: list[Stage], rt, optim=None):
-    """What the device's precision or the update's tools cannot do with these stages."""
+def check_update(stages: list[Stage], optim=None):
+    """What the update's tools (accumulation, L2-SP, PCGrad) cannot do with these stages."""
     optim = optim or config.OptimConfig()
     pcgrad = any(s.weighting == "pcgrad" for s in stages)
     refuse(
@@ -532,11 +532,6 @@ def check_runtime(stages: list[Stage], rt, optim=None):
         f"'{first}' compares each example with the others of its batch, so "
         "micro-batches would change its loss; use 1",
     )
-    if rt.world > 1 and in_batch and rt.main:  # my_parts cuts the batch as micro-batches do
-        print(
-            f"note: under torchrun stage '{first}' takes its in-batch negatives from "
-            f"each process's share of the batch (1/{rt.world} of it), not from the whole batch"
-        )
 
 
 def in_batch_stage(s: Stage, optim) -> bool:

@@ -198,13 +198,15 @@ def reference_regularizer(
     mt_dnn/perturbation.py, SmartPerturbation.forward), beside the paper's text above.
 
     Noise N(0, sigma^2) on every position (padding too), then `steps` times: g, the gradient
-    of the divergence summed over the batch, and noise <- (noise + eta * g) / (max_h |g| +
-    1e-6), the maximum taken per token. There is no ball to project onto, and the division
-    rescales the starting noise too: by up to 1e6 where g is small against 1e-6. Shapes as in adversarial_regularizer. Two differences from that code: the
-    divergence is this file's symmetric KL (the reference takes its "stable" KL for the
-    ascent and a symmetric KL with detached targets for the loss: equal to second order at
-    small perturbations), and the caller runs the passes with their own dropout masks, as
-    the reference does (its network is in train mode).
+    of the divergence summed over the batch, and noise <- s / (max_h |s| + 1e-6) for the
+    step s = noise + eta * g, the maximum taken per token. There is no ball: the division
+    sets every token's largest coordinate to m / (m + 1e-6) for m = max_h |s|, near 1 (0.97
+    at sigma = 1e-5) whatever sigma and eta are, the scale of the embedding output itself.
+    Shapes as in adversarial_regularizer. Two differences from that code: the divergence
+    is this file's symmetric KL (the reference takes its "stable" KL for the ascent and a
+    symmetric KL with detached targets for the loss: equal to second order at small
+    perturbations), and the caller runs the passes with their own dropout masks, as the
+    reference does (its network is in train mode).
     """
     cfg = cfg or SmartConfig()
     base, target = embeds.detach(), clean.detach()
@@ -214,8 +216,9 @@ def reference_regularizer(
         adv = divergence(f(base + noise), target, kind) * clean.size(0)  # summed over B
         with torch.autocast(embeds.device.type, enabled=False):  # as in the paper variant
             (grad,) = torch.autograd.grad(adv, noise, allow_unused=True, materialize_grads=True)
-        per_token = grad.abs().amax(dim=-1, keepdim=True)  # (B, T, 1)
-        noise = ((noise + cfg.eta * grad) / (per_token + REFERENCE_GUARD)).detach()
+        step = noise.detach() + cfg.eta * grad  # (B, T, H)
+        per_token = step.abs().amax(dim=-1, keepdim=True)  # (B, T, 1)
+        noise = step / (per_token + REFERENCE_GUARD)
     return divergence(f(embeds + noise), clean, kind)
 
 

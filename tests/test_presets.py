@@ -5,13 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import config
 import multitask_classifier as mt
 import presets
 import reports
-import runtime
 from config import OptimConfig
 from helpers import run
 
@@ -114,31 +112,21 @@ def test_smart_with_a_preset_it_does_not_change_is_refused():
 
 
 def test_tools_that_would_change_the_method_are_refused():
-    rt = runtime.make_runtime("cpu", "fp32")
     simcse_stage = presets.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
     with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
-        presets.check_runtime([simcse_stage], rt, OptimConfig(accumulate=2))
+        presets.check_update([simcse_stage], OptimConfig(accumulate=2))
     mnrl = config.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
     with pytest.raises(SystemExit, match="micro-batches would change its loss"):
-        presets.check_runtime([mnrl], rt, OptimConfig(accumulate=2))
+        presets.check_update([mnrl], OptimConfig(accumulate=2))
     pcgrad = presets.multitask_plan(
         mt.parse_args(["--preset", "multitask", "--weighting", "pcgrad"])[0]
     )
     with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
-        presets.check_runtime(pcgrad, rt, OptimConfig(l2sp=0.1))
-    presets.check_runtime(pcgrad, rt, OptimConfig(max_grad_norm=1.0))  # clipping is fine
+        presets.check_update(pcgrad, OptimConfig(l2sp=0.1))
+    presets.check_update(pcgrad, OptimConfig(max_grad_norm=1.0))  # clipping is fine
     sst = config.Stage(("sst",), 1e-5, 8)
     with pytest.raises(SystemExit, match="stage 'SST' compares each example"):
-        presets.check_runtime([sst], rt, OptimConfig(accumulate=2, distill=1.0))
-
-
-def test_in_batch_negatives_under_torchrun_are_announced(capsys):
-    two = runtime.Runtime(torch.device("cpu"), None, None, rank=0, world=2)
-    mnrl = config.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
-    presets.check_runtime([mnrl], two)
-    assert "takes its in-batch negatives from each process's share" in capsys.readouterr().out
-    presets.check_runtime([config.Stage(("sts",), 1e-5, 8)], two)
-    assert capsys.readouterr().out == ""  # nothing to say for a loss without negatives
+        presets.check_update([sst], OptimConfig(accumulate=2, distill=1.0))
 
 
 def test_distillation_without_a_stage_that_trains_the_encoder_is_refused(tiny_env, tmp_path):
