@@ -60,6 +60,17 @@ class DataWarning(UserWarning):
     """Rows of a data file were skipped."""
 
 
+def _format_warning(message, category, filename, lineno, line=None, _python=warnings.formatwarning):
+    """A DataWarning prints as one plain line (its message names the file and the lines),
+    not with the source line that raised it; other warnings print as Python prints them."""
+    if issubclass(category, DataWarning):
+        return f"warning: {message}\n"
+    return _python(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _format_warning  # the warnings module's documented hook
+
+
 class _BadRow(Exception):
     """Internal: why one row was rejected (becomes a DataError or a warning line)."""
 
@@ -262,15 +273,13 @@ def _read_table(
 
 
 def _warn_skipped(path: Path, bad: list[tuple[int, str]]) -> None:
-    """One DataWarning for a file's skipped rows, (line, why) each; it is attributed to the
-    first bad line, so the warning shows that row."""
+    """One DataWarning for a file's skipped rows, (line, why) each."""
     lines = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
-    warnings.warn_explicit(
+    warnings.warn(
         f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
         f"first: line {bad[0][0]}: {bad[0][1]} (--strict stops instead)",
         DataWarning,
-        str(path),
-        bad[0][0],
+        stacklevel=2,
     )
 
 

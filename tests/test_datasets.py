@@ -637,3 +637,13 @@ def test_a_training_share_is_a_fixed_random_subset():
     first = data.random_subset(examples, 40, seed=3)  # --train_size 40, then the share
     halved = data.subset(examples, 40, 0.5, seed=3)
     assert len(halved) == 20 and set(halved) <= set(first)
+
+
+def test_a_skipped_rows_warning_prints_as_one_plain_line():
+    import warnings
+
+    message = "data/x.csv: skipped 1 bad row(s) at line(s) 3; first: line 3: empty label"
+    shown = warnings.formatwarning(message, D.DataWarning, "datasets.py", 300, "code()")
+    assert shown == f"warning: {message}\n"
+    other = warnings.formatwarning("careful", UserWarning, "x.py", 7, "code()")
+    assert other.startswith("x.py:7: UserWarning: careful") and "code()" in other
