@@ -28,9 +28,13 @@ check: venv
 	$(PY) sanity_check.py
 
 # The thesis schedule defended against forgetting, on the embedded MiniLM (the `demo`
-# preset: `python multitask_classifier.py --preset demo --show` prints what it trains).
+# preset: `python multitask_classifier.py --preset demo --show` prints what it trains),
+# after fetching any data file that is missing. DEMO_FLAGS adds flags, e.g. a smaller run:
+# make demo DEMO_FLAGS="--train_size 500 --dev_size 200"
+DEMO_FLAGS ?=
 demo: venv
-	$(PY) multitask_classifier.py --preset demo
+	$(PY) datasets.py --quiet
+	$(PY) multitask_classifier.py --preset demo $(DEMO_FLAGS)
 
 bench: venv
 	$(PY) bench.py
@@ -40,9 +44,10 @@ bench: venv
 reports: venv
 	$(PY) reports.py all
 
-# Fill data/ from the public CS224n handout when online; say what is missing otherwise.
+# Fetch every missing data file (the CS224n handout's; SNLI built from its release) into
+# $(MINBERT_DATA), then check them all; data/README.md says where each comes from.
 data: venv
-	$(PY) datasets.py --data_dir data
+	$(PY) datasets.py
 
 lint: venv
 	$(PY) -m ruff check .

@@ -30,6 +30,7 @@ class ModelError(ValueError):
 
 
 CHECKPOINT_FILES = ("config.json", "vocab.txt", "model.safetensors", "pytorch_model.bin")
+WEIGHTS = CHECKPOINT_FILES[2:]  # either; safetensors preferred
 
 
 @dataclass
@@ -98,9 +99,11 @@ def download_from_hub(name: str) -> Path:
             f"'{name}' is neither a local folder nor '{EMBEDDED}', and huggingface_hub is "
             "not installed to download it (`pip install huggingface_hub`)"
         ) from None
-    patterns = ["config.json", "vocab.txt", "model.safetensors"]
+    patterns = ["config.json", "vocab.txt", "tokenizer_config.json"]  # the casing lives there
     try:
-        path = snapshot_download(repo_id=name, allow_patterns=patterns)
+        path = Path(snapshot_download(repo_id=name, allow_patterns=patterns + [WEIGHTS[0]]))
+        if not (path / WEIGHTS[0]).is_file():  # an older model: PyTorch weights only
+            path = Path(snapshot_download(repo_id=name, allow_patterns=patterns + [WEIGHTS[1]]))
     except Exception as e:  # offline, unknown repo, rate limit: all end here
         raise FileNotFoundError(
             f"could not get '{name}' from the Hugging Face hub ({type(e).__name__}: "
@@ -108,7 +111,19 @@ def download_from_hub(name: str) -> Path:
             f"If this machine is offline, use the embedded model ('{EMBEDDED}') or pass a "
             "folder holding config.json, vocab.txt and model.safetensors."
         ) from None
-    return Path(path)
+    missing = missing_files(path)
+    if missing:
+        raise FileNotFoundError(f"hub model '{name}' has no {' and no '.join(missing)}")
+    return path
+
+
+def missing_files(model_dir: Path) -> list[str]:
+    """What a folder lacks to be a BERT checkpoint here: config.json, vocab.txt, and
+    weights (model.safetensors or, weights only, pytorch_model.bin)."""
+    missing = [f for f in ("config.json", "vocab.txt") if not (model_dir / f).is_file()]
+    if not any((model_dir / w).is_file() for w in WEIGHTS):
+        missing.append(" or ".join(WEIGHTS))
+    return missing
 
 
 def resolve_model_dir(name_or_path: str) -> Path:
@@ -146,7 +161,7 @@ def load_config(model_dir: Path, **overrides) -> BertConfig:
 def load_state_dict(model_dir: Path) -> dict:
     """Read the checkpoint's tensors (safetensors preferred) onto the CPU."""
     model_dir = Path(model_dir)
-    for name in ("model.safetensors", "pytorch_model.bin"):
+    for name in WEIGHTS:
         path = model_dir / name
         if not path.is_file():
             continue

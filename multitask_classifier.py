@@ -329,6 +329,13 @@ def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
     return task_data
 
 
+def data_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
+    """The files load_data will read for these stages."""
+    trained = {t for s in stages for t in s.tasks}
+    contrastive = [s.contrastive.simcse_data for s in stages if s.kind == CONTRASTIVE]
+    return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
+
+
 def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -443,6 +450,7 @@ def main(argv=None):
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
     check_plans(cfg, plans)
+    data.require(data_files(cfg, [s for plan in plans.values() for s in plan]))
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")

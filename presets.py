@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import config
 import datasets as data
 import losses
-from base_bert import load_config, resolve_model_dir
+from base_bert import load_config, missing_files, resolve_model_dir
 from config import RunConfig, Stage
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
@@ -476,7 +476,14 @@ def check_settings(cfg: RunConfig):
 
 def check_model(cfg: RunConfig):
     """The checkpoint's config, read before any data: what it cannot do stops the run now."""
-    positions = load_config(resolve_model_dir(cfg.model.bert)).max_position_embeddings
+    model_dir = resolve_model_dir(cfg.model.bert)
+    missing = missing_files(model_dir)
+    refuse(
+        bool(missing),
+        f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
+        "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
+    )
+    positions = load_config(model_dir).max_position_embeddings
     if cfg.data.max_length > positions:
         raise SystemExit(
             f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "

@@ -287,3 +287,53 @@ def test_dropout_gradient_is_the_mask_and_follows_the_generator():
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
     with pytest.raises(ValueError):
         dropout(x, 1.5)
+
+
+def test_a_hub_model_with_pytorch_weights_only_is_fetched_with_its_casing(
+    tmp_path, tiny_config, monkeypatch
+):
+    """The hub is stood in for by a folder: snapshot_download copies what its patterns
+    allow. A repository without model.safetensors gets a second call for the .bin."""
+    import huggingface_hub
+
+    repo = tmp_path / "repo"
+    torch.manual_seed(0)
+    state = BertModel(tiny_config).state_dict()
+    save_hf_checkpoint(repo, tiny_config, state, "bin")
+    (repo / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    (repo / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    (repo / "flax_model.msgpack").write_text("never wanted")
+    asked = []
+
+    def snapshot_download(repo_id, allow_patterns):
+        asked.append(list(allow_patterns))
+        local = tmp_path / f"cache{len(asked)}"
+        local.mkdir()
+        for f in repo.iterdir():
+            if f.name in allow_patterns:
+                (local / f.name).write_bytes(f.read_bytes())
+        return str(local)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    folder = resolve_model_dir("someone/old-bert")
+    assert [a[-1] for a in asked] == ["model.safetensors", "pytorch_model.bin"]
+    assert "tokenizer_config.json" in asked[0] and not (folder / "flax_model.msgpack").exists()
+    model = BertModel.from_pretrained("someone/old-bert")
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    from tokenizer import BertTokenizer
+
+    assert BertTokenizer.from_pretrained("someone/old-bert").do_lower_case is False
+    (repo / "pytorch_model.bin").unlink()
+    with pytest.raises(FileNotFoundError, match="has no model.safetensors or pytorch_model.bin"):
+        resolve_model_dir("someone/empty-bert")
+
+
+def test_a_folder_without_a_checkpoints_files_names_them_in_one_line(tmp_path, tiny_config):
+    import multitask_classifier as mt
+
+    folder = tmp_path / "half"
+    save_hf_checkpoint(folder, tiny_config, BertModel(tiny_config).state_dict())
+    (folder / "model.safetensors").unlink()  # and no vocab.txt was ever written
+    with pytest.raises(SystemExit, match=r"has no vocab.txt and no model.safetensors or pytorch"):
+        mt.main(["--bert", str(folder), "--preset", "thesis", "--run_dir", str(tmp_path / "r")])
+    assert not (tmp_path / "r").exists()

@@ -3,9 +3,7 @@ tokenizer's own padding, the length-bucket sampler, and the real data folder's r
 
 import csv
 import importlib.util
-import io
 import re
-import urllib.error
 import warnings
 
 import pytest
@@ -425,49 +423,7 @@ def test_bucket_sampler_reduces_padding():
 
 
 # ---------------------------------------------------------------------------------------
-# `make data` (the network is faked: these tests never go online)
-
-
-def test_fetch_missing_downloads_whole_tasks_only(tmp_path, monkeypatch):
-    (tmp_path / "quora-train.csv").write_text("from a mirror")  # quora partly there: untouched
-    requested = []
-
-    def fake_urlopen(url, timeout):
-        requested.append(url)
-        if url.endswith("sts-test-student.csv"):
-            raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
-        return io.BytesIO(b"payload of " + url.encode())
-
-    monkeypatch.setattr(D.urllib.request, "urlopen", fake_urlopen)
-    missing = D.fetch_missing(tmp_path, "https://host/data/", timeout=1.0)
-    stems = ("ids-sst", "ids-cfimdb", "sts")
-    assert requested == [
-        f"https://host/data/{stem}-{split}.csv"
-        for stem in stems
-        for split in ("train", "dev", "test-student")
-    ]
-    assert missing == [
-        "quora-dev.csv",
-        "quora-test-student.csv",
-        "sts-test-student.csv",
-        "snli-train.csv",
-        "snli-dev.csv",
-    ]
-    assert (tmp_path / "sts-dev.csv").read_text() == "payload of https://host/data/sts-dev.csv"
-    assert (tmp_path / "quora-train.csv").read_text() == "from a mirror"
-    assert not list(tmp_path.glob("*.part"))
-
-
-def test_fetch_missing_stops_at_the_first_network_error(tmp_path, monkeypatch):
-    requested = []
-
-    def offline(url, timeout):
-        requested.append(url)
-        raise urllib.error.URLError("Name or service not known")
-
-    monkeypatch.setattr(D.urllib.request, "urlopen", offline)
-    assert D.fetch_missing(tmp_path, "https://host/data/", timeout=1.0) == D.expected_files()
-    assert len(requested) == 1
+# `make data` without the network (tests/test_fetch.py serves files on 127.0.0.1)
 
 
 def test_make_data_exit_code(tmp_path, monkeypatch, capsys):

@@ -651,3 +651,44 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     torch.manual_seed(2)
     without = losses.batch_loss(models[True], "sst", batch, plain, ctx)
     assert 0 <= (with_r_s - without).item() < 1e-9  # the perturbed pass saw the same masks
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        "--preset thesis",
+        "--preset thesis --heldout_size 10 --no_test_predictions",
+        "--preset simcse",
+        "--preset simcse --simcse_data para --simcse_loss mnrl",
+        "--preset sicurello-unif",
+        "--preset individual",
+    ],
+)
+def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
+    """data_files, checked before the run folder is made, against the loaders themselves."""
+    cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
+    stages = [s for plan in mt.PRESETS[cfg.preset].plans_of(cfg).values() for s in plan]
+    read = []
+    real_task, real_snli = data.read_task, data.read_snli
+
+    def read_task(folder, task, split, *args, **kwargs):
+        read.append(data.task_file(folder, task, split))
+        return real_task(folder, task, split, *args, **kwargs)
+
+    def read_snli(path, *args, **kwargs):
+        read.append(path)
+        return real_snli(path, *args, **kwargs)
+
+    monkeypatch.setattr(data, "read_task", read_task)
+    monkeypatch.setattr(data, "read_snli", read_snli)
+    mt.load_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
+    assert sorted(set(read)) == sorted(mt.data_files(cfg, stages))
+
+
+def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path):
+    bert_dir, data_dir = tiny_env
+    (data_dir / "snli-dev.csv").unlink()
+    mt.main(tiny_flags(tiny_env, tmp_path / "ok", "--preset thesis --loops 1 --max_length 64"))
+    with pytest.raises(SystemExit, match=r"missing data file\(s\) in .*: snli-dev.csv; fetch them"):
+        mt.main(tiny_flags(tiny_env, tmp_path / "r", "--heldout_size 10 --max_length 64"))
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,199 @@
+"""`make data` end to end against a stand-in server on 127.0.0.1: the handout's files and
+an SNLI-1.0-shaped zip built here, a cut-short download, a server error, a corrupt zip;
+then a run trains on what was fetched. No test goes online."""
+
+import http.server
+import json
+import threading
+import zipfile
+from functools import partial
+from pathlib import Path
+
+import pytest
+from conftest import write_tiny_data
+
+import datasets as D
+import multitask_classifier as mt
+from helpers import tiny_flags
+
+LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Files of the served folder; /error/... answers 500; /short/... announces more bytes
+    than it sends, then hangs up."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path.startswith("/error/"):
+            return self.send_error(500, "stand-in failure")
+        if self.path.startswith("/short/"):
+            body = (Path(self.directory) / self.path.removeprefix("/short/")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+            return None
+        return super().do_GET()
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A folder served on 127.0.0.1: handout/ (the CS224n files but SNLI), snli_1.0.zip
+    (SNLI 1.0's layout, rows with and without a gold label), bad.zip (a corrupt member).
+    Yields (base address, source folder, the zip's expected rows)."""
+    source = write_tiny_data(tmp_path / "tiny")
+    served = tmp_path / "served"
+    (served / "handout").mkdir(parents=True)
+    for f in source.glob("*.csv"):
+        if not f.name.startswith("snli"):
+            (served / "handout" / f.name).write_bytes(f.read_bytes())
+    expected = {}
+    members = {}
+    for split, member in D.SNLI_MEMBERS.items():
+        rows = [
+            line.split("\t") for line in (source / f"snli-{split}.csv").read_text().splitlines()[1:]
+        ]
+        rows[0][0] = 'A "quoted"\tpremise'  # a quote and a tab, as real sentences may hold
+        lines, kept = [], []
+        for i, (premise, hypothesis, label) in enumerate(rows):
+            gold = "-" if i % 5 == 4 else LABELS[int(label)]  # every fifth: no gold label
+            lines.append(
+                json.dumps({"gold_label": gold, "sentence1": premise, "sentence2": hypothesis})
+            )
+            if gold != "-":
+                kept.append((" ".join(premise.split()), hypothesis, int(label)))
+        members[member], expected[split] = "\n".join(lines) + "\n", kept
+    with zipfile.ZipFile(served / "snli_1.0.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    with zipfile.ZipFile(served / "bad.zip", "w", zipfile.ZIP_STORED) as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    raw = bytearray((served / "bad.zip").read_bytes())
+    at = raw.index(b"gold_label")  # a stored member's bytes: flip one, its CRC no longer holds
+    raw[at] ^= 0x20
+    (served / "bad.zip").write_bytes(bytes(raw))
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(Handler, directory=str(served))
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", source, expected
+    httpd.shutdown()
+
+
+def point_at(monkeypatch, handout, snli):
+    monkeypatch.setenv("MINBERT_HANDOUT_URL", handout)
+    monkeypatch.setenv("MINBERT_SNLI_URL", snli)
+
+
+def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypatch, capsys):
+    base, source, expected = server
+    point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
+    folder = tmp_path / "data"
+    monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(folder)])
+    assert D.main() == 0
+    out = capsys.readouterr().out
+    assert f"from {base}/handout/ids-sst-train.csv" in out and f"from {base}/snli_1.0.zip" in out
+    for name in D.expected_files():
+        if not name.startswith("snli"):
+            assert (folder / name).read_bytes() == (source / name).read_bytes(), name
+    for split in ("train", "dev"):
+        got = [
+            (e.premise, e.hypothesis, e.label) for e in D.read_snli(folder / f"snli-{split}.csv")
+        ]
+        assert got == expected[split] and len(got) > 10
+    assert got[0][0] == 'A "quoted" premise'  # whitespace runs, tab included, are one space
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        D.expected_files()
+    )  # no zip, no .part
+    monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(folder), "--quiet"])
+    point_at(monkeypatch, "http://127.0.0.1:9/", "http://127.0.0.1:9/x.zip")  # nothing to fetch
+    assert D.main() == 0 and capsys.readouterr().out == ""
+
+
+def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypatch):
+    base, _, expected = server
+    point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
+    monkeypatch.setattr(D, "SNLI_TRAIN_ROWS", 10)  # 10 lines of which 2 have no gold label
+    D.fetch_snli(tmp_path, timeout=5)
+    train = D.read_snli(tmp_path / "snli-train.csv")
+    assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"][:8]
+
+
+@pytest.mark.parametrize(
+    "handout,snli,says",
+    [
+        ("/short/handout/", "/snli_1.0.zip", "download was cut short"),
+        ("/handout/", "/short/snli_1.0.zip", "download was cut short"),
+        ("/error/handout/", "/snli_1.0.zip", "(HTTP 500)"),
+        ("/handout/", "/error/snli_1.0.zip", "(HTTP 500)"),
+        ("/handout/", "/bad.zip", "fails its CRC check"),
+        ("/handout/", "/handout/ids-sst-dev.csv", "not the SNLI 1.0 release"),
+    ],
+    ids=["short-file", "short-zip", "error-file", "error-zip", "corrupt-zip", "not-a-zip"],
+)
+def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
+    server, tmp_path, monkeypatch, capsys, handout, snli, says
+):
+    base, _, _ = server
+    point_at(monkeypatch, base + handout, base + snli)
+    folder = tmp_path / "data"
+    missing = D.fetch_missing(folder, timeout=5)
+    assert says in capsys.readouterr().out
+    assert missing and not list(folder.glob("*.part")) and not list(folder.glob("*.zip"))
+    for name in D.expected_files():  # every file there is whole
+        if (folder / name).is_file():
+            assert name not in missing
+            D.read_task(folder, *task_and_split(name))
+
+
+def task_and_split(name: str) -> tuple[str, str]:
+    for task in D.FILE_STEMS:
+        for split in D.SPLITS:
+            try:
+                if D.task_file(".", task, split).name == name:
+                    return task, split
+            except ValueError:
+                continue
+    raise AssertionError(name)
+
+
+def test_a_run_trains_on_what_make_data_fetched(server, tmp_path, monkeypatch, tiny_env):
+    """A newcomer's path: no data folder, a server standing in for the handout and SNLI;
+    fetch, then train a plan that reads SNLI (held-out pairs) and print its table."""
+    base, _, _ = server
+    point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
+    folder = tmp_path / "fresh"
+    assert D.fetch_missing(folder, timeout=5) == []
+    bert_dir, _ = tiny_env
+    flags = "--batch_size 8 --loops 1 --max_length 64 --heldout_size 20 --no_test_predictions"
+    mt.main(tiny_flags((bert_dir, folder), tmp_path / "run", flags))
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 5 and "heldout" in json.loads(rows[-1])
+
+
+def test_only_whole_missing_tasks_are_fetched(server, tmp_path, monkeypatch, capsys):
+    """A task with any file present is left alone: mixing sources would leak (a mirror's
+    quora-train.csv is cut from the handout's quora-dev.csv)."""
+    base, _, _ = server
+    point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "quora-train.csv").write_text("from a mirror")
+    missing = D.fetch_missing(folder, timeout=5)
+    assert missing == ["quora-dev.csv", "quora-test-student.csv"]
+    assert (folder / "quora-train.csv").read_text() == "from a mirror"
+    assert "quora" not in capsys.readouterr().out
+
+
+def test_an_unreachable_source_stops_the_fetching_at_once(tmp_path, monkeypatch, capsys):
+    point_at(monkeypatch, "http://127.0.0.1:9/data/", "http://127.0.0.1:9/snli_1.0.zip")
+    assert D.fetch_missing(tmp_path, timeout=5) == D.expected_files()
+    out = capsys.readouterr().out
+    assert out.count("offline?") == 1 and "downloaded" not in out
+    assert list(tmp_path.iterdir()) == []
