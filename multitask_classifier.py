@@ -38,14 +38,16 @@ import datasets as data
 import evaluation
 import presets
 import simcse
+import trainer
 from base_bert import resolve_model_dir
 from bert import BertModel, Dropout, mean_pool
 from config import ModelConfig, RunConfig, Stage
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
-from losses import OUTPUT_LOSSES, PAIR_LOSSES
+from losses import OUTPUT_LOSSES, PAIR_LOSSES, StepContext
 from presets import PRESETS, check_plans, check_settings, loss_choices
 from runtime import from_main, make_runtime
+from smart import EMATeacher
 from tokenizer import BertTokenizer
 from trainer import Run, finish, run_plan, write_predictions
 
@@ -272,6 +274,12 @@ SHOW = (
     "print what the preset resolves to (settings, then each stage) and stop; loads nothing",
     "switch",
 )
+ESTIMATE = (
+    "--estimate",
+    "time a few real steps of each kind of stage here, print each stage's and the whole "
+    "run's expected minutes, and stop before any run folder is made",
+    "switch",
+)
 
 
 def load_run_config(run_dir: str) -> RunConfig:
@@ -293,16 +301,20 @@ def load_run_config(run_dir: str) -> RunConfig:
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None,
-    'show': True or None})."""
+    'show' | 'estimate': True or None})."""
     cfg, typed, folders = config.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
         presets.epilog(),
         presets.overrides,
-        extra=[RESUME, PREDICT, EXPORT, LABEL, SHOW],
+        extra=[RESUME, PREDICT, EXPORT, LABEL, SHOW, ESTIMATE],
     )
-    chosen = [(name, folder) for name, folder in folders.items() if folder and name != "show"]
+    chosen = [
+        (name, folder)
+        for name, folder in folders.items()
+        if folder and name not in ("show", "estimate")
+    ]
     if chosen:  # the run's own config; only the machine's settings may differ
         (name, folder), *more = chosen
         experiment = {p: v for p, v in typed.items() if p not in MACHINE}
@@ -351,6 +363,54 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
         t0 = time.time()
         model, rows, best = run_plan(plan, make_model(), task_data, cfg.optim, run)
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
+
+
+def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
+    """Print each stage's expected minutes, before any run folder exists: `probe` real
+    steps of each kind of stage on this device and precision, each run twice and timed
+    the second time (kernels for a new shape are built on first use), give seconds per
+    padded token, times the stage's tokens; plus one timed dev scoring after each stage."""
+    torch.manual_seed(cfg.seed)
+    stages = [s for plan in plans.values() for s in plan]
+    task_data = load_data(cfg, stages, BertTokenizer.from_pretrained(cfg.model.bert))
+    model = run_model(cfg, cfg.device.compile)().to(rt.device)
+    reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
+    t0 = time.perf_counter()
+    sub_run(cfg, Path(), "", rt).score(model, task_data)
+    scoring, rates, total = time.perf_counter() - t0, {}, 0.0
+    print(f"{'stage':28s} {'steps':>6s} {'examples':>9s} {'s/step':>7s} {'minutes':>8s}")
+    for name, plan in plans.items():
+        for k, stage in enumerate(plan):
+            order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
+            steps = list(trainer.stage_steps(task_data, stage, order, cfg.seed))
+            tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
+            kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
+            if kind not in rates:  # seconds per token of this kind of stage
+                rates[kind] = time_steps(model, cfg.optim, stage, steps[:probe], reference, rt)
+            n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
+            examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
+            label = f"{name}: {stage.name}" if name else stage.name
+            print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
+            total += seconds + scoring * stage.epochs
+    print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
+    print(f"whole run: about {(total + scoring) / 60:.0f} minutes ({rt.device}, {rt.precision})")
+
+
+def time_steps(model, optim, stage, steps, reference, rt) -> float:
+    """Seconds per padded token of train_step on `steps`, timed on a second pass."""
+    teacher = EMATeacher(model, stage.smart) if stage.smart.mu > 0 else None
+    ctx = StepContext(rt, optim, teacher, reference)
+    optimizer = trainer.new_optimizer(model, optim)
+    trainer.prepare(model, optimizer, stage)
+    model.train()
+    for step in steps:  # untimed: the first use of a shape builds its kernels
+        trainer.train_step(model, optimizer, stage, step, ctx, torch.Generator())
+    t0 = time.perf_counter()
+    for step in steps:
+        trainer.train_step(model, optimizer, stage, step, ctx, torch.Generator())
+    seconds = time.perf_counter() - t0
+    model.bert.requires_grad_(True)
+    return seconds / sum(b["input_ids"].numel() for step in steps for _, b in step)
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
@@ -451,6 +511,8 @@ def main(argv=None):
     plans = PRESETS[cfg.preset].plans_of(cfg)
     check_plans(cfg, plans)
     data.require(data_files(cfg, [s for plan in plans.values() for s in plan]))
+    if folders["estimate"]:
+        return estimate(cfg, plans, rt)
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")

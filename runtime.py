@@ -7,6 +7,7 @@ DistributedDataParallel would. The main process alone prints (make_runtime silen
 others), scores and writes (trainer.Run).
 """
 
+import atexit
 import os
 import sys
 from contextlib import nullcontext
@@ -98,6 +99,9 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
         if not dist.is_initialized():
             backend = "nccl" if device.type == "cuda" else "gloo"
             dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
+            # left to the interpreter's exit, gloo's threads can abort the process
+            # ("terminate called without an active exception") after a finished run
+            atexit.register(dist.destroy_process_group)
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process

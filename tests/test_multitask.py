@@ -286,6 +286,7 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
         "export": None,
         "label": None,
         "show": None,
+        "estimate": None,
     }
 
 
@@ -692,3 +693,20 @@ def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path)
     with pytest.raises(SystemExit, match=r"missing data file\(s\) in .*: snli-dev.csv; fetch them"):
         mt.main(tiny_flags(tiny_env, tmp_path / "r", "--heldout_size 10 --max_length 64"))
     assert not (tmp_path / "r").exists()
+
+
+def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
+    tiny_env, tmp_path, capsys, monkeypatch
+):
+    timed = []
+    real = mt.time_steps
+    monkeypatch.setattr(mt, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
+    flags = "--preset thesis --loops 2 --max_length 64 --estimate"
+    mt.main(tiny_flags(tiny_env, tmp_path / "r", flags))
+    out = capsys.readouterr().out
+    assert not (tmp_path / "r").exists()
+    stages = ["QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%", "loop 2: STS"]
+    assert all(f"\n{s} " in out for s in stages) and "whole run: about" in out
+    assert timed == [("para",), ("sts",), ("sst",)]  # QQP 3% is timed as QQP is
+    rows = [line.split() for line in out.splitlines() if line.startswith("loop 1: SST ")]
+    assert rows[0][3:5] == ["2", "48"]  # 48 training sentences in batches of 32: 2 steps
