@@ -342,17 +342,52 @@ def locked(run_dir: Path):
 # A standard model folder
 
 
-def export_model_folder(model, vocab: Path, out: Path, report: str) -> None:
-    """config.json, vocab.txt and model.safetensors of the encoder in Hugging Face's format
-    (our parameter names are BertModel's), the task heads in heads.safetensors beside them,
-    and report.md. `--bert OUT` loads it here, transformers.BertModel.from_pretrained there."""
+def export_model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> None:
+    """The encoder in Hugging Face's format (config.json, model.safetensors: our parameter
+    names are BertModel's; vocab.txt and tokenizer_config.json), the task heads in
+    heads.safetensors, the model card README.md, and with mean pooling sentence-transformers'
+    files too. `--bert OUT` loads it here, transformers.BertModel.from_pretrained and
+    SentenceTransformer(OUT) there."""
     out.mkdir(parents=True, exist_ok=True)
     hf_config = {"model_type": "bert", "architectures": ["BertModel"]}
     hf_config |= model.bert.config.to_dict()
     atomic_write(json.dumps(hf_config, indent=1), out / "config.json")
-    atomic_write(Path(vocab).read_bytes(), out / "vocab.txt")
+    atomic_write(Path(tokenizer.vocab_file).read_bytes(), out / "vocab.txt")
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": tokenizer.do_lower_case,
+    }
+    atomic_write(
+        json.dumps(tokenizer_config | {"model_max_length": max_length}),
+        out / "tokenizer_config.json",
+    )
     encoder = {k: v.detach().cpu().contiguous() for k, v in model.bert.state_dict().items()}
     atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
     heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
     write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")
-    atomic_write(report, out / "report.md")
+    if model.pooling == "mean":  # sentence-transformers pools the last hidden states itself
+        write_sentence_transformers(out, model.bert.config.hidden_size, max_length)
+    atomic_write(card, out / "README.md")
+
+
+def write_sentence_transformers(out: Path, hidden: int, max_length: int) -> None:
+    """sentence-transformers' layout over a Hugging Face folder: the Transformer module at
+    the folder itself, then masked mean pooling (our `mean` pooling), cosine similarity."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    atomic_write(json.dumps(modules, indent=1), out / "modules.json")
+    settings = {"max_seq_length": max_length, "do_lower_case": False}  # the tokenizer cases
+    atomic_write(json.dumps(settings), out / "sentence_bert_config.json")
+    atomic_write(
+        json.dumps({"similarity_fn_name": "cosine"}), out / "config_sentence_transformers.json"
+    )
+    pooling = {"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True}
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    atomic_write(json.dumps(pooling, indent=1), out / "1_Pooling" / "config.json")

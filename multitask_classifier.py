@@ -39,7 +39,6 @@ import evaluation
 import presets
 import simcse
 import trainer
-from base_bert import resolve_model_dir
 from bert import BertModel, Dropout, mean_pool
 from config import ModelConfig, RunConfig, Stage
 from datasets import CONTRASTIVE
@@ -441,22 +440,36 @@ def predict(cfg: RunConfig, run_dir: Path, rt):
 
 
 def export(cfg: RunConfig, run_dir: Path, rt):
-    """The best model as a standard folder, with a short report of the run."""
+    """The best model as a Hugging Face (and sentence-transformers) folder with its card."""
     model, info = best_model(cfg, run_dir, rt)
-    rows = checkpoint.read_rows(run_dir)
-    table = evaluation.format_table(rows, MULTITASK, info["row"]["index"])
-    report = (
-        f"# {cfg.preset} run: {run_dir}\n\nBest stage: {info['row']['stage']}. "
-        f"torch {torch.__version__}, trained from {cfg.model.bert}.\n\n"
-        "```\n"
-        + table
-        + "\n```\n\nConfig:\n\n```json\n"
+    out = run_dir / "export"
+    card = model_card(cfg, out, checkpoint.read_rows(run_dir), info["row"], model.pooling)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    checkpoint.export_model_folder(model, tokenizer, out, card, cfg.data.max_length)
+    print(f"exported {out}: load it with --bert {out}")
+
+
+def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) -> str:
+    """README.md of an export: metadata, how to load it, its forgetting table and config."""
+    loaders = f"transformers.BertModel.from_pretrained('{out}')  # the encoder"
+    if pooling == "mean":
+        loaders = f"SentenceTransformer('{out}')  # mean-pooled embeddings\n" + loaders
+    scores = {t: best[t] for t in MULTITASK if t in best}
+    return (
+        "---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\n"
+        f"base_model: {cfg.model.bert}\nlanguage: en\ntags:\n- sentence-transformers\n"
+        "- sentence-similarity\n- minbert\n---\n\n"
+        f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
+        f"Trained from `{cfg.model.bert}` with `--preset {cfg.preset}` (torch "
+        f"{torch.__version__}) on SST-5, Quora and STS-B. Kept stage: {best['stage']}, "
+        f"dev overall {best['overall']:.4f}: `{json.dumps(scores)}`.\n\n"
+        f"## Loading it\n\n```python\n{loaders}\n```\n\nHere: `--bert {out}`; the task "
+        "heads are in `heads.safetensors`.\n\n## Every stage's dev scores\n\n```\n"
+        + evaluation.format_table(rows, MULTITASK, best["index"])
+        + "\n```\n\n## Config\n\n```json\n"
         + json.dumps(config.to_dict(cfg), indent=1)
         + "\n```\n"
     )
-    vocab = resolve_model_dir(cfg.model.bert) / "vocab.txt"
-    checkpoint.export_model_folder(model, vocab, run_dir / "export", report)
-    print(f"exported {run_dir / 'export'}: load it with --bert {run_dir / 'export'}")
 
 
 def label(cfg: RunConfig, run_dir: Path, rt, lines):

@@ -178,6 +178,7 @@ class BertTokenizer:
         if missing:
             raise ValueError(f"{vocab_file} lacks the special tokens {missing}")
         self.do_lower_case = do_lower_case
+        self.vocab_file = vocab_file  # an export copies it
         self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id = (
             self.vocab[t] for t in SPECIAL_TOKENS[:4]
         )
