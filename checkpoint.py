@@ -255,8 +255,9 @@ def read_rows(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (Path(run_dir) / METRICS).read_text().splitlines()]
 
 
-def keep_logged_steps(path: Path, progress: dict) -> None:
-    """The step log of what the checkpoint holds: a resumed run logs the rest again."""
+def keep_logged_steps(path: Path, progress: dict) -> int:
+    """The step log of what the checkpoint holds (a resumed run logs the rest again); returns
+    its number of steps."""
     done = (progress["next_stage"], progress.get("within", {}).get("step", 0))
     kept = []
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -267,6 +268,35 @@ def keep_logged_steps(path: Path, progress: dict) -> None:
         if (record["stage"], record["step"]) <= done:
             kept.append(line + "\n")
     atomic_write("".join(kept), path)
+    return len(kept)
+
+
+class TensorBoard:
+    """--tensorboard: live curves in RUN_DIR/tensorboard, every step's loss, lr, gradient
+    norm and examples/s and each stage's dev scores, the x axis counting logged steps.
+    Opened on a resume at the count the kept step log holds, it purges what a stopped run
+    wrote past it, so no step is doubled or lost. Flushed at every write (a kill loses
+    nothing the step log keeps). Only here is the tensorboard package imported."""
+
+    RECORD = ("loss", "lr", "grad_norm", "examples_per_s")  # of a steps.jsonl line
+
+    def __init__(self, run_dir: Path, steps_done: int):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=steps_done + 1)
+        self.steps = steps_done
+
+    def step(self, record: dict) -> None:
+        self.steps += 1
+        for key in self.RECORD:
+            self.writer.add_scalar(f"train/{key}", record[key], self.steps)
+        self.writer.flush()
+
+    def scores(self, scores: dict) -> None:
+        """A stage's dev scores, {name: value}, at the step that ended it."""
+        for name, value in scores.items():
+            self.writer.add_scalar(f"dev/{name}", value, self.steps)
+        self.writer.flush()
 
 
 def save_position(model, optimizer, scaler, progress: dict, position: dict, path: Path):

@@ -331,6 +331,11 @@ class RunConfig:
         "between stages); Ctrl-C and SIGTERM save one too",
         minimum=0,
     )
+    tensorboard: bool = option(
+        False,
+        "write each step's loss, lr, gradient norm, examples/s and each stage's dev scores "
+        "to RUN_DIR/tensorboard as the run goes (needs: pip install tensorboard)",
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -257,7 +257,7 @@ DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules
 RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
 # settings of the machine rather than of the experiment: a resumed run may change them
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
-MACHINE |= {"checkpoint_minutes", "device.dist_timeout"}
+MACHINE |= {"checkpoint_minutes", "device.dist_timeout", "tensorboard"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -358,7 +358,10 @@ def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
     make_model = run_model(cfg, cfg.device.compile)
     for name, plan in plans.items():
         minutes = cfg.checkpoint_minutes
-        run = sub_run(cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume)
+        tb = cfg.tensorboard
+        run = sub_run(
+            cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume, tensorboard=tb
+        )
         t0 = time.time()
         model, rows, best = run_plan(plan, make_model(), task_data, cfg.optim, run)
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
@@ -507,6 +510,7 @@ def main(argv=None):
     cfg, folders = parse_args(argv)
     if not folders["show"]:  # --show loads no model
         presets.check_model(cfg)
+        presets.check_tensorboard(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     if folders["show"]:
         check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg))

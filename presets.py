@@ -474,6 +474,17 @@ def check_settings(cfg: RunConfig):
     )
 
 
+def check_tensorboard(cfg: RunConfig):
+    """--tensorboard needs the package, which training itself never imports."""
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "--tensorboard needs the tensorboard package: pip install tensorboard"
+            ) from None
+
+
 def check_model(cfg: RunConfig):
     """The checkpoint's config, read before any data: what it cannot do stops the run now."""
     model_dir = resolve_model_dir(cfg.model.bert)

@@ -101,13 +101,19 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
             dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes))
             # left to the interpreter's exit, gloo's threads can abort the process
             # ("terminate called without an active exception") after a finished run
-            atexit.register(dist.destroy_process_group)
+            atexit.register(leave_group)
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process
     # float16's narrow range needs the loss scaled so small gradients do not underflow
     scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
     return Runtime(device, AUTOCAST[name], scaler, rank, world, why)
+
+
+def leave_group() -> None:
+    """Destroy the process group if it is still there (at exit)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:

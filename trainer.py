@@ -417,6 +417,8 @@ class Run:
     checkpoint_minutes: float = 0.0  # a checkpoint inside a stage this often (0: never)
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
+    tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
+    board: checkpoint.TensorBoard | None = None
 
     def evaluate(self, model, task_data, split="dev"):
         results = evaluate_split(
@@ -432,6 +434,9 @@ class Run:
 
     def show(self, row, mark=False):
         print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
+        if self.board:
+            names = [t for t in (*self.eval_tasks, "overall", "heldout") if t in row]
+            self.board.scores({t: evaluation.main_score(row, t) for t in names})
 
     # Only the main process scores and writes; these methods are where that is decided.
 
@@ -453,7 +458,8 @@ class Run:
     def keep_steps(self, progress: dict):
         """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""
         if self.rt.main:
-            checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
+            done = checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
+            self.board = checkpoint.TensorBoard(self.run_dir, done) if self.tensorboard else None
 
     def file(self, name: str) -> Path:
         """A file of the run folder; os.devnull for the other processes."""
@@ -520,6 +526,8 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
 
         def log(record):
             steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
+            if run.board:
+                run.board.step(record)
 
         def save(position):  # a checkpoint inside the stage, its step log on disk first
             steps_log.flush()

@@ -21,7 +21,7 @@ LAYERS = [
     {"presets"},
     {"trainer"},
     {"multitask_classifier", "plots", "reports", "sanity_check"},
-    {"classifier", "bench"},
+    {"classifier", "bench", "ensemble"},
 ]
 
 
