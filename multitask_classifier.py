@@ -395,7 +395,7 @@ def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
             print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
             total += seconds + scoring * stage.epochs
     print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
-    print(f"whole run: about {(total + scoring) / 60:.0f} minutes ({rt.device}, {rt.precision})")
+    print(f"whole run: about {(total + scoring) / 60:.1f} minutes ({rt.device}, {rt.precision})")
 
 
 def time_steps(model, optim, stage, steps, reference, rt) -> float:
