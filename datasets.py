@@ -827,6 +827,7 @@ SOURCES = {
 }
 SNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}  # "-": no gold label
 SNLI_TRAIN_ROWS = 100_000  # snli-train.csv: the first rows of SNLI 1.0 train, "-" dropped
+ONE_LINE = str.maketrans("\t\r\n", "   ")  # what a tab-separated field cannot hold
 SNLI_MEMBERS = {"train": "snli_1.0/snli_1.0_train.jsonl", "dev": "snli_1.0/snli_1.0_test.jsonl"}
 
 
@@ -876,14 +877,17 @@ def _write_rows(path: Path, header: list[str], rows) -> None:
 
 def _snli_rows(archive: zipfile.ZipFile, member: str, limit: int | None):
     """(premise, hypothesis, label) of one SNLI 1.0 jsonl member: its first `limit` lines
-    (all when None), those without a gold label dropped; whitespace runs become one space."""
+    (all when None), those without a gold label dropped; a tab or line break in a sentence
+    becomes a space (a field of the file cannot hold one), other spacing is kept."""
     with archive.open(member) as f:
         for n, line in enumerate(io.TextIOWrapper(f, encoding="utf-8")):
             if limit is not None and n >= limit:
                 return
             row = json.loads(line)
             if row["gold_label"] in SNLI_LABELS:
-                premise, hypothesis = (" ".join(row[k].split()) for k in ("sentence1", "sentence2"))
+                premise, hypothesis = (
+                    row[k].translate(ONE_LINE) for k in ("sentence1", "sentence2")
+                )
                 yield premise, hypothesis, SNLI_LABELS[row["gold_label"]]
 
 

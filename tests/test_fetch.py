@@ -58,6 +58,7 @@ def server(tmp_path):
             line.split("\t") for line in (source / f"snli-{split}.csv").read_text().splitlines()[1:]
         ]
         rows[0][0] = 'A "quoted"\tpremise'  # a quote and a tab, as real sentences may hold
+        rows[1][1] = "two  spaces"  # kept as they are, as SNLI's own files keep them
         lines, kept = [], []
         for i, (premise, hypothesis, label) in enumerate(rows):
             gold = "-" if i % 5 == 4 else LABELS[int(label)]  # every fifth: no gold label
@@ -65,7 +66,7 @@ def server(tmp_path):
                 json.dumps({"gold_label": gold, "sentence1": premise, "sentence2": hypothesis})
             )
             if gold != "-":
-                kept.append((" ".join(premise.split()), hypothesis, int(label)))
+                kept.append((premise.replace("\t", " "), hypothesis, int(label)))
         members[member], expected[split] = "\n".join(lines) + "\n", kept
     with zipfile.ZipFile(served / "snli_1.0.zip", "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in members.items():
@@ -107,7 +108,7 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
             (e.premise, e.hypothesis, e.label) for e in D.read_snli(folder / f"snli-{split}.csv")
         ]
         assert got == expected[split] and len(got) > 10
-    assert got[0][0] == 'A "quoted" premise'  # whitespace runs, tab included, are one space
+    assert got[0][0] == 'A "quoted" premise'  # the tab became a space
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         D.expected_files()
     )  # no zip, no .part
