@@ -33,7 +33,7 @@ check: venv
 # make demo DEMO_FLAGS="--train_size 500 --dev_size 200"
 DEMO_FLAGS ?=
 demo: venv
-	$(PY) datasets.py --quiet
+	$(PY) fetch.py --quiet
 	$(PY) multitask_classifier.py --preset demo $(DEMO_FLAGS)
 
 bench: venv
@@ -47,7 +47,7 @@ reports: venv
 # Fetch every missing data file (the CS224n handout's; SNLI built from its release) into
 # $(MINBERT_DATA), then check them all; data/README.md says where each comes from.
 data: venv
-	$(PY) datasets.py
+	$(PY) fetch.py
 
 lint: venv
 	$(PY) -m ruff check .

@@ -15,32 +15,21 @@ raises a DataError at the first one instead.
 `load_task_data` reads and tokenizes every split a run needs, once; `fraction_loader` and
 `subset_loader` batch a stage's share of a training set.
 
-`python datasets.py` (run by `make data`) checks the data folder and downloads what is
-missing from the handout repository when it can.
+fetch.py (`make data`) fetches the files that are missing, then checks every one.
 """
 
-import argparse
 import csv
-import http.client
-import io
-import json
 import math
 import os
 import random
 import re
-import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 import warnings
-import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
-from tqdm import tqdm
 
 import simcse
 from evaluation import TASKS
@@ -54,7 +43,6 @@ FILE_STEMS = {
     "sts": "sts",
     "snli": "snli",
 }
-HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
 
 
 class DataError(ValueError):
@@ -132,7 +120,7 @@ def require(files: list[Path]) -> None:
     if missing:
         raise SystemExit(
             f"missing data file(s) in {missing[0].parent}: {', '.join(f.name for f in missing)}; "
-            "fetch them with `make data` (python datasets.py), see data/README.md"
+            "fetch them with `make data` (python fetch.py), see data/README.md"
         )
 
 
@@ -813,209 +801,3 @@ def fraction_loader(dataset, fraction: float, batch_size: int, generator) -> Dat
     n = len(dataset)
     keep = torch.randperm(n, generator=generator)[: max(1, round(fraction * n))].tolist()
     return subset_loader(dataset, keep, batch_size, generator)
-
-
-# ---------------------------------------------------------------------------------------
-# `make data`: check the data folder, download what the handout provides
-
-
-# Where the files come from; each address can be changed by its environment variable
-# (data/README.md), e.g. to a stand-in server.
-SOURCES = {
-    "MINBERT_HANDOUT_URL": HANDOUT_URL,  # the CS224n handout's data/ folder
-    "MINBERT_SNLI_URL": "https://nlp.stanford.edu/projects/snli/snli_1.0.zip",  # SNLI 1.0
-}
-SNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}  # "-": no gold label
-SNLI_TRAIN_ROWS = 100_000  # snli-train.csv: the first rows of SNLI 1.0 train, "-" dropped
-ONE_LINE = str.maketrans("\t\r\n", "   ")  # what a tab-separated field cannot hold
-SNLI_MEMBERS = {"train": "snli_1.0/snli_1.0_train.jsonl", "dev": "snli_1.0/snli_1.0_test.jsonl"}
-
-
-class FetchError(RuntimeError):
-    """A download or a build that failed; the message names the address or the file."""
-
-
-def source(variable: str) -> str:
-    """The address of a source: its environment variable when set, else the public one."""
-    return os.environ.get(variable) or SOURCES[variable]
-
-
-def _download(url: str, dest: Path, timeout: float) -> None:
-    """Stream url into dest with a progress bar. Atomic: the bytes go to dest.part and are
-    renamed only once their count matches the server's Content-Length; on any failure
-    nothing is left behind."""
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as out:
-            size = response.headers.get("Content-Length")
-            total = int(size) if size else None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
-                while chunk := response.read(1 << 20):
-                    bar.update(out.write(chunk))
-            got = out.tell()
-        if total is not None and got != total:
-            raise FetchError(f"{url}: got {got:,} of {total:,} bytes; the download was cut short")
-        part.replace(dest)
-    except http.client.IncompleteRead as err:
-        raise FetchError(f"{url}: the download was cut short ({err})") from None
-    finally:
-        part.unlink(missing_ok=True)
-
-
-def _write_rows(path: Path, header: list[str], rows) -> None:
-    """A tab-separated file with a header, quoted as the handout's csv files are; atomic."""
-    part = path.with_name(path.name + ".part")
-    try:
-        with open(part, "w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(rows)
-        part.replace(path)
-    finally:
-        part.unlink(missing_ok=True)
-
-
-def _snli_rows(archive: zipfile.ZipFile, member: str, limit: int | None):
-    """(premise, hypothesis, label) of one SNLI 1.0 jsonl member: its first `limit` lines
-    (all when None), those without a gold label dropped; a tab or line break in a sentence
-    becomes a space (a field of the file cannot hold one), other spacing is kept."""
-    with archive.open(member) as f:
-        for n, line in enumerate(io.TextIOWrapper(f, encoding="utf-8")):
-            if limit is not None and n >= limit:
-                return
-            row = json.loads(line)
-            if row["gold_label"] in SNLI_LABELS:
-                premise, hypothesis = (
-                    row[k].translate(ONE_LINE) for k in ("sentence1", "sentence2")
-                )
-                yield premise, hypothesis, SNLI_LABELS[row["gold_label"]]
-
-
-def build_snli(zip_path: Path, folder: Path) -> None:
-    """snli-train.csv and snli-dev.csv from the SNLI 1.0 release: train is the first
-    100,000 training rows, dev the test split, each without the rows that have no gold
-    label (data/README.md). The archive's CRCs are checked first."""
-    try:
-        with zipfile.ZipFile(zip_path) as archive:
-            corrupt = archive.testzip()
-            if corrupt:
-                raise FetchError(
-                    f"{zip_path}: {corrupt} fails its CRC check; delete it, fetch again"
-                )
-            for split, member in SNLI_MEMBERS.items():
-                limit = SNLI_TRAIN_ROWS if split == "train" else None
-                rows = _snli_rows(archive, member, limit)
-                _write_rows(
-                    task_file(folder, "snli", split), ["premise", "hypothesis", "label"], rows
-                )
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as err:
-        raise FetchError(f"{zip_path}: not the SNLI 1.0 release ({err})") from None
-
-
-def fetch_missing(folder: Path, timeout: float) -> list[str]:
-    """Download what is missing into folder; return the names still missing.
-
-    The handout's files: a task's files are downloaded only when ALL of them are missing,
-    since mixing sources would leak (a mirror's quora-train.csv is cut from the handout's
-    quora-dev.csv). SNLI: the release is downloaded beside them, both files are built from
-    it, and it is deleted. The first address that cannot be reached ends the fetching.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    handout = source("MINBERT_HANDOUT_URL")
-    try:
-        for task in FILE_STEMS:
-            names = [
-                task_file(folder, task, s).name for s in (SPLITS[:2] if task == "snli" else SPLITS)
-            ]
-            if any((folder / name).is_file() for name in names):
-                continue
-            if task == "snli":
-                fetch_snli(folder, timeout)
-                continue
-            for name in names:
-                try:
-                    _download(handout + name, folder / name, timeout)
-                    print(f"downloaded {name} from {handout + name}")
-                except urllib.error.HTTPError as err:
-                    print(f"{name}: not at {handout + name} (HTTP {err.code})")
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-        print(f"offline? {getattr(err, 'reason', err)}; not trying further files")
-    except FetchError as err:
-        print(f"error: {err}")
-    return [n for n in expected_files() if not (folder / n).is_file()]
-
-
-def fetch_snli(folder: Path, timeout: float) -> None:
-    """Both SNLI files, built from the release at MINBERT_SNLI_URL (about 90 MB)."""
-    url = source("MINBERT_SNLI_URL")
-    archive = folder / Path(urllib.parse.urlparse(url).path).name
-    try:
-        _download(url, archive, timeout)
-        build_snli(archive, folder)
-    except urllib.error.HTTPError as err:
-        raise FetchError(f"SNLI: not at {url} (HTTP {err.code})") from None
-    finally:
-        archive.unlink(missing_ok=True)
-    print(f"built snli-train.csv and snli-dev.csv from {url}")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description="Fetch every data file the presets read that is missing (the CS224n "
-        "handout's, and SNLI built from its 1.0 release), then check them all.",
-        epilog="Sources: " + "; ".join(f"${k} (default {v})" for k, v in SOURCES.items()),
-    )
-    parser.add_argument(
-        "--data_dir", default=None, help="data folder (default: $MINBERT_DATA, else data/)"
-    )
-    parser.add_argument(
-        "--no_download", action="store_true", help="only check, never touch the network"
-    )
-    parser.add_argument(
-        "--quiet", action="store_true", help="print nothing when no file is missing"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait on the network"
-    )
-    args = parser.parse_args()
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be positive, got {args.timeout}")
-
-    folder = data_dir(args.data_dir)
-    missing = [n for n in expected_files() if not (folder / n).is_file()]
-    if args.quiet and not missing:
-        return 0
-    if missing and not args.no_download:
-        missing = fetch_missing(folder, args.timeout)
-    check_files(folder)
-    for name in missing:
-        print(f"MISSING {name}")
-    if missing:
-        print(
-            f"\n{len(missing)} file(s) missing from {folder.resolve()}. Fetch them when online "
-            "(python datasets.py), copy them there, or point MINBERT_DATA (or --data_dir) at "
-            "a folder that has them: data/README.md says where each comes from. Take all "
-            "files of a task from one source: a mirror's Quora split is cut from the "
-            "handout's quora-dev.csv.",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-def check_files(folder: Path) -> None:
-    """Read every file that is there and print its row count (and what was skipped)."""
-    for task in FILE_STEMS:
-        for split in SPLITS[:2] if task == "snli" else SPLITS:
-            path = task_file(folder, task, split)
-            if not path.is_file():
-                continue
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                rows = len(read_task(folder, task, split))
-            notes = "; ".join(str(w.message).split(": ", 1)[1] for w in caught)
-            print(f"ok      {path.name:28s} {rows:7d} rows" + (f"  ({notes})" if notes else ""))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,6 +11,7 @@ import torch
 
 import datasets as D
 import datasets as data
+import fetch
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -428,7 +429,7 @@ def test_bucket_sampler_reduces_padding():
 
 def test_make_data_exit_code(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(tmp_path), "--no_download"])
-    assert D.main() == 1
+    assert fetch.main() == 1
     assert "MISSING ids-sst-train.csv" in capsys.readouterr().out
     rows = {
         "sst": ["\tid\tsentence\tsentiment", "0\ta\tgood\t3"],
@@ -440,7 +441,7 @@ def test_make_data_exit_code(tmp_path, monkeypatch, capsys):
     for task, lines in rows.items():
         for split in ("train", "dev") if task == "snli" else ("train", "dev", "test"):
             D.task_file(tmp_path, task, split).write_text("\n".join(lines) + "\n")
-    assert D.main() == 0
+    assert fetch.main() == 0
     assert "ok      snli-dev.csv" in capsys.readouterr().out
 
 

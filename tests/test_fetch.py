@@ -13,6 +13,7 @@ import pytest
 from conftest import write_tiny_data
 
 import datasets as D
+import fetch
 import multitask_classifier as mt
 from helpers import tiny_flags
 
@@ -53,7 +54,7 @@ def server(tmp_path):
             (served / "handout" / f.name).write_bytes(f.read_bytes())
     expected = {}
     members = {}
-    for split, member in D.SNLI_MEMBERS.items():
+    for split, member in fetch.SNLI_MEMBERS.items():
         rows = [
             line.split("\t") for line in (source / f"snli-{split}.csv").read_text().splitlines()[1:]
         ]
@@ -96,8 +97,8 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
     base, source, expected = server
     point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
     folder = tmp_path / "data"
-    monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(folder)])
-    assert D.main() == 0
+    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(folder)])
+    assert fetch.main() == 0
     out = capsys.readouterr().out
     assert f"from {base}/handout/ids-sst-train.csv" in out and f"from {base}/snli_1.0.zip" in out
     for name in D.expected_files():
@@ -112,16 +113,16 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         D.expected_files()
     )  # no zip, no .part
-    monkeypatch.setattr("sys.argv", ["datasets.py", "--data_dir", str(folder), "--quiet"])
+    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(folder), "--quiet"])
     point_at(monkeypatch, "http://127.0.0.1:9/", "http://127.0.0.1:9/x.zip")  # nothing to fetch
-    assert D.main() == 0 and capsys.readouterr().out == ""
+    assert fetch.main() == 0 and capsys.readouterr().out == ""
 
 
 def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypatch):
     base, _, expected = server
     point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
-    monkeypatch.setattr(D, "SNLI_TRAIN_ROWS", 10)  # 10 lines of which 2 have no gold label
-    D.fetch_snli(tmp_path, timeout=5)
+    monkeypatch.setattr(fetch, "SNLI_TRAIN_ROWS", 10)  # 10 lines of which 2 have no gold label
+    fetch.fetch_snli(tmp_path, timeout=5)
     train = D.read_snli(tmp_path / "snli-train.csv")
     assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"][:8]
 
@@ -144,7 +145,7 @@ def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
     base, _, _ = server
     point_at(monkeypatch, base + handout, base + snli)
     folder = tmp_path / "data"
-    missing = D.fetch_missing(folder, timeout=5)
+    missing = fetch.fetch_missing(folder, timeout=5)
     assert says in capsys.readouterr().out
     assert missing and not list(folder.glob("*.part")) and not list(folder.glob("*.zip"))
     for name in D.expected_files():  # every file there is whole
@@ -170,7 +171,7 @@ def test_a_run_trains_on_what_make_data_fetched(server, tmp_path, monkeypatch, t
     base, _, _ = server
     point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
     folder = tmp_path / "fresh"
-    assert D.fetch_missing(folder, timeout=5) == []
+    assert fetch.fetch_missing(folder, timeout=5) == []
     bert_dir, _ = tiny_env
     flags = "--batch_size 8 --loops 1 --max_length 64 --heldout_size 20 --no_test_predictions"
     mt.main(tiny_flags((bert_dir, folder), tmp_path / "run", flags))
@@ -186,7 +187,7 @@ def test_only_whole_missing_tasks_are_fetched(server, tmp_path, monkeypatch, cap
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "quora-train.csv").write_text("from a mirror")
-    missing = D.fetch_missing(folder, timeout=5)
+    missing = fetch.fetch_missing(folder, timeout=5)
     assert missing == ["quora-dev.csv", "quora-test-student.csv"]
     assert (folder / "quora-train.csv").read_text() == "from a mirror"
     assert "quora" not in capsys.readouterr().out
@@ -194,7 +195,7 @@ def test_only_whole_missing_tasks_are_fetched(server, tmp_path, monkeypatch, cap
 
 def test_an_unreachable_source_stops_the_fetching_at_once(tmp_path, monkeypatch, capsys):
     point_at(monkeypatch, "http://127.0.0.1:9/data/", "http://127.0.0.1:9/snli_1.0.zip")
-    assert D.fetch_missing(tmp_path, timeout=5) == D.expected_files()
+    assert fetch.fetch_missing(tmp_path, timeout=5) == D.expected_files()
     out = capsys.readouterr().out
     assert out.count("offline?") == 1 and "downloaded" not in out
     assert list(tmp_path.iterdir()) == []

@@ -15,7 +15,7 @@ LINES = {"multitask_classifier.py": 550, "datasets.py": None, "bench.py": None} 
 LAYERS = [
     {"base_bert", "checkpoint", "evaluation", "optimizer", "simcse", "smart"},
     {"tokenizer", "datasets"},
-    {"bert", "runtime"},
+    {"bert", "runtime", "fetch"},
     {"config"},
     {"losses"},
     {"presets"},
