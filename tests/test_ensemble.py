@@ -1,5 +1,7 @@
 """ensemble.py: averaging the best models of run folders, against each member alone."""
 
+import math
+
 import pytest
 import torch
 
@@ -53,10 +55,8 @@ def test_members_with_other_heads_average_what_their_heads_mean(tiny_env, tmp_pa
     sst = mean["sst", "dev"][1]
     torch.testing.assert_close(sst.sum(-1), torch.ones(len(sst)))  # probabilities, averaged
     results = ensemble.scored(mean)
-    assert (
-        set(results) == set(evaluation.MULTITASK)
-        and results["sts"].metrics["pearson"] == results["sts"].metrics["pearson"]
-    )
+    assert set(results) == set(evaluation.MULTITASK)
+    assert not math.isnan(results["sts"].metrics["pearson"])  # averaged scores, scored
 
 
 def test_members_that_cannot_be_averaged_are_refused(tiny_env, tmp_path):
