@@ -15,6 +15,7 @@ import http.client
 import io
 import json
 import os
+import shutil
 import sys
 import urllib.error
 import urllib.parse
@@ -105,7 +106,9 @@ def _snli_rows(archive: zipfile.ZipFile, member: str, limit: int | None):
 def build_snli(zip_path: Path, folder: Path) -> None:
     """snli-train.csv and snli-dev.csv from the SNLI 1.0 release: train is the first
     100,000 training rows, dev the test split, each without the rows that have no gold
-    label (data/README.md). The archive's CRCs are checked first."""
+    label (data/README.md). The archive's CRCs are checked first; a failure leaves neither
+    file (a task with one file would never be fetched again)."""
+    built = [task_file(folder, "snli", split) for split in SNLI_MEMBERS]
     try:
         with zipfile.ZipFile(zip_path) as archive:
             corrupt = archive.testzip()
@@ -120,35 +123,31 @@ def build_snli(zip_path: Path, folder: Path) -> None:
                     task_file(folder, "snli", split), ["premise", "hypothesis", "label"], rows
                 )
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as err:
+        for path in built:
+            path.unlink(missing_ok=True)
         raise FetchError(f"{zip_path}: not the SNLI 1.0 release ({err})") from None
 
 
 def fetch_missing(folder: Path, timeout: float) -> list[str]:
     """Download what is missing into folder; return the names still missing.
 
-    The handout's files: a task's files are downloaded only when ALL of them are missing,
-    since mixing sources would leak (a mirror's quora-train.csv is cut from the handout's
-    quora-dev.csv). SNLI: the release is downloaded beside them, both files are built from
-    it, and it is deleted. The first address that cannot be reached ends the fetching.
+    A task's files are fetched only when ALL of them are missing, and placed only when all
+    arrived: mixing sources would leak (a mirror's quora-train.csv is cut from the handout's
+    quora-dev.csv), and a task left half there would never be fetched again. SNLI: the
+    release is downloaded beside them, both files are built from it, and it is deleted.
+    The first address that cannot be reached ends the fetching.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    handout = source("MINBERT_HANDOUT_URL")
     try:
         for task in FILE_STEMS:
-            names = [
-                task_file(folder, task, s).name for s in (SPLITS[:2] if task == "snli" else SPLITS)
-            ]
+            splits = SPLITS[:2] if task == "snli" else SPLITS
+            names = [task_file(folder, task, s).name for s in splits]
             if any((folder / name).is_file() for name in names):
                 continue
             if task == "snli":
                 fetch_snli(folder, timeout)
-                continue
-            for name in names:
-                try:
-                    _download(handout + name, folder / name, timeout)
-                    print(f"downloaded {name} from {handout + name}")
-                except urllib.error.HTTPError as err:
-                    print(f"{name}: not at {handout + name} (HTTP {err.code})")
+            else:
+                fetch_task(folder, names, timeout)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
         print(f"offline? {getattr(err, 'reason', err)}; not trying further files")
     except FetchError as err:
@@ -156,10 +155,29 @@ def fetch_missing(folder: Path, timeout: float) -> list[str]:
     return [n for n in expected_files() if not (folder / n).is_file()]
 
 
+def fetch_task(folder: Path, names: list[str], timeout: float) -> None:
+    """One task's handout files, downloaded into a staging folder and moved in together."""
+    handout = source("MINBERT_HANDOUT_URL")
+    staging = folder / ".fetching"
+    staging.mkdir(exist_ok=True)
+    try:
+        for name in names:
+            try:
+                _download(handout + name, staging / name, timeout)
+            except urllib.error.HTTPError as err:
+                print(f"{name}: not at {handout + name} (HTTP {err.code}); its task left out")
+                return
+        for name in names:
+            (staging / name).replace(folder / name)
+            print(f"downloaded {name} from {handout + name}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def fetch_snli(folder: Path, timeout: float) -> None:
     """Both SNLI files, built from the release at MINBERT_SNLI_URL (about 90 MB)."""
     url = source("MINBERT_SNLI_URL")
-    archive = folder / Path(urllib.parse.urlparse(url).path).name
+    archive = folder / ".snli-release.zip"  # never a data file's name, whatever the URL
     try:
         _download(url, archive, timeout)
         build_snli(archive, folder)

@@ -75,6 +75,9 @@ def server(tmp_path):
     with zipfile.ZipFile(served / "bad.zip", "w", zipfile.ZIP_STORED) as z:
         for name, text in members.items():
             z.writestr(name, text)
+    with zipfile.ZipFile(served / "train-only.zip", "w") as z:  # the test split missing
+        train = fetch.SNLI_MEMBERS["train"]
+        z.writestr(train, members[train])
     raw = bytearray((served / "bad.zip").read_bytes())
     at = raw.index(b"gold_label")  # a stored member's bytes: flip one, its CRC no longer holds
     raw[at] ^= 0x20
@@ -136,8 +139,17 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
         ("/handout/", "/error/snli_1.0.zip", "(HTTP 500)"),
         ("/handout/", "/bad.zip", "fails its CRC check"),
         ("/handout/", "/handout/ids-sst-dev.csv", "not the SNLI 1.0 release"),
+        ("/handout/", "/train-only.zip", "not the SNLI 1.0 release"),
     ],
-    ids=["short-file", "short-zip", "error-file", "error-zip", "corrupt-zip", "not-a-zip"],
+    ids=[
+        "short-file",
+        "short-zip",
+        "error-file",
+        "error-zip",
+        "corrupt-zip",
+        "not-a-zip",
+        "no-test-split",
+    ],
 )
 def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
     server, tmp_path, monkeypatch, capsys, handout, snli, says
@@ -148,6 +160,11 @@ def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
     missing = fetch.fetch_missing(folder, timeout=5)
     assert says in capsys.readouterr().out
     assert missing and not list(folder.glob("*.part")) and not list(folder.glob("*.zip"))
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # staging, archive
+    for task in D.FILE_STEMS:  # every task whole or absent: a half task is never fetched again
+        splits = D.SPLITS[:2] if task == "snli" else D.SPLITS
+        present = [D.task_file(folder, task, s).is_file() for s in splits]
+        assert all(present) or not any(present), task
     for name in D.expected_files():  # every file there is whole
         if (folder / name).is_file():
             assert name not in missing
