@@ -44,7 +44,7 @@ def member_outputs(run_dir: Path, rt, splits=("dev", "test")) -> dict:
             "gives no probability to average; ensemble members need QQP's classifier head"
         )
     tokenizer = mt.BertTokenizer.from_pretrained(cfg.model.bert)
-    data_cfg = replace(cfg.data, test_predictions="test" in splits)  # its test sets too
+    data_cfg = replace(cfg.data, test_predictions="test" in splits, heldout_size=0)
     task_data = data.load_task_data(
         data_cfg, tokenizer, MULTITASK, cfg.seed, (), cfg.multitask.cross_encode
     )
