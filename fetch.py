@@ -18,7 +18,6 @@ import os
 import shutil
 import sys
 import urllib.error
-import urllib.parse
 import urllib.request
 import warnings
 import zipfile
