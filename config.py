@@ -157,6 +157,12 @@ class ScheduleConfig:
     para_fraction: float = option(
         0.03, "thesis presets: share of QQP per loop", positive=True, maximum=1
     )
+    loop_decay: str = option(
+        "none",
+        "thesis presets: 'linear' runs loop i of L at lr x (L - i + 1) / L, so that later "
+        "loops move the encoder less; 'none': every loop at the same lr, as the thesis",
+        choices=("none", "linear"),
+    )
     sequential_epochs: tuple = option(
         (3, 10, 10), "sequential preset: epochs per task", minimum=1, metavar=("QQP", "STS", "SST")
     )

@@ -2,6 +2,7 @@
 
     python plots.py RUN_DIR [--out DIR]
     python plots.py --table "plain=runs/a,runs/b" "defended=runs/c,runs/d"
+    python plots.py --compare thesis=runs/t defended=runs/d --out docs/presets.png
 
 forgetting.png: each task's dev score (SST and QQP accuracy, STS Pearson r, the overall
 score) after every stage, as in the thesis's forgetting figures: a score that falls after a
@@ -10,6 +11,10 @@ same colours, and the stage kept as the best model is shaded.
 loss.png: the training loss of every step (steps.jsonl) as faint dots, with its moving average,
 coloured by the task trained; thin vertical lines separate the stages, named on top
 (where a long run leaves room).
+
+--compare draws one picture of several runs of one schedule: a panel per score (each task,
+the overall score, the held-out AUC when every run has it), a line per run over its stages,
+the untouched model's score dashed.
 
 --table prints a Markdown table comparing recipes, each run with one or more seeds (best
 stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
@@ -39,6 +44,7 @@ COLORS = {
     "sst+para+sts": "tab:red",
     "contrastive": "tab:purple",
 }
+SERIES_COLORS = ("tab:red", "tab:blue", "tab:purple", "tab:green", "tab:orange", "tab:brown")
 
 
 def read_rows(run_dir) -> list[dict]:
@@ -116,6 +122,40 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
     return path
 
 
+def draw_compare(runs: dict[str, list[dict]], path: Path) -> Path:
+    """One panel per score, one line per run over its stages; the untouched model dashed."""
+    first = next(iter(runs.values()))
+    keys = list(score_series(first))
+    if all("heldout" in row for rows in runs.values() for row in rows):
+        keys.append("heldout")
+    fig = Figure(figsize=(11.0, 2.3 * len(keys)), layout="constrained")
+    axes = fig.subplots(len(keys), 1, sharex=True)
+    for ax, key in zip(axes, keys, strict=True):
+        for (name, rows), color in zip(runs.items(), SERIES_COLORS, strict=False):
+            values = [row[key] if key == "heldout" else main_score(row, key) for row in rows]
+            ax.plot(range(1, len(values)), values[1:], marker=".", ms=3, color=color, label=name)
+        start = [row[key] if key == "heldout" else main_score(row, key) for row in first[:1]]
+        ax.axhline(start[0], color="gray", ls="--", lw=1)
+        label = "held-out AUC" if key == "heldout" else score_series(first)[key][0]
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    names = [row["stage"] for row in max(runs.values(), key=len)[1:]]
+    shown = spaced(list(range(len(names))), len(names) / 14)
+    axes[-1].set_xticks(
+        [i + 1 for i in shown],
+        [names[i] for i in shown],
+        rotation=35,
+        ha="right",
+        rotation_mode="anchor",
+        fontsize=7,
+    )
+    axes[0].plot([], [], color="gray", ls="--", lw=1, label="untouched model")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+    axes[0].set_title("dev scores after each stage")
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def draw_loss(steps: list[dict], path: Path, title: str) -> Path:
     """Every step's loss and its trend, coloured by task, stage after stage."""
     fig = Figure(figsize=(8.0, 4.0), layout="constrained")
@@ -168,6 +208,17 @@ def plot_run(run_dir: Path, out: Path, title: str) -> list[Path]:
     return written
 
 
+def named(parser, flag: str, specs: list[str], expected: str) -> dict[str, list[str]]:
+    """NAME=DIR[,DIR...] arguments -> {name: folders}; a malformed one is a usage error."""
+    out = {}
+    for spec in specs:
+        name, sep, dirs = spec.partition("=")
+        if not sep or not dirs:
+            parser.error(f"{flag} {spec!r}: expected {expected}")
+        out[name] = dirs.split(",")
+    return out
+
+
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,15 +236,23 @@ def main(argv=None) -> list[Path]:
         metavar="NAME=DIR[,DIR...]",
         help="print a Markdown table of these recipes, the runs of each separated by commas",
     )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="NAME=DIR",
+        help="draw one picture (--out FILE, a .png) of these runs' dev scores over the stages",
+    )
     args = parser.parse_args(argv)
+
+    if args.compare:
+        runs = named(parser, "--compare", args.compare, "NAME=DIR")
+        if args.out is None or args.out.suffix != ".png":
+            parser.error("--compare needs --out FILE.png")
+        print(draw_compare({k: read_rows(v[0]) for k, v in runs.items()}, args.out))
+        return [args.out]
     if args.table:
-        recipes = {}
-        for spec in args.table:
-            name, sep, dirs = spec.partition("=")
-            if not sep or not dirs:
-                parser.error(f"--table {spec!r}: expected NAME=DIR[,DIR...]")
-            recipes[name] = [read_rows(d) for d in dirs.split(",")]
-        print(compare_runs(recipes))
+        recipes = named(parser, "--table", args.table, "NAME=DIR[,DIR...]")
+        print(compare_runs({k: [read_rows(d) for d in v] for k, v in recipes.items()}))
         return []
     if args.run_dir is None:
         parser.error("give a run folder, or --table")

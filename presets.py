@@ -38,13 +38,14 @@ def simcse_term(cfg: RunConfig):
     return cfg.simcse if cfg.simcse.simcse_weight > 0 else None
 
 
-def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
-    """A stage of one task with this run's lr, batch and SMART weights for that task."""
+def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="", lr_scale=1.0) -> Stage:
+    """A stage of one task with this run's lr (times lr_scale), batch and SMART weights for
+    that task."""
     smart = cfg.smart
     batch_size = smart.smart_batch_size if smart.enabled else cfg.optim.batch_size
     return Stage(
         (task,),
-        cfg.optim.lr,
+        cfg.optim.lr * lr_scale,
         batch_size,
         fraction=fraction,
         epochs=epochs,
@@ -57,13 +58,14 @@ def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="") -> Stage:
 
 def thesis_plan(cfg: RunConfig) -> list[Stage]:
     """One QQP epoch, then `loops` x (STS -> SST -> a fresh 3% of QQP): thesis Fig. 4.10."""
-    share = cfg.schedule.para_fraction
+    share, loops = cfg.schedule.para_fraction, cfg.schedule.loops
     plan = [task_stage(cfg, "para", name="QQP")]
-    for i in range(1, cfg.schedule.loops + 1):
+    for i in range(1, loops + 1):
+        scale = (loops - i + 1) / loops if cfg.schedule.loop_decay == "linear" else 1.0
         plan += [
-            task_stage(cfg, "sts", name=f"loop {i}: STS"),
-            task_stage(cfg, "sst", name=f"loop {i}: SST"),
-            task_stage(cfg, "para", share, name=f"loop {i}: QQP {share:.0%}"),
+            task_stage(cfg, "sts", name=f"loop {i}: STS", lr_scale=scale),
+            task_stage(cfg, "sst", name=f"loop {i}: SST", lr_scale=scale),
+            task_stage(cfg, "para", share, name=f"loop {i}: QQP {share:.0%}", lr_scale=scale),
         ]
     return plan
 

@@ -171,3 +171,24 @@ def test_a_table_of_recipes_over_seeds(tmp_path, capsys):
     assert lines[3].split("|")[2].strip() == "1"  # one seed: no spread
     with pytest.raises(SystemExit):
         plots.main(["--table", "nodirs"])
+
+
+def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
+    def one_run(name, heldout=True):
+        rows = [{"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8)]
+        rows += [{"stage": f"S{k}", "index": k} | scores(0.3, 0.6, 0.8) for k in range(41)]
+        for row in rows if heldout else []:
+            row["heldout"] = 0.89
+        write_jsonl(tmp_path / name / "metrics.jsonl", rows)
+        return tmp_path / name
+
+    a, b, c = one_run("a"), one_run("b"), one_run("c", heldout=False)
+    out = tmp_path / "cmp.png"
+    assert plots.main(["--compare", f"a={a}", f"b={b}", "--out", str(out)]) == [out]
+    width, height = png_size(out)
+    assert 1000 <= width <= 1400 and height > 5 * 2.0 * 110  # five panels: held-out included
+    plots.main(["--compare", f"a={a}", f"c={c}", "--out", str(out)])
+    assert png_size(out)[1] < 5 * 2.0 * 110  # c has no held-out score: four panels
+    for bad in (["--compare", str(a), "--out", str(out)], ["--compare", f"a={a}"]):
+        with pytest.raises(SystemExit):
+            plots.main(bad)

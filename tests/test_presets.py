@@ -81,6 +81,20 @@ def test_thesis_smart_is_the_thesis_plan_with_smart_weights():
     assert all(not s.smart.active and s.batch_size == 32 for s in thesis_plan)
 
 
+def test_loop_decay_lowers_each_loops_lr_linearly_and_none_keeps_the_thesis_lr():
+    cfg, _ = mt.parse_args(["--preset", "thesis", "--loops", "4", "--lr", "2e-5"])
+    assert {s.lr for s in presets.thesis_plan(cfg)} == {2e-5}
+    cfg, _ = mt.parse_args(
+        ["--preset", "thesis", "--loops", "4", "--lr", "2e-5", "--loop_decay", "linear"]
+    )
+    lrs = [s.lr for s in presets.thesis_plan(cfg)]
+    assert lrs[0] == 2e-5  # the first QQP epoch
+    expected = [2e-5 * (4 - i) / 4 for i in range(4) for _ in range(3)]  # STS, SST, QQP share
+    assert lrs[1:] == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(SystemExit):  # argparse names the choices
+        mt.parse_args(["--preset", "thesis", "--loop_decay", "cosine"])
+
+
 def test_smart_with_an_embedding_loss_is_refused():
     with pytest.raises(SystemExit, match="--sts_loss cosine_mse works on sentence embeddings"):
         mt.parse_args(["--preset", "thesis-smart", "--sts_loss", "cosine_mse"])
