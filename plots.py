@@ -122,7 +122,7 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
     return path
 
 
-def draw_compare(runs: dict[str, list[dict]], path: Path) -> Path:
+def compare_figure(runs: dict[str, list[dict]]) -> Figure:
     """One panel per score, one line per run over its stages; the untouched model dashed."""
     first = next(iter(runs.values()))
     keys = list(score_series(first))
@@ -131,11 +131,11 @@ def draw_compare(runs: dict[str, list[dict]], path: Path) -> Path:
     fig = Figure(figsize=(11.0, 2.3 * len(keys)), layout="constrained")
     axes = fig.subplots(len(keys), 1, sharex=True)
     for ax, key in zip(axes, keys, strict=True):
-        for (name, rows), color in zip(runs.items(), SERIES_COLORS, strict=False):
-            values = [row[key] if key == "heldout" else main_score(row, key) for row in rows]
-            ax.plot(range(1, len(values)), values[1:], marker=".", ms=3, color=color, label=name)
-        start = [row[key] if key == "heldout" else main_score(row, key) for row in first[:1]]
-        ax.axhline(start[0], color="gray", ls="--", lw=1)
+        for i, (name, rows) in enumerate(runs.items()):
+            values = [main_score(row, key) for row in rows[1:]]
+            color = SERIES_COLORS[i % len(SERIES_COLORS)]
+            ax.plot(range(1, len(rows)), values, marker=".", ms=3, color=color, label=name)
+        ax.axhline(main_score(first[0], key), color="gray", ls="--", lw=1)
         label = "held-out AUC" if key == "heldout" else score_series(first)[key][0]
         ax.set_ylabel(label, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
@@ -152,7 +152,12 @@ def draw_compare(runs: dict[str, list[dict]], path: Path) -> Path:
     axes[0].plot([], [], color="gray", ls="--", lw=1, label="untouched model")
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
     axes[0].set_title("dev scores after each stage")
-    fig.savefig(path, dpi=110)
+    return fig
+
+
+def draw_compare(runs: dict[str, list[dict]], path: Path) -> Path:
+    """compare_figure(runs) written to path as a PNG."""
+    compare_figure(runs).savefig(path, dpi=110)
     return path
 
 

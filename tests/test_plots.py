@@ -189,6 +189,11 @@ def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
     assert 1000 <= width <= 1400 and height > 5 * 2.0 * 110  # five panels: held-out included
     plots.main(["--compare", f"a={a}", f"c={c}", "--out", str(out)])
     assert png_size(out)[1] < 5 * 2.0 * 110  # c has no held-out score: four panels
+    seven = {f"r{i}": plots.read_rows(a) for i in range(7)}  # more runs than colours
+    for ax in plots.compare_figure(seven).axes:
+        lines = ax.get_lines()
+        assert len([x for x in lines if x.get_linestyle() == "-"]) == 7, ax.get_ylabel()
+        assert len({x.get_color() for x in lines if x.get_linestyle() == "-"}) == 6
     for bad in (["--compare", str(a), "--out", str(out)], ["--compare", f"a={a}"]):
         with pytest.raises(SystemExit):
             plots.main(bad)
