@@ -123,20 +123,21 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def compare_figure(runs: dict[str, list[dict]]) -> Figure:
-    """One panel per score, one line per run over its stages; the untouched model dashed."""
+    """One panel per score every run has, one line per run over its stages; the untouched
+    model dashed."""
     first = next(iter(runs.values()))
-    keys = list(score_series(first))
-    if all("heldout" in row for rows in runs.values() for row in rows):
-        keys.append("heldout")
-    fig = Figure(figsize=(11.0, 2.3 * len(keys)), layout="constrained")
-    axes = fig.subplots(len(keys), 1, sharex=True)
-    for ax, key in zip(axes, keys, strict=True):
+    labels = {k: label for k, (label, _) in score_series(first).items()}
+    labels["heldout"] = "held-out AUC"
+    every = [row for rows in runs.values() for row in rows]
+    labels = {k: v for k, v in labels.items() if all(k in row for row in every)}  # panels
+    fig = Figure(figsize=(11.0, 2.3 * len(labels)), layout="constrained")
+    axes = fig.subplots(len(labels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (key, label) in zip(axes, labels.items(), strict=True):
         for i, (name, rows) in enumerate(runs.items()):
             values = [main_score(row, key) for row in rows[1:]]
             color = SERIES_COLORS[i % len(SERIES_COLORS)]
             ax.plot(range(1, len(rows)), values, marker=".", ms=3, color=color, label=name)
         ax.axhline(main_score(first[0], key), color="gray", ls="--", lw=1)
-        label = "held-out AUC" if key == "heldout" else score_series(first)[key][0]
         ax.set_ylabel(label, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     names = [row["stage"] for row in max(runs.values(), key=len)[1:]]

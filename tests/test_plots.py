@@ -194,6 +194,12 @@ def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
         lines = ax.get_lines()
         assert len([x for x in lines if x.get_linestyle() == "-"]) == 7, ax.get_ylabel()
         assert len({x.get_color() for x in lines if x.get_linestyle() == "-"}) == 6
+    sst_only = [
+        {"stage": "start (no training)", "sst": {"accuracy": 0.2}},
+        {"stage": "SST", "sst": {"accuracy": 0.4}},
+    ]
+    (panel,) = plots.compare_figure({"a": plots.read_rows(a), "sst": sst_only}).axes
+    assert panel.get_ylabel() == "SST acc"  # only the score both runs have
     for bad in (["--compare", str(a), "--out", str(out)], ["--compare", f"a={a}"]):
         with pytest.raises(SystemExit):
             plots.main(bad)
