@@ -3,18 +3,16 @@
 Sections (--only): tokenizer (ours vs HF's pure-Python BertTokenizerLegacy, the target,
 and its Rust one); forward (our BertModel vs transformers' with the same weights); train
 (trainer.train_step vs HF's BertModel with our head and torch's AdamW; SMART vs plain);
-precision (bf16 vs float32: a matmul of the model's FFN shape, the forward, the train step,
-each step's FLOP rate as a share of its matmul rate); compile (compiled layers vs eager);
-adamw (ours vs torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs
-float32); padding (real / padded tokens, length buckets vs random batches).
+precision (bf16 vs float32: the FFN's matmul, the forward, the train step, each step's FLOP
+rate as a share of its matmul rate); compile (compiled layers vs eager); adamw (ours vs
+torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs float32); padding
+(real / padded tokens, length buckets vs random batches).
 
-At the precision training picks (--precision). A CPU runs the embedded MiniLM at 32x64,
-CUDA bert-base's shape with random weights at 8, 16 and 32 x 128 (--model, --batch_sizes,
---length). A comparison's runs are interleaved (A B, B A, ...); a ratio is ours /
-reference of the medians, of the minima, and the median of the paired ratios (repeat r of
-each, back to back), on which targets are judged: a load that comes and goes hits a pair
-alike, where one lucky run sets a minimum. The bench only measures; a missed target is
-reported, never adjusted. --threads 1 steadies timings when other work keeps the cores busy.
+At training's precision. A CPU runs the embedded MiniLM at 32x64, CUDA bert-base's shape
+with random weights at 8, 16 and 32 x 128. Runs are interleaved (A B, B A, ...); a ratio is
+ours / reference of the medians, of the minima, and the median of the paired ratios, on
+which targets are judged (a passing load hits a pair alike). Misses are reported, never
+adjusted.
 
     python bench.py                                 # minutes; several times that when busy
     python bench.py --only train memory --repeats 3
@@ -28,7 +26,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,7 +37,7 @@ from torch import nn
 
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
-from bert import BertModel, mean_pool
+from bert import BertModel, mean_pool, train_step_flops
 from config import OptimConfig, Stage
 from losses import StepContext
 from multitask_classifier import MultitaskBERT, compile_layers
@@ -51,6 +49,7 @@ from trainer import new_optimizer, train_step
 
 RANDOM_BASE = "bert-base"  # --model: bert-base-uncased's shape with random weights
 SIZES = {"cpu": ("minilm", [32], 64), "cuda": (RANDOM_BASE, [8, 16, 32], 128)}  # model, B, T
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # BertModel's, in order
 SENTENCES = 2000  # SST train sentences per tokenizer run (HF's Python tokenizer is slow)
 
 
@@ -94,12 +93,10 @@ class Row:
     @property
     def passed(self) -> bool | None:
         """Our value, or the ratio (the paired one when timed), checked against the target."""
-        if self.target is None:
-            return None
-        t = TARGETS[self.target]
+        t = TARGETS.get(self.target)
         timed = self.ratio if self.ratio_paired is None else self.ratio_paired
-        value = self.ours if t.on == "ours" else timed
-        if value is None:  # a ratio without a reference
+        value = None if t is None else self.ours if t.on == "ours" else timed
+        if value is None:  # no target, or a ratio without a reference
             return None
         return value <= t.bound if t.op == "<=" else value >= t.bound
 
@@ -136,12 +133,9 @@ def time_interleaved(
 def ratios(ours: Sequence[float], reference: Sequence[float]) -> tuple[float, float, float]:
     """ours / reference of the medians, of the minima, and the median of the paired ratios
     ours[r] / reference[r] (repeats of the same length)."""
-    paired = statistics.median(a / b for a, b in zip(ours, reference, strict=True))
-    return (
-        statistics.median(ours) / statistics.median(reference),
-        min(ours) / min(reference),
-        paired,
-    )
+    med = statistics.median
+    paired = med(a / b for a, b in zip(ours, reference, strict=True))
+    return med(ours) / med(reference), min(ours) / min(reference), paired
 
 
 def timed_row(what, times, ours="ours", ref="ref", target=None, items=None) -> Row:
@@ -156,25 +150,6 @@ def timed_row(what, times, ours="ours", ref="ref", target=None, items=None) -> R
     return Row(what, "ms", a, b, median, minimum, paired, target, rates, seconds)
 
 
-def padding_efficiency(batches: Iterable[Sequence[int]]) -> float:
-    """Real / padded tokens when each batch is padded to its longest sequence.
-
-    batches: the sequence lengths of each batch; [[2, 4]] -> 6 / 8 = 0.75.
-    """
-    real = padded = 0
-    for lengths in batches:
-        real, padded = real + sum(lengths), padded + len(lengths) * max(lengths, default=0)
-    if padded == 0:
-        raise ValueError("padding_efficiency: no tokens in the batches")
-    return real / padded
-
-
-def random_batches(n: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
-    """Shuffled indices 0..n-1 cut into batches: a plain DataLoader(shuffle=True)."""
-    order = torch.randperm(n, generator=generator).tolist()
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
-
-
 @dataclass
 class Context:
     rt: Runtime  # device and precision, decided as training decides them
@@ -187,9 +162,8 @@ class Context:
     skipped: dict = field(default_factory=dict)  # what was not measured -> why
 
     def time(self, runs, warmup=None, prepare=None) -> dict[str, list[float]]:
-        cuda, device = self.rt.device.type == "cuda", self.rt.device
-        sync = partial(torch.cuda.synchronize, device) if cuda else lambda: None
-        warmup = self.warmup if warmup is None else warmup
+        cuda, warmup = self.rt.device.type == "cuda", self.warmup if warmup is None else warmup
+        sync = partial(torch.cuda.synchronize, self.rt.device) if cuda else lambda: None
         return time_interleaved(runs, self.repeats, warmup, prepare, sync)
 
 
@@ -229,7 +203,7 @@ def random_batch(B: int, T: int, vocab_size: int, device) -> dict:
 def reference_step(model: nn.ModuleDict, optimizer, batch, rt: Runtime) -> None:
     """Our SST model's step written with the independent pieces: HF's BertModel, masked
     mean pooling, dropout, a linear head, cross-entropy and torch.optim.AdamW."""
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    inputs = {k: batch[k] for k in INPUTS}
     with rt.autocast():
         hidden = model["bert"](**inputs).last_hidden_state  # (B, T, H)
         pooled = F.dropout(mean_pool(hidden, batch["attention_mask"]), 0.1)  # (B, H)
@@ -320,19 +294,14 @@ def bench_tokenizer(ctx: Context) -> list[Row]:
     ]
 
 
-def forward_inputs(ctx: Context, B: int, bert) -> tuple:
-    """(ids, mask, token types) of a random B x ctx.length batch for `bert`'s vocabulary."""
-    b = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
-    return b["input_ids"], b["attention_mask"], b["token_type_ids"]
-
-
 def bench_forward(ctx: Context) -> list[Row]:
     """BERT forward in eval mode, without gradients, at training precision."""
     rows = []
     for attention, ref_name in (("manual", "HF eager"), ("sdpa", "HF sdpa")):
         ours, ref = (m.eval() for m in encoders(ctx, attention))
         for B in ctx.batch_sizes:
-            args = forward_inputs(ctx, B, ours)
+            b = random_batch(B, ctx.length, ours.config.vocab_size, ctx.rt.device)
+            args = [b[k] for k in INPUTS]
             with torch.no_grad(), ctx.rt.autocast():
                 times = ctx.time({"ours": partial(ours, *args), "ref": partial(ref, *args)})
             what = f"BERT forward {B}x{ctx.length} {ctx.rt.precision}, {attention} vs {ref_name}"
@@ -395,14 +364,6 @@ def own_step(ctx: Context, B: int, precision: str, model=None, smart=None) -> pa
     return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
 
 
-def step_flops(config: BertConfig, B: int, T: int) -> float:
-    """FLOPs of a training step: 6 x non-embedding parameters x tokens (forward 2, backward
-    4 per weight and token) plus attention's two (T x T) products, 12 x layers x B x T^2 x H."""
-    L, H, inter = config.num_hidden_layers, config.hidden_size, config.intermediate_size
-    per_layer = 4 * H * H + 2 * H * inter  # q, k, v, output; the FFN's two (biases aside)
-    return 6 * L * per_layer * B * T + 12 * L * B * T * T * H
-
-
 def matmul_rates(ctx: Context, M: int, K: int, N: int, low: str) -> tuple[dict, Row]:
     """FLOP/s of an (M, K) x (K, N) matmul in float32 and in `low`, timed interleaved."""
     g, device = torch.Generator().manual_seed(0), ctx.rt.device
@@ -434,7 +395,7 @@ def bench_precision(ctx: Context) -> list[Row]:
         times = ctx.time(steps)
         what = f"train step {B}x{T}"
         rows.append(timed_row(f"{what}, {low} vs float32", times, low, "fp32", "bf16_step"))
-        flops = step_flops(config, B, T)
+        flops = train_step_flops(config, B, T)
         for p, target in ((low, "bf16_share" if low == "bf16" else None), ("fp32", None)):
             rate = flops / statistics.median(times[p])
             note = f"{rate / 1e9:,.0f} GFLOP/s of {flops / 1e9:,.1f} GFLOP a step"
@@ -445,7 +406,7 @@ def bench_precision(ctx: Context) -> list[Row]:
 
 def forward_row(ctx: Context, bert: BertModel, B: int, low: str) -> Row:
     """Our BERT forward (eval, no gradients) under `low` autocast against float32."""
-    args = forward_inputs(ctx, B, bert)
+    args = [random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)[k] for k in INPUTS]
 
     def forward(precision):
         with torch.no_grad(), Runtime(ctx.rt.device, AUTOCAST[precision], None).autocast():
@@ -511,26 +472,20 @@ def bench_padding(ctx: Context) -> list[Row]:
     for name, ds, sides in (("SST", sst, [sst.input_ids]), ("QQP", qqp, qqp.input_ids)):
 
         def efficiency(batches, sides=sides):
-            return padding_efficiency([len(s[i]) for s in sides for i in b] for b in batches)
+            return data.padding_efficiency([len(s[i]) for s in sides for i in b] for b in batches)
 
         g = torch.Generator().manual_seed(0)
         bucketed = efficiency(data.LengthBucketSampler(ds.lengths, 32, generator=g))
-        shuffled = efficiency(random_batches(len(ds), 32, g))
+        shuffled = efficiency(data.random_batches(len(ds), 32, g))
         what = f"padding efficiency {name} train, batch 32: LengthBucketSampler vs random"
-        target = "padding" if name == "SST" else None
-        rows.append(
-            Row(what, "real/padded", bucketed, shuffled, bucketed / shuffled, target=target)
-        )
+        ratio, target = bucketed / shuffled, "padding" if name == "SST" else None
+        rows.append(Row(what, "real/padded", bucketed, shuffled, ratio, target=target))
     return rows
 
 
 TIMED = (bench_tokenizer, bench_forward, bench_train, bench_precision, bench_compile, bench_adamw)
 # memory changes malloc's settings on a CPU, so it comes after every timed section
 SECTIONS = {f.__name__.removeprefix("bench_"): f for f in (*TIMED, bench_memory, bench_padding)}
-
-
-# ---------------------------------------------------------------------------------------
-# Report and command line
 
 
 def fmt(value: float | None, unit: str = "") -> str:
@@ -541,19 +496,18 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
 
 
+VERDICT = {True: "pass", False: "**FAIL**", None: "-"}
+
+
 def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
     head = "| what | ours | reference | ratio of medians | ratio of minima | paired ratio | target "
     lines = ["# Benchmarks\n", "; ".join(meta.values()) + ".\n", head + "| result |"]
     lines += ["| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         what = (f"{r.what} ({r.note})" if r.note else r.what).replace("|", "\\|")
+        target = str(TARGETS[r.target]) if r.target else "-"
         cells = [what, fmt(r.ours, r.unit), fmt(r.reference, r.unit), fmt(r.ratio)]
-        cells += [
-            fmt(r.ratio_min),
-            fmt(r.ratio_paired),
-            str(TARGETS[r.target]) if r.target else "-",
-        ]
-        cells.append({True: "pass", False: "**FAIL**", None: "-"}[r.passed])
+        cells += [fmt(r.ratio_min), fmt(r.ratio_paired), target, VERDICT[r.passed]]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("\nNotes:")
     lines += [f"- not measured: {name}: {why}" for name, why in skipped.items()]

@@ -1,27 +1,20 @@
 """The bench's helpers on hand-made inputs: interleaved timing (with a fake clock), the
-ratios of medians and of minima, padding efficiency, and pass/fail on the ratio of the
-minima; then one smoke run of bench.main on the tiny BERT and data (the memory section,
+ratios of medians and of minima, and pass/fail on the ratio of the minima; then one smoke run of bench.main on the tiny BERT and data (the memory section,
 which changes malloc's settings for the whole process, is left out)."""
 
 import json
-import random
 
 import pytest
-import torch
 
 import bench
-from base_bert import BertConfig
 from bench import (
     TARGETS,
     Row,
     markdown,
-    padding_efficiency,
-    random_batches,
     ratios,
     time_interleaved,
     timed_row,
 )
-from bert import BertModel
 
 
 class FakeClock:
@@ -119,34 +112,6 @@ def test_targets_bounds_and_sides():
     assert not Row("pad", "real/padded", 0.85, 0.2, ratio=4.25, target="padding").passed
 
 
-def naive_padding_efficiency(batches) -> float:
-    """Pad every batch slot by slot and count the slots that hold a real token."""
-    real = slots = 0
-    for lengths in batches:
-        for length in lengths:
-            for position in range(max(lengths)):
-                slots += 1
-                real += position < length
-    return real / slots
-
-
-def test_padding_efficiency():
-    assert padding_efficiency([[2, 4]]) == pytest.approx(6 / 8, abs=1e-12)
-    assert padding_efficiency([[2, 4], [3, 3, 3]]) == pytest.approx(15 / 17, abs=1e-12)
-    assert padding_efficiency([[5], [7, 7]]) == 1.0
-    rng = random.Random(0)
-    batches = [[rng.randint(1, 60) for _ in range(rng.randint(1, 32))] for _ in range(50)]
-    assert padding_efficiency(batches) == pytest.approx(naive_padding_efficiency(batches))
-    with pytest.raises(ValueError, match="no tokens"):
-        padding_efficiency([])
-
-
-def test_random_batches_cover_every_index_once():
-    batches = random_batches(10, 4, torch.Generator().manual_seed(0))
-    assert [len(b) for b in batches] == [4, 4, 2]
-    assert sorted(i for b in batches for i in b) == list(range(10))
-
-
 def test_markdown_shows_the_three_ratios_and_the_verdict():
     slow = Row("BERT forward", "ms", 130.0, 100.0, 1.3, 1.25, 1.28, target="forward_manual")
     rows = [slow, Row("padding", "real/padded", 0.95, 0.5, 1.9)]
@@ -183,21 +148,6 @@ def test_smoke_run_on_the_tiny_bert(tiny_env, tmp_path):
     assert all(len(r["seconds"]["ours"]) == len(r["seconds"]["ref"]) == 2 for r in timed)
     assert all(isinstance(r["passed"], bool) for r in rows if r["target"])
     assert "ratio of medians | ratio of minima" in (tmp_path / "out" / "bench.md").read_text()
-
-
-def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
-    cfg = BertConfig(
-        hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=20
-    )
-    layer = BertModel(cfg).encoder["layer"][0]
-    weights = sum(p.numel() for n, p in layer.named_parameters() if n.endswith("weight"))
-    weights -= sum(
-        p.numel() for n, p in layer.named_parameters() if "LayerNorm" in n and n.endswith("weight")
-    )
-    B, T = 3, 5
-    attention = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer
-    expected = 2 * (6 * weights * B * T + 3 * attention)  # 2 layers; backward twice forward
-    assert bench.step_flops(cfg, B, T) == expected
 
 
 @pytest.mark.slow
