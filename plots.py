@@ -14,7 +14,8 @@ coloured by the task trained; thin vertical lines separate the stages, named on 
 
 --compare draws one picture of several runs of one schedule: a panel per score (each task,
 the overall score, the held-out AUC when every run has it), a line per run over its stages,
-the untouched model's score dashed.
+lined up by stage name (a run that starts with SimCSE shifts nothing), the untouched
+model's score dashed.
 
 --table prints a Markdown table comparing recipes, each run with one or more seeds (best
 stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
@@ -122,6 +123,18 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
     return path
 
 
+def aligned(stages: list[str], axis: list[str]) -> list[int]:
+    """Where a run's stages sit on the axis of the longest run's stage names: each under the
+    axis's next stage of its name, so a run without that run's first SimCSE stage lines up
+    loop by loop; a name the axis lacks takes the next place."""
+    xs, at = [], 0
+    for stage in stages:
+        at = axis.index(stage, at) if stage in axis[at:] else at
+        xs.append(at)
+        at += 1
+    return xs
+
+
 def compare_figure(runs: dict[str, list[dict]]) -> Figure:
     """One panel per score every run has, one line per run over its stages; the untouched
     model dashed."""
@@ -132,15 +145,16 @@ def compare_figure(runs: dict[str, list[dict]]) -> Figure:
     labels = {k: v for k, v in labels.items() if all(k in row for row in every)}  # panels
     fig = Figure(figsize=(11.0, 2.3 * len(labels)), layout="constrained")
     axes = fig.subplots(len(labels), 1, sharex=True, squeeze=False)[:, 0]
+    names = [row["stage"] for row in max(runs.values(), key=len)[1:]]  # the x axis
     for ax, (key, label) in zip(axes, labels.items(), strict=True):
         for i, (name, rows) in enumerate(runs.items()):
+            xs = [x + 1 for x in aligned([row["stage"] for row in rows[1:]], names)]
             values = [main_score(row, key) for row in rows[1:]]
             color = SERIES_COLORS[i % len(SERIES_COLORS)]
-            ax.plot(range(1, len(rows)), values, marker=".", ms=3, color=color, label=name)
+            ax.plot(xs, values, marker=".", ms=3, color=color, label=name)
         ax.axhline(main_score(first[0], key), color="gray", ls="--", lw=1)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    names = [row["stage"] for row in max(runs.values(), key=len)[1:]]
     shown = spaced(list(range(len(names))), len(names) / 14)
     axes[-1].set_xticks(
         [i + 1 for i in shown],

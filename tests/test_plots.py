@@ -203,3 +203,18 @@ def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
     for bad in (["--compare", str(a), "--out", str(out)], ["--compare", f"a={a}"]):
         with pytest.raises(SystemExit):
             plots.main(bad)
+
+
+def test_compare_lines_up_stages_by_name():
+    axis = ["SimCSE", "QQP", "loop 1: STS", "loop 1: SST", "loop 2: STS"]
+    assert plots.aligned(axis, axis) == [0, 1, 2, 3, 4]
+    assert plots.aligned(["QQP", "loop 1: STS", "loop 1: SST"], axis) == [1, 2, 3]
+    assert plots.aligned(["QQP", "other", "loop 2: STS"], axis) == [1, 2, 4]
+    assert plots.aligned(["SST", "SST"], ["SST", "QQP", "SST"]) == [0, 2]  # repeated names
+    start = {"stage": "start (no training)"} | scores(0.2, 0.5, 0.8)
+    plain = [start] + [{"stage": n} | scores(0.3, 0.6, 0.8) for n in axis[1:]]
+    simcse = [start] + [{"stage": n} | scores(0.4, 0.7, 0.8) for n in axis]
+    fig = plots.compare_figure({"plain": plain, "simcse": simcse})
+    xs = {line.get_label(): list(line.get_xdata()) for line in fig.axes[0].get_lines()}
+    assert xs["plain"] == [2, 3, 4, 5] and xs["simcse"] == [1, 2, 3, 4, 5]
+    assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == axis
