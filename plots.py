@@ -124,9 +124,9 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def aligned(stages: list[str], axis: list[str]) -> list[int]:
-    """Where a run's stages sit on the axis of the longest run's stage names: each under the
-    axis's next stage of its name, so a run without that run's first SimCSE stage lines up
-    loop by loop; a name the axis lacks takes the next place."""
+    """Where a run's stages sit on the axis (the longest run's stage names): each under the
+    axis's next stage of the same name, so runs with and without a first SimCSE stage line
+    up loop by loop; a name the axis lacks takes the next place."""
     xs, at = [], 0
     for stage in stages:
         at = axis.index(stage, at) if stage in axis[at:] else at
