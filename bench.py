@@ -8,11 +8,11 @@ rate as a share of its matmul rate); compile (compiled layers vs eager); adamw (
 torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs float32); padding
 (real / padded tokens, length buckets vs random batches).
 
-At training's precision. A CPU runs the embedded MiniLM at 32x64, CUDA bert-base's shape
-with random weights at 8, 16 and 32 x 128. Runs are interleaved (A B, B A, ...); a ratio is
-ours / reference of the medians, of the minima, and the median of the paired ratios, on
-which targets are judged (a passing load hits a pair alike). Misses are reported, never
-adjusted.
+Timed at the precision training picks. A CPU runs the embedded MiniLM at 32x64, CUDA
+bert-base's shape with random weights at 8, 16 and 32 x 128. Runs are interleaved (A B,
+B A, ...); a ratio is ours / reference of the medians, of the minima, and the median of the
+paired ratios, on which targets are judged (a passing load slows both runs of a pair).
+Misses are reported, never adjusted.
 
     python bench.py                                 # minutes; several times that when busy
     python bench.py --only train memory --repeats 3
