@@ -329,7 +329,9 @@ class RunConfig:
     """what to run"""
 
     preset: str = option("thesis", "named experiment (listed below)")
-    seed: int = option(11711, "seed for data order, subsets and dropout")
+    seed: int = option(
+        11711, "seed for data order, subsets and dropout", minimum=0, maximum=2**32 - 1
+    )
     run_dir: str | None = option(None, "output folder; unset: runs/<preset>-<time>")
     checkpoint_minutes: float = option(
         10.0,

@@ -347,21 +347,22 @@ def data_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
     return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
 
 
-def train(cfg: RunConfig, plans: dict, run_dir: Path, resume: bool, rt):
+def seeded_data(cfg: RunConfig, plans: dict) -> dict:
+    """Seed every generator, then read and check the data (before any run folder exists)."""
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    return load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
+
+
+def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: bool, rt):
     print(f"device {rt.device}, precision {rt.precision} ({rt.why}), model {cfg.model.bert}")
     print(f"run folder {run_dir}")
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    task_data = load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
     make_model = run_model(cfg, cfg.device.compile)
+    saving = {"checkpoint_minutes": cfg.checkpoint_minutes, "tensorboard": cfg.tensorboard}
     for name, plan in plans.items():
-        minutes = cfg.checkpoint_minutes
-        tb = cfg.tensorboard
-        run = sub_run(
-            cfg, run_dir, name, rt, checkpoint_minutes=minutes, resume=resume, tensorboard=tb
-        )
+        run = sub_run(cfg, run_dir, name, rt, resume=resume, **saving)
         t0 = time.time()
         model, rows, best = run_plan(plan, make_model(), task_data, cfg.optim, run)
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
@@ -372,9 +373,7 @@ def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
     steps of each kind of stage on this device and precision, each run twice and timed
     the second time (kernels for a new shape are built on first use), give seconds per
     padded token, times the stage's tokens; plus one timed dev scoring after each stage."""
-    torch.manual_seed(cfg.seed)
-    stages = [s for plan in plans.values() for s in plan]
-    task_data = load_data(cfg, stages, BertTokenizer.from_pretrained(cfg.model.bert))
+    task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
     reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
     t0 = time.perf_counter()
@@ -530,6 +529,7 @@ def main(argv=None):
     data.require(data_files(cfg, [s for plan in plans.values() for s in plan]))
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
+    task_data = seeded_data(cfg, plans)
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
         if not resume and any(run_dir.rglob(checkpoint.STATE)):
             raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
@@ -540,7 +540,7 @@ def main(argv=None):
             )
         try:
             with checkpoint.sigterm_stops():
-                train(cfg, plans, run_dir, resume, rt)
+                train(cfg, plans, task_data, run_dir, resume, rt)
         except KeyboardInterrupt:
             print(f"\ninterrupted; the run is saved: continue it with --resume {run_dir}")
             raise SystemExit(130) from None

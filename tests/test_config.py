@@ -70,6 +70,8 @@ def test_switches_and_lists_parse():
         (["--sequential_epochs", "1", "0", "1"], r"--sequential_epochs must be at least 1"),
         (["--simcse_batch_size", "1"], "--simcse_batch_size must be at least 2, got 1"),
         (["--max_length", "2"], "--max_length must be at least 3, got 2"),
+        (["--seed", "-1"], "--seed must be at least 0, got -1"),
+        (["--seed", "4294967296"], "--seed must be at most 4294967295, got 4294967296"),
         (["--lr", "nan"], "--lr must be a finite number, got nan"),
         (["--mu", "inf"], "--mu must be a finite number, got inf"),
         (["--dropout", "1.5"], "--dropout must be at most 1, got 1.5"),

@@ -345,6 +345,7 @@ def test_unusable_data_files_stop_before_training(
     no_training(monkeypatch)
     with pytest.raises(data.DataError, match=message):
         mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()  # read and checked before a run folder is made
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
