@@ -352,7 +352,11 @@ def locked(run_dir: Path):
     except ImportError:  # Windows: no advisory locks; runs are not guarded there
         yield
         return
-    with open(run_dir / ".lock", "a+") as lock:  # not "w": the holder's pid stays readable
+    try:
+        lock = open(run_dir / ".lock", "a+")  # not "w": the holder's pid stays readable
+    except OSError as e:
+        raise CheckpointError(f"cannot write in the run folder {run_dir}: {e.strerror}") from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

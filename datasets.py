@@ -266,6 +266,8 @@ def _read_table(
         lines = text.replace("\r\n", "\n").split("\n")  # not splitlines: \f, \x1c... are text
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: cannot read ({err}); expected UTF-8 text") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror}); expected a readable file") from None
     try:
         header = _fields(lines[0]) if lines[0].strip() else None
     except _BadRow as err:

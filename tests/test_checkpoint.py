@@ -105,6 +105,14 @@ def test_a_run_folder_that_cannot_be_made_says_why(tmp_path):
             pass
 
 
+def test_a_run_folder_that_cannot_be_written_says_why(tmp_path):
+    (tmp_path / "run" / ".lock").mkdir(parents=True)  # unopenable, even for root
+    match = "cannot write in the run folder .*run: Is a directory"
+    with pytest.raises(checkpoint.CheckpointError, match=match):
+        with checkpoint.locked(tmp_path / "run"):
+            pass
+
+
 def test_a_run_folder_is_locked_while_a_run_writes(tmp_path):
     with checkpoint.locked(tmp_path / "run"):
         with pytest.raises(checkpoint.CheckpointError, match="in use by another run"):

@@ -229,6 +229,21 @@ def test_many_bad_rows_one_warning_with_count_and_lines(tmp_path):
     assert "skipped 10 bad row(s) at line(s) 3, 5, 7, 9, 11, ...;" in warned[0]
 
 
+def test_a_file_that_cannot_be_read_is_one_data_error(tmp_path, monkeypatch):
+    path = tmp_path / "sst.csv"
+    path.write_bytes(SST_HEADER.encode() + b"\n0\tg1\t caf\xe9\t1\n")  # Latin-1, not UTF-8
+    with pytest.raises(D.DataError, match=r"sst.csv: cannot read .*; expected UTF-8 text$"):
+        D.read_sentiment(path, 5)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(D.Path, "read_text", denied)  # root reads even a chmod 000 file
+    match = r"sst.csv: cannot read \(Permission denied\); expected a readable file$"
+    with pytest.raises(D.DataError, match=match):
+        D.read_sentiment(path, 5)
+
+
 def test_a_stray_quote_spoils_its_own_row_only(tmp_path):
     # No field of the CS224n files spans lines or tabs: a quote that does not close on its
     # line is a bad row, and the lines after it are rows of their own (not swallowed).
