@@ -208,7 +208,7 @@ def load_into(model: torch.nn.Module, state: dict, source: str = "checkpoint") -
                 unexpected.append(hf_name)
                 continue
             if tuple(tensor.shape) != tuple(ours[name].shape):
-                raise ValueError(
+                raise ModelError(
                     f"{source}: tensor '{hf_name}' has shape {tuple(tensor.shape)} but the "
                     f"model's '{name}' has shape {tuple(ours[name].shape)}; the checkpoint "
                     "does not fit this config"

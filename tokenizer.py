@@ -194,8 +194,12 @@ class BertTokenizer:
         model_dir = base_bert.resolve_model_dir(name_or_dir)
         config_file = model_dir / "tokenizer_config.json"
         if config_file.is_file() and "do_lower_case" not in kwargs:
-            with open(config_file) as f:
-                kwargs["do_lower_case"] = json.load(f).get("do_lower_case", True)
+            try:
+                kwargs["do_lower_case"] = json.loads(config_file.read_text()).get(
+                    "do_lower_case", True
+                )
+            except (ValueError, AttributeError) as e:  # bad JSON or text; not an object
+                raise base_bert.ModelError(f"{config_file}: expected a JSON object ({e})") from None
         return cls(model_dir / "vocab.txt", **kwargs)
 
     @property

@@ -231,6 +231,10 @@ def test_broken_checkpoint_files_name_the_file(tmp_path, tiny_config):
     (folder / "config.json").write_text(good.replace('"hidden_size": 32', '"hidden_size": "32"'))
     with pytest.raises(ModelError, match=r"config.json: hidden_size must be int, got '32'"):
         BertModel.from_pretrained(str(folder))
+    wider = json.loads(good) | {"intermediate_size": 2 * tiny_config.intermediate_size}
+    (folder / "config.json").write_text(json.dumps(wider))  # weights of another model size
+    with pytest.raises(ModelError, match=r"ckpt: tensor .*intermediate.* the checkpoint does not"):
+        BertModel.from_pretrained(str(folder))
     (folder / "config.json").write_text(good)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:500])

@@ -274,6 +274,10 @@ def test_wordpiece_and_config_on_a_tiny_vocab(tmp_path):
         "##aff",
         "[UNK]",
     ]
+    for broken in ('{"do_lower_case": fal', "[]"):
+        (tmp_path / "tokenizer_config.json").write_text(broken)
+        with pytest.raises(base_bert.ModelError, match=r"tokenizer_config.json: expected a JSON"):
+            BertTokenizer.from_pretrained(str(tmp_path))
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
     cased = BertTokenizer.from_pretrained(str(tmp_path))
     assert cased.tokenize("Hello unaffable Unaffable") == [
