@@ -489,6 +489,10 @@ def start(model, optimizer, task_data, run: Run) -> dict:
     state_path, best_path = run.run_dir / checkpoint.STATE, run.run_dir / checkpoint.BEST
     if state_path.exists() and not run.resume:
         raise SystemExit(f"{run.run_dir} already holds a run; give another --run_dir")
+    if run.resume and best_path.exists() and not state_path.exists():  # its state was lost
+        raise checkpoint.CheckpointError(
+            f"{state_path}: missing; nothing to continue from (its best model: {best_path})"
+        )
     progress = {"best": {"score": -math.inf, "stage": None, "index": None}, "rows": []}
     progress["next_stage"] = 0
     if state_path.exists():

@@ -373,6 +373,18 @@ def test_a_broken_best_checkpoint_is_found_when_resuming(tiny_env, tmp_path, mon
         mt.main(["--resume", str(tmp_path / "run")])
 
 
+def test_a_run_without_its_state_is_not_started_over(tiny_env, tmp_path, monkeypatch):
+    interrupt_stage(monkeypatch, 2)
+    with pytest.raises(SystemExit):
+        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+    (tmp_path / "run" / "state.safetensors").unlink()
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    no_training(monkeypatch)
+    with pytest.raises(checkpoint.CheckpointError, match="state.safetensors: missing; nothing"):
+        mt.main(["--resume", str(tmp_path / "run")])
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics  # nothing wiped
+
+
 def test_sigterm_stops_after_a_checkpoint_and_says_how_to_resume(
     tiny_env, tmp_path, monkeypatch, capsys
 ):
