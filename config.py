@@ -557,6 +557,8 @@ def to_dict(cfg) -> dict:
 def from_dict(cls, saved: dict, source="config"):
     """A config from its JSON form; fields added since it was saved keep today's defaults.
     A value of the wrong type stops with the field and the file (`source`)."""
+    if not isinstance(saved, dict):
+        raise SystemExit(f"{source}: expected a JSON object of settings, got {saved!r:.40}")
     cfg = cls()
     changes = {}
     for path, _, default in leaves(cfg):

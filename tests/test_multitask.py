@@ -438,6 +438,9 @@ def test_a_resumed_config_with_a_wrong_type_names_the_field(tiny_env, tmp_path):
     saved.write_text(saved.read_text().replace('"lr": 0.001', '"lr": "fast"'))
     with pytest.raises(SystemExit, match=r"config.json: optim.lr is 'fast'; expected a float"):
         mt.parse_args(["--resume", str(tmp_path / "run")])
+    saved.write_text("[]")
+    with pytest.raises(SystemExit, match=r"config.json: expected a JSON object of settings"):
+        mt.parse_args(["--resume", str(tmp_path / "run")])
 
 
 # ---------------------------------------------------------------- a trained model, used
