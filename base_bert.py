@@ -146,14 +146,24 @@ def resolve_model_dir(name_or_path: str) -> Path:
     return download_from_hub(name_or_path)
 
 
+def read_json_object(path: Path) -> dict:
+    """A model folder's JSON file (config.json, tokenizer_config.json) as a dict."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(saved, dict):
+        raise ModelError(f"{path}: expected a JSON object, got {type(saved).__name__}")
+    return saved
+
+
 def load_config(model_dir: Path, **overrides) -> BertConfig:
     config_file = Path(model_dir) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"no config.json in {model_dir}")
+    saved = read_json_object(config_file)
     try:
-        return BertConfig.from_dict(json.loads(config_file.read_text()), **overrides)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelError(f"{config_file}: not valid JSON ({e})") from None
+        return BertConfig.from_dict(saved, **overrides)
     except (TypeError, ValueError) as e:
         raise ModelError(f"{config_file}: {e}") from None
 

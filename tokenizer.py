@@ -30,7 +30,6 @@ Run `python tokenizer.py "Some sentence"` to print every stage.
 """
 
 import argparse
-import json
 import re
 import unicodedata
 from pathlib import Path
@@ -194,12 +193,8 @@ class BertTokenizer:
         model_dir = base_bert.resolve_model_dir(name_or_dir)
         config_file = model_dir / "tokenizer_config.json"
         if config_file.is_file() and "do_lower_case" not in kwargs:
-            try:
-                kwargs["do_lower_case"] = json.loads(config_file.read_text()).get(
-                    "do_lower_case", True
-                )
-            except (ValueError, AttributeError) as e:  # bad JSON or text; not an object
-                raise base_bert.ModelError(f"{config_file}: expected a JSON object ({e})") from None
+            casing = base_bert.read_json_object(config_file).get("do_lower_case", True)
+            kwargs["do_lower_case"] = casing
         return cls(model_dir / "vocab.txt", **kwargs)
 
     @property

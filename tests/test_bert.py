@@ -228,6 +228,9 @@ def test_broken_checkpoint_files_name_the_file(tmp_path, tiny_config):
     (folder / "config.json").write_text(good[:-5])
     with pytest.raises(ModelError, match=r"ckpt/config.json: not valid JSON"):
         BertModel.from_pretrained(str(folder))
+    (folder / "config.json").write_text("[]")
+    with pytest.raises(ModelError, match=r"ckpt/config.json: expected a JSON object, got list"):
+        BertModel.from_pretrained(str(folder))
     (folder / "config.json").write_text(good.replace('"hidden_size": 32', '"hidden_size": "32"'))
     with pytest.raises(ModelError, match=r"config.json: hidden_size must be int, got '32'"):
         BertModel.from_pretrained(str(folder))

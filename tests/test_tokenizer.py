@@ -274,9 +274,12 @@ def test_wordpiece_and_config_on_a_tiny_vocab(tmp_path):
         "##aff",
         "[UNK]",
     ]
-    for broken in ('{"do_lower_case": fal', "[]"):
+    for broken, why in [
+        ('{"do_lower_case": fal', "not valid JSON"),
+        ("[]", "expected a JSON object, got list"),
+    ]:
         (tmp_path / "tokenizer_config.json").write_text(broken)
-        with pytest.raises(base_bert.ModelError, match=r"tokenizer_config.json: expected a JSON"):
+        with pytest.raises(base_bert.ModelError, match=rf"tokenizer_config.json: {why}"):
             BertTokenizer.from_pretrained(str(tmp_path))
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
     cased = BertTokenizer.from_pretrained(str(tmp_path))
