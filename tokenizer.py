@@ -169,13 +169,16 @@ class BertTokenizer:
         vocab_file = Path(vocab_file)
         if not vocab_file.is_file():
             raise FileNotFoundError(f"vocabulary file not found: '{vocab_file}'")
-        with open(vocab_file, encoding="utf-8") as f:
-            tokens = [line.rstrip("\n") for line in f]
+        try:
+            with open(vocab_file, encoding="utf-8") as f:
+                tokens = [line.rstrip("\n") for line in f]
+        except UnicodeDecodeError as e:
+            raise base_bert.ModelError(f"{vocab_file}: not UTF-8 text ({e.reason})") from None
         self.vocab = {tok: i for i, tok in enumerate(tokens)}  # a repeated line: the last id wins
         self.ids_to_tokens = tokens
         missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
         if missing:
-            raise ValueError(f"{vocab_file} lacks the special tokens {missing}")
+            raise base_bert.ModelError(f"{vocab_file} lacks the special tokens {missing}")
         self.do_lower_case = do_lower_case
         self.vocab_file = vocab_file  # an export copies it
         self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id = (
@@ -195,7 +198,16 @@ class BertTokenizer:
         if config_file.is_file() and "do_lower_case" not in kwargs:
             casing = base_bert.read_json_object(config_file).get("do_lower_case", True)
             kwargs["do_lower_case"] = casing
-        return cls(model_dir / "vocab.txt", **kwargs)
+        tokenizer = cls(model_dir / "vocab.txt", **kwargs)
+        config_file = model_dir / "config.json"
+        model_config = base_bert.read_json_object(config_file) if config_file.is_file() else {}
+        rows = model_config.get("vocab_size")  # of the embedding table: no id may reach past it
+        if isinstance(rows, int) and tokenizer.vocab_size > rows:
+            raise base_bert.ModelError(
+                f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens, more than "
+                f"{config_file}'s vocab_size {rows}"
+            )
+        return tokenizer
 
     @property
     def vocab_size(self) -> int:

@@ -292,6 +292,25 @@ def test_wordpiece_and_config_on_a_tiny_vocab(tmp_path):
     ]
 
 
+def test_a_vocab_that_cannot_serve_the_model_is_a_model_error(tmp_path):
+    """Missing special tokens, bytes that are not UTF-8, or more tokens than the model's
+    embedding rows: each is one ModelError naming vocab.txt, not a failure at a forward."""
+    vocab = tmp_path / "vocab.txt"
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab.write_text("\n".join(specials[1:] + ["a"]) + "\n", encoding="utf-8")
+    with pytest.raises(base_bert.ModelError, match=r"lacks the special tokens \['\[PAD\]'\]"):
+        BertTokenizer(vocab)
+    vocab.write_bytes("\n".join(specials).encode() + b"\ncaf\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(base_bert.ModelError, match=r"vocab.txt: not UTF-8 text"):
+        BertTokenizer.from_pretrained(str(tmp_path))
+    vocab.write_text("\n".join(specials + ["a", "b"]) + "\n", encoding="utf-8")
+    (tmp_path / "config.json").write_text('{"vocab_size": 7}')
+    assert BertTokenizer.from_pretrained(str(tmp_path)).vocab_size == 7
+    (tmp_path / "config.json").write_text('{"vocab_size": 6}')
+    with pytest.raises(base_bert.ModelError, match=r"has 7 tokens, more than .*vocab_size 6"):
+        BertTokenizer.from_pretrained(str(tmp_path))
+
+
 def test_bad_input_errors(ours, tmp_path):
     with pytest.raises(TypeError, match=r"text\[1\] is int"):
         ours(["fine", 3])
