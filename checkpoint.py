@@ -200,6 +200,10 @@ def load_state(model, optimizer, scaler, path: Path) -> tuple[dict, dict, tuple]
     """Restore the model, optimizer and scaler that save_state wrote; returns (progress,
     extra tensors, random generator states for set_rng_state, to apply when it is time)."""
     tensors, info = read_tensors(path)
+    missing = [k for k in ("optimizer", "rng") if k not in info]
+    if missing:
+        what = f"no {' or '.join(missing)}"
+        raise CheckpointError(f"{path}: not a training state ({what}), a copy of {BEST}?")
     _load_weights(model, tensors, info, path)
     opt_state = {int(i): dict(v) for i, v in info["optimizer"]["state"].items()}
     for key, value in split(tensors, "optimizer.").items():

@@ -46,6 +46,14 @@ def test_state_round_trip_restores_model_optimizer_and_generators(tiny_config, t
     assert all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) for i in sa)
 
 
+def test_a_best_model_copied_over_the_training_state_is_refused(tiny_config, tmp_path):
+    model = tiny(tiny_config)
+    checkpoint.save_best(model, {"stage": "1 sst"}, tmp_path / checkpoint.STATE)
+    opt = torch.optim.AdamW(model.parameters())
+    with pytest.raises(checkpoint.CheckpointError, match="not a training state .*best.safetensors"):
+        checkpoint.load_state(model, opt, None, tmp_path / checkpoint.STATE)
+
+
 def test_a_crafted_pickle_is_refused_not_run(tiny_config, tmp_path):
     marker = tmp_path / "pwned"
 
