@@ -769,9 +769,11 @@ def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
     0 for a contradiction (neutral pairs left out): a similarity the encoder brought along
     that no task trains, scored after every stage (trainer.Run.evaluate)."""
     path = task_file(data_dir(cfg.data_dir), "snli", "dev")
+    snli = read_snli(path, cfg.strict)
+    check_usable(snli, path, "dev")  # an unlabeled file would score every pair as 0
     pairs = [
         PairExample(f"snli-{i}", e.premise, e.hypothesis, 1.0 if e.label == 0 else 0.0)
-        for i, e in enumerate(read_snli(path, cfg.strict))
+        for i, e in enumerate(snli)
         if e.label != 1
     ]
     check_usable(pairs, path, "dev")

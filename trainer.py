@@ -504,7 +504,9 @@ def start(model, optimizer, task_data, run: Run) -> dict:
             progress["within"] = checkpoint.resume_position(within, extra, rng, run.rt.device)
         else:
             checkpoint.set_rng_state(*rng)
-        print(f"resuming {run.run_dir} at stage {progress['next_stage'] + 1}/{run.plan_length}")
+        k, n = progress["next_stage"], run.plan_length
+        where = f"at stage {k + 1}/{n}" if k < n else f"after all {n} stages: best rescored"
+        print(f"resuming {run.run_dir} {where}")
     run.keep_steps(progress)  # the step log and the table of what the state holds
     run.write_rows(progress["rows"])
     print(evaluation.format_table(progress["rows"], run.eval_tasks))

@@ -290,6 +290,15 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
     }
 
 
+def test_resuming_a_finished_run_says_so_and_trains_nothing(tiny_env, tmp_path, capsys):
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    mt.main(["--resume", str(tmp_path / "run")])
+    assert "after all 1 stages: best rescored" in capsys.readouterr().out
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == rows
+
+
 def test_bad_flag_values_stop_with_the_allowed_values(capsys):
     with pytest.raises(SystemExit):
         mt.parse_args(["--pooling", "max"])
@@ -346,6 +355,15 @@ def test_unusable_data_files_stop_before_training(
     with pytest.raises(data.DataError, match=message):
         mt.main(tiny_argv(tiny_env, tmp_path / "run"))
     assert not (tmp_path / "run").exists()  # read and checked before a run folder is made
+
+
+def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, monkeypatch):
+    path = tiny_env[1] / "snli-dev.csv"
+    path.write_text("\n".join(r.rsplit("\t", 1)[0] for r in path.read_text().splitlines()))
+    no_training(monkeypatch)
+    with pytest.raises(data.DataError, match=r"snli-dev.csv: no label column; a dev file"):
+        mt.main(tiny_argv(tiny_env, tmp_path / "run", "--heldout_size", "10"))
+    assert not (tmp_path / "run").exists()
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
