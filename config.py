@@ -13,6 +13,7 @@ keep a run's config as JSON in its folder, so `--resume` reads the run's own set
 
 import argparse
 import dataclasses
+import errno
 import math
 import sys
 from dataclasses import dataclass, field
@@ -560,6 +561,14 @@ def from_dict(cls, saved: dict, source="config"):
     if not isinstance(saved, dict):
         raise SystemExit(f"{source}: expected a JSON object of settings, got {saved!r:.40}")
     cfg = cls()
+    known = {path for path, _, _ in leaves(cfg)}
+    given = set()
+    for key, value in saved.items():  # 'seed' on top, 'optim.lr' inside a group
+        given |= {f"{key}.{n}" for n in value} if isinstance(value, dict) else {key}
+    if given - known:  # a typo would otherwise run with the default
+        raise SystemExit(f"{source}: unknown settings {', '.join(sorted(given - known))}")
+    if not given:
+        raise SystemExit(f"{source}: no settings; expected those of a run's config.json")
     changes = {}
     for path, _, default in leaves(cfg):
         owner, _, name = path.rpartition(".")
@@ -591,5 +600,13 @@ def run_cli(main, argv=None):
         if "--debug" in argv:
             raise
         raise SystemExit(f"error: {e}") from None
+    except OSError as e:  # a full disk is the machine's state, not a bug: say what to do
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or "--debug" in argv:
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        raise SystemExit(
+            f"error: the disk is full{where}; the last checkpoint is intact: free space, then "
+            "--resume the run folder"
+        ) from None
     except KeyboardInterrupt:
         raise SystemExit("interrupted") from None

@@ -88,6 +88,11 @@ def test_json_round_trip_and_settings_added_since():
     assert config.from_dict(RunConfig, saved) == cfg
     del saved["smart"]["mu"]  # a run saved before `mu` existed gets today's default
     assert config.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
+    saved["optim"]["lrr"] = 1.0  # a hand edit's typo would otherwise train with the default
+    with pytest.raises(SystemExit, match=r"^c.json: unknown settings optim.lrr$"):
+        config.from_dict(RunConfig, saved, "c.json")
+    with pytest.raises(SystemExit, match=r"^c.json: no settings"):
+        config.from_dict(RunConfig, {}, "c.json")
 
 
 def test_the_flags_in_the_readme_docs_and_makefile_still_parse():

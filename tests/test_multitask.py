@@ -379,6 +379,28 @@ def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_pa
         run_cli(mt.main, [*argv, "--debug"])
 
 
+def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import evaluation
+    from config import run_cli
+
+    def full(*a, **k):  # the predictions, written after the last stage's checkpoint
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real = evaluation.write_predictions
+    monkeypatch.setattr(evaluation, "write_predictions", full)
+    argv = tiny_argv(tiny_env, tmp_path / "run", "--loops", "0")
+    with pytest.raises(SystemExit, match=r"^error: the disk is full; the last checkpoint is"):
+        run_cli(mt.main, argv)
+    with pytest.raises(OSError):  # --debug, or another OSError: the traceback
+        run_cli(mt.main, [*argv, "--debug", "--run_dir", str(tmp_path / "r2")])
+    monkeypatch.setattr(evaluation, "write_predictions", real)
+    run_cli(mt.main, ["--resume", str(tmp_path / "run")])
+    assert list((tmp_path / "run" / "predictions").glob("*-dev-output.csv"))
+
+
 def test_a_broken_best_checkpoint_is_found_when_resuming(tiny_env, tmp_path, monkeypatch):
     interrupt_stage(monkeypatch, 2)
     with pytest.raises(SystemExit) as stop:  # main turns the interrupt into a clean stop
