@@ -57,9 +57,15 @@ def pick_device(device_arg: str) -> torch.device:
     if device_arg == "auto":
         device_arg = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        return torch.device(device_arg)
+        device = torch.device(device_arg)
     except RuntimeError:
-        raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N")
+    count = torch.cuda.device_count()
+    if device.type == "cuda" and (device.index or 0) >= count:
+        raise SystemExit(f"--device {device_arg}: no such GPU; here: cuda:0 to cuda:{count - 1}")
+    return device
 
 
 def native_bf16(device: torch.device) -> bool:

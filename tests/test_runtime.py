@@ -16,6 +16,18 @@ def test_cuda_requested_without_cuda_says_so():
         runtime.make_runtime("cuda", "auto")
 
 
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("cuda:1", r"no such GPU; here: cuda:0 to cuda:0"), ("mps", "expected auto, cpu, cuda or")],
+)
+def test_a_device_this_machine_lacks_stops_before_training(monkeypatch, device, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit, match=message):
+        runtime.pick_device(device)
+    assert runtime.pick_device("cuda:0") == torch.device("cuda", 0)
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_follows_what_the_device_multiplies_natively(monkeypatch, native):
     monkeypatch.setattr(runtime, "native_bf16", lambda device: native)
