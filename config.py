@@ -557,7 +557,8 @@ def to_dict(cfg) -> dict:
 
 def from_dict(cls, saved: dict, source="config"):
     """A config from its JSON form; fields added since it was saved keep today's defaults.
-    A value of the wrong type stops with the field and the file (`source`)."""
+    A value of the wrong type, or a setting this version lacks (a typo, one removed since),
+    stops with the field and the file (`source`)."""
     if not isinstance(saved, dict):
         raise SystemExit(f"{source}: expected a JSON object of settings, got {saved!r:.40}")
     cfg = cls()
@@ -605,8 +606,8 @@ def run_cli(main, argv=None):
             raise
         where = f" writing {e.filename}" if e.filename else ""
         raise SystemExit(
-            f"error: the disk is full{where}; the last checkpoint is intact: free space, then "
-            "--resume the run folder"
+            f"error: the disk is full{where}; free space and run it again (a training run: "
+            "--resume its folder, whose last checkpoint is intact)"
         ) from None
     except KeyboardInterrupt:
         raise SystemExit("interrupted") from None

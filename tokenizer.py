@@ -199,13 +199,13 @@ class BertTokenizer:
             casing = base_bert.read_json_object(config_file).get("do_lower_case", True)
             kwargs["do_lower_case"] = casing
         tokenizer = cls(model_dir / "vocab.txt", **kwargs)
-        config_file = model_dir / "config.json"
-        model_config = base_bert.read_json_object(config_file) if config_file.is_file() else {}
+        model_file = model_dir / "config.json"
+        model_config = base_bert.read_json_object(model_file) if model_file.is_file() else {}
         rows = model_config.get("vocab_size")  # of the embedding table: no id may reach past it
         if isinstance(rows, int) and tokenizer.vocab_size > rows:
             raise base_bert.ModelError(
                 f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens, more than "
-                f"{config_file}'s vocab_size {rows}"
+                f"{model_file}'s vocab_size {rows}"
             )
         return tokenizer
 

@@ -392,7 +392,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     real = evaluation.write_predictions
     monkeypatch.setattr(evaluation, "write_predictions", full)
     argv = tiny_argv(tiny_env, tmp_path / "run", "--loops", "0")
-    with pytest.raises(SystemExit, match=r"^error: the disk is full; the last checkpoint is"):
+    with pytest.raises(SystemExit, match=r"^error: the disk is full; free space and run it again"):
         run_cli(mt.main, argv)
     with pytest.raises(OSError):  # --debug, or another OSError: the traceback
         run_cli(mt.main, [*argv, "--debug", "--run_dir", str(tmp_path / "r2")])
