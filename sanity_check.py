@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from base_bert import load_config, resolve_model_dir
 from bert import BertModel
+from config import run_cli
 from optimizer import AdamW
 from tokenizer import BertTokenizer
 
@@ -57,18 +59,41 @@ def cs224n_adamw_recipe(make_optimizer, steps=1000):
 
 
 def find_handout_reference(arg):
-    candidates = [arg, os.environ.get("MINBERT_REFERENCE"), HERE.parent / "shared" / "reference"]
-    for folder in filter(None, candidates):
-        path = Path(folder) / HANDOUT_REFERENCE
-        if path.is_file():
-            return path
-    return None
+    """--reference (the file or its folder; one that is not there stops), else the first
+    folder of $MINBERT_REFERENCE and ../shared/reference that holds the file, else None."""
+    if arg:
+        path = Path(arg) if Path(arg).is_file() else Path(arg) / HANDOUT_REFERENCE
+        if not path.is_file():
+            raise SystemExit(f"--reference {arg}: no {HANDOUT_REFERENCE} there")
+        return path
+    folders = [os.environ.get("MINBERT_REFERENCE"), HERE.parent / "shared" / "reference"]
+    found = [Path(f) / HANDOUT_REFERENCE for f in folders if f]
+    return next((path for path in found if path.is_file()), None)
+
+
+def read_handout_reference(path: Path) -> np.ndarray:
+    """The handout's weights after its recipe: a 2 x 3 float array, nothing else."""
+    try:
+        w_ref = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: not a .npy array ({e})") from None
+    if w_ref.shape != (2, 3) or w_ref.dtype.kind != "f":
+        raise SystemExit(
+            f"{path}: {w_ref.dtype} {w_ref.shape}; expected the handout's 2 x 3 floats"
+        )
+    return w_ref
 
 
 def checks(args):
     """Yield (name, ok, max_diff, detail) for each check."""
     ref = np.load(REFERENCE)
-    tok = BertTokenizer.from_pretrained(args.bert)
+    tok = BertTokenizer.from_pretrained(args.bert)  # first: a folder without vocab.txt stops
+    hidden = load_config(resolve_model_dir(args.bert)).hidden_size
+    if hidden != ref["last_hidden_state"].shape[-1]:
+        raise SystemExit(
+            f"--bert {args.bert}: hidden size {hidden}; the stored outputs are "
+            "all-MiniLM-L6-v2's (384), the only checkpoint this check runs on"
+        )
     a, b = zip(*PAIRS, strict=True)
     for name, enc in (("single", tok(SENTENCES)), ("pair", tok(list(a), list(b)))):
         diffs = [np.abs(enc[k].numpy() - ref[f"{name}_{k}"]).max() for k in enc]
@@ -100,21 +125,21 @@ def checks(args):
     if path is None:
         yield "AdamW vs handout optimizer_test.npy", None, None, "file not found, skipped"
     else:
-        w_ref = np.load(path)
+        w_ref = read_handout_reference(path)
         ok = np.allclose(w, w_ref, atol=ADAM_ATOL, rtol=ADAM_RTOL)
         yield "AdamW vs handout optimizer_test.npy", ok, np.abs(w - w_ref).max(), str(path)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bert", default="minilm", help="checkpoint the reference was made with")
     parser.add_argument(
         "--reference",
         default=None,
-        help="folder holding the handout's optimizer_test.npy "
+        help="the handout's optimizer_test.npy, or its folder "
         "(default: $MINBERT_REFERENCE, then ../shared/reference)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start, failed = time.time(), 0
     for name, ok, diff, detail in checks(args):
         verdict = "SKIP" if ok is None else ("OK" if ok else "NOT OK")
@@ -127,4 +152,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -34,3 +34,20 @@ def test_sanity_check_reports_a_wrong_reference(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "NOT OK  BERT pooler_output (manual)" in out
     assert "2 CHECK(S) FAILED" in out  # the manual and the SDPA paths
+
+
+def test_a_reference_or_checkpoint_it_cannot_use_is_one_line(tmp_path, tiny_env):
+    good = tmp_path / "optimizer_test.npy"
+    np.save(good, np.zeros((2, 3), dtype=np.float32))
+    assert sanity_check.find_handout_reference(str(good)) == good  # the file itself
+    assert sanity_check.find_handout_reference(str(tmp_path)) == good  # or its folder
+    with pytest.raises(SystemExit, match=r"--reference .*nowhere: no optimizer_test.npy there"):
+        sanity_check.find_handout_reference(str(tmp_path / "nowhere"))
+    np.save(good, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(SystemExit, match=r"optimizer_test.npy: not a .npy array"):
+        sanity_check.read_handout_reference(good)
+    np.save(good, np.zeros((3, 2)))
+    with pytest.raises(SystemExit, match=r"\(3, 2\); expected the handout's 2 x 3 floats"):
+        sanity_check.read_handout_reference(good)
+    with pytest.raises(SystemExit, match=r"hidden size \d+; the stored outputs are all-MiniLM"):
+        sanity_check.main(["--bert", str(tiny_env[0])])
