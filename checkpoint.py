@@ -255,8 +255,20 @@ def write_rows(run_dir: Path, rows: list[dict]) -> None:
 
 
 def read_rows(run_dir: Path) -> list[dict]:
-    """The forgetting table of a run folder, a dict per stage."""
-    return [json.loads(x) for x in (Path(run_dir) / METRICS).read_text().splitlines()]
+    """The forgetting table of a run folder, a dict per stage (the start row first)."""
+    path, rows = Path(run_dir) / METRICS, []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():  # a hand edit's blank line
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            rows.append(None)
+        if not isinstance(rows[-1], dict):  # written whole each time: a copy cut short?
+            raise CheckpointError(f"{path}:{n}: not a JSON row of scores")
+    if not rows:
+        raise CheckpointError(f"{path}: empty; expected the start row at least")
+    return rows
 
 
 def keep_logged_steps(path: Path, progress: dict) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 import checkpoint
+import config
 from checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
 
@@ -53,6 +54,14 @@ def read_rows(run_dir) -> list[dict]:
     if not (Path(run_dir) / METRICS).is_file():
         raise SystemExit(f"{run_dir}: no {METRICS} there; is it a run folder?")
     return checkpoint.read_rows(run_dir)
+
+
+def scored_rows(run_dir) -> list[dict]:
+    """read_rows of a run with a stage to keep: a table compares kept stages."""
+    rows = read_rows(run_dir)
+    if kept_stage(rows) is None:
+        raise SystemExit(f"{run_dir}: no stage with a numeric score in its {METRICS} yet")
+    return rows
 
 
 def read_steps(run_dir) -> list[dict]:
@@ -272,7 +281,7 @@ def main(argv=None) -> list[Path]:
         return [args.out]
     if args.table:
         recipes = named(parser, "--table", args.table, "NAME=DIR[,DIR...]")
-        print(compare_runs({k: [read_rows(d) for d in v] for k, v in recipes.items()}))
+        print(compare_runs({k: [scored_rows(d) for d in v] for k, v in recipes.items()}))
         return []
     if args.run_dir is None:
         parser.error("give a run folder, or --table")
@@ -287,4 +296,4 @@ def main(argv=None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    main()
+    config.run_cli(main)

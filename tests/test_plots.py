@@ -142,6 +142,28 @@ def test_a_folder_without_metrics_is_a_one_line_error(tmp_path):
     assert "\n" not in message
 
 
+def test_a_metrics_file_cut_short_or_without_a_stage_is_one_line(tmp_path):
+    from checkpoint import CheckpointError
+    from config import run_cli
+
+    start = json.dumps({"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    for text, message in [
+        ("", r"metrics.jsonl: empty; expected the start row"),
+        (start + '\n{"stage": "QQP", "sst', r"metrics.jsonl:2: not a JSON row of scores"),
+        ("[1, 2]\n", r"metrics.jsonl:1: not a JSON row of scores"),
+    ]:
+        metrics.write_text(text)
+        with pytest.raises(CheckpointError, match=message):
+            plots.main([str(metrics.parent)])
+        with pytest.raises(SystemExit, match="^error: .*" + message):  # the command's line
+            run_cli(plots.main, [str(metrics.parent)])
+    metrics.write_text(start + "\n\n")  # a run still in its first stage; a blank line
+    with pytest.raises(SystemExit, match=r"run: no stage with a numeric score in its metrics"):
+        plots.main(["--table", f"a={metrics.parent}"])
+
+
 def test_a_table_of_recipes_over_seeds(tmp_path, capsys):
     def one_run(name, best_sst, seconds):
         rows = [
