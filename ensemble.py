@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+import config
 import datasets as data
 import evaluation
 import multitask_classifier as mt
@@ -34,8 +35,9 @@ DECIDE = {  # the averaged output -> a prediction
 }
 
 
-def member_outputs(run_dir: Path, rt, splits=("dev", "test")) -> dict:
-    """{(task, split): (ids, averaged-kind outputs, labels or None)} of a run's best model."""
+def member_outputs(run_dir: Path, rt, splits=("dev", "test"), data_dir=None) -> dict:
+    """{(task, split): (ids, averaged-kind outputs, labels or None)} of a run's best model,
+    on its own data folder or `data_dir`."""
     cfg = mt.load_run_config(str(run_dir))
     model, _ = mt.best_model(cfg, run_dir, rt)
     if "para" in model.cosine:
@@ -45,6 +47,7 @@ def member_outputs(run_dir: Path, rt, splits=("dev", "test")) -> dict:
         )
     tokenizer = mt.BertTokenizer.from_pretrained(cfg.model.bert)
     data_cfg = replace(cfg.data, test_predictions="test" in splits, heldout_size=0)
+    data_cfg = replace(data_cfg, data_dir=data_dir or cfg.data.data_dir)
     task_data = data.load_task_data(
         data_cfg, tokenizer, MULTITASK, cfg.seed, (), cfg.multitask.cross_encode
     )
@@ -110,10 +113,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/ensemble"), help="output folder")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--no_test_predictions", action="store_true", help="dev only")
+    parser.add_argument("--data_dir", help="the data folder, if not the runs' own (moved)")
     args = parser.parse_args(argv)
     rt = make_runtime(args.device, "fp32")  # averaged probabilities: no rounding to bf16
     splits = ("dev",) if args.no_test_predictions else ("dev", "test")
-    members = {str(run): member_outputs(run, rt, splits) for run in args.runs}
+    members = {str(run): member_outputs(run, rt, splits, args.data_dir) for run in args.runs}
     mean = average(members)
     rows = []
     for i, (name, outputs) in enumerate(members.items(), start=1):
@@ -130,4 +134,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(config.run_cli(main))

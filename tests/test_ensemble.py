@@ -68,3 +68,18 @@ def test_members_that_cannot_be_averaged_are_refused(tiny_env, tmp_path):
     with pytest.raises(SystemExit, match="predicted other SST dev examples than"):
         ensemble.main([str(tmp_path / "a"), str(tmp_path / "small"), "--out", str(tmp_path / "e")])
     assert not (tmp_path / "e").exists()
+
+
+def test_a_member_with_its_data_moved_or_best_model_gone_is_one_line(tiny_env, tmp_path):
+    from config import run_cli
+
+    run(tiny_env, tmp_path / "a", "--loops", "0")
+    moved = tiny_env[1].rename(tmp_path / "moved")
+    argv = [str(tmp_path / "a"), "--out", str(tmp_path / "e"), "--no_test_predictions"]
+    with pytest.raises(SystemExit, match=r"^error: data file .*/data/.* not found"):
+        run_cli(ensemble.main, argv)
+    argv += ["--data_dir", str(moved)]
+    assert run_cli(ensemble.main, argv) == 0  # the data found where it moved
+    (tmp_path / "a" / "best.safetensors").unlink()
+    with pytest.raises(SystemExit, match=r"^error: .*a/best.safetensors"):
+        run_cli(ensemble.main, argv)
