@@ -25,7 +25,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from datasets import FILE_STEMS, SPLITS, data_dir, expected_files, read_task, task_file
+from config import run_cli
+from datasets import (
+    FILE_STEMS,
+    SPLITS,
+    DataError,
+    data_dir,
+    expected_files,
+    read_task,
+    task_file,
+)
 
 HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
 
@@ -48,7 +57,10 @@ class FetchError(RuntimeError):
 
 def source(variable: str) -> str:
     """The address of a source: its environment variable when set, else the public one."""
-    return os.environ.get(variable) or SOURCES[variable]
+    url = os.environ.get(variable) or SOURCES[variable]
+    if not url.startswith(("http://", "https://", "file:")):
+        raise FetchError(f"${variable}={url}: expected an http(s):// or file: address")
+    return url
 
 
 def _download(url: str, dest: Path, timeout: float) -> None:
@@ -146,7 +158,7 @@ def fetch_missing(folder: Path, timeout: float) -> list[str]:
             if task == "snli":
                 fetch_snli(folder, timeout)
             else:
-                fetch_task(folder, names, timeout)
+                fetch_task(folder, task, splits, timeout)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
         print(f"offline? {getattr(err, 'reason', err)}; not trying further files")
     except FetchError as err:
@@ -154,11 +166,13 @@ def fetch_missing(folder: Path, timeout: float) -> list[str]:
     return [n for n in expected_files() if not (folder / n).is_file()]
 
 
-def fetch_task(folder: Path, names: list[str], timeout: float) -> None:
-    """One task's handout files, downloaded into a staging folder and moved in together."""
+def fetch_task(folder: Path, task: str, splits, timeout: float) -> None:
+    """One task's handout files, downloaded into a staging folder, read as data files (a
+    login or rate-limit page answers 200 too) and moved in together."""
     handout = source("MINBERT_HANDOUT_URL")
     staging = folder / ".fetching"
     staging.mkdir(exist_ok=True)
+    names = [task_file(folder, task, split).name for split in splits]
     try:
         for name in names:
             try:
@@ -166,6 +180,11 @@ def fetch_task(folder: Path, names: list[str], timeout: float) -> None:
             except urllib.error.HTTPError as err:
                 print(f"{name}: not at {handout + name} (HTTP {err.code}); its task left out")
                 return
+        for name, split in zip(names, splits, strict=True):
+            try:
+                read_task(staging, task, split)
+            except DataError as err:
+                raise FetchError(f"{handout + name} is not the handout's file: {err}") from None
         for name in names:
             (staging / name).replace(folder / name)
             print(f"downloaded {name} from {handout + name}")
@@ -187,7 +206,7 @@ def fetch_snli(folder: Path, timeout: float) -> None:
     print(f"built snli-train.csv and snli-dev.csv from {url}")
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description="Fetch every data file the presets read that is missing (the CS224n "
         "handout's, and SNLI built from its 1.0 release), then check them all.",
@@ -205,11 +224,12 @@ def main() -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait on the network"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.timeout > 0:
         parser.error(f"--timeout must be positive, got {args.timeout}")
-
     folder = data_dir(args.data_dir)
+    if folder.exists() and not folder.is_dir():
+        parser.error(f"data folder {folder} is a file; expected a folder")
     missing = [n for n in expected_files() if not (folder / n).is_file()]
     if args.quiet and not missing:
         return 0
@@ -246,4 +266,4 @@ def check_files(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

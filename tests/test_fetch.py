@@ -21,12 +21,19 @@ LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
-    """Files of the served folder; /error/... answers 500; /short/... announces more bytes
-    than it sends, then hangs up."""
+    """Files of the served folder; /error/... answers 500; /html/... a web page; /short/...
+    announces more bytes than it sends, then hangs up."""
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         if self.path.startswith("/error/"):
             return self.send_error(500, "stand-in failure")
+        if self.path.startswith("/html/"):  # a login or rate-limit page, status 200
+            body = b"<!DOCTYPE html>\n<html><body>Please sign in</body></html>\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
         if self.path.startswith("/short/"):
             body = (Path(self.directory) / self.path.removeprefix("/short/")).read_bytes()
             self.send_response(200)
@@ -140,6 +147,8 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
         ("/handout/", "/bad.zip", "fails its CRC check"),
         ("/handout/", "/handout/ids-sst-dev.csv", "not the SNLI 1.0 release"),
         ("/handout/", "/train-only.zip", "not the SNLI 1.0 release"),
+        ("/html/handout/", "/snli_1.0.zip", "ids-sst-train.csv is not the handout's file"),
+        ("127.0.0.1/handout/", "/snli_1.0.zip", "expected an http(s):// or file: address"),
     ],
     ids=[
         "short-file",
@@ -149,13 +158,16 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
         "corrupt-zip",
         "not-a-zip",
         "no-test-split",
+        "web-page",
+        "no-scheme",
     ],
 )
 def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
     server, tmp_path, monkeypatch, capsys, handout, snli, says
 ):
     base, _, _ = server
-    point_at(monkeypatch, base + handout, base + snli)
+    handout = handout if "." in handout else base + handout  # "no-scheme" as it is given
+    point_at(monkeypatch, handout, base + snli)
     folder = tmp_path / "data"
     missing = fetch.fetch_missing(folder, timeout=5)
     assert says in capsys.readouterr().out
@@ -216,3 +228,10 @@ def test_an_unreachable_source_stops_the_fetching_at_once(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert out.count("offline?") == 1 and "downloaded" not in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_data_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "data").write_text("")
+    with pytest.raises(SystemExit):
+        fetch.main(["--data_dir", str(tmp_path / "data"), "--no_download"])
+    assert f"data folder {tmp_path / 'data'} is a file" in capsys.readouterr().err

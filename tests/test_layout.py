@@ -15,12 +15,12 @@ LINES = {"multitask_classifier.py": 550, "datasets.py": None, "bench.py": None} 
 LAYERS = [
     {"base_bert", "checkpoint", "evaluation", "optimizer", "simcse", "smart"},
     {"tokenizer", "datasets"},
-    {"bert", "runtime", "fetch"},
+    {"bert", "runtime"},
     {"config"},
     {"losses"},
     {"presets"},
     {"trainer"},
-    {"multitask_classifier", "plots", "reports", "sanity_check"},
+    {"multitask_classifier", "plots", "reports", "sanity_check", "fetch"},  # the commands
     {"classifier", "bench", "ensemble"},
 ]
 
