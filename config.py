@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import errno
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -601,6 +602,9 @@ def run_cli(main, argv=None):
         if "--debug" in argv:
             raise
         raise SystemExit(f"error: {e}") from None
+    except BrokenPipeError:  # the reader stopped early (| head): quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
     except OSError as e:  # a full disk is the machine's state, not a bug: say what to do
         if e.errno not in (errno.ENOSPC, errno.EDQUOT) or "--debug" in argv:
             raise
@@ -609,5 +613,9 @@ def run_cli(main, argv=None):
             f"error: the disk is full{where}; free space and run it again (a training run: "
             "--resume its folder, whose last checkpoint is intact)"
         ) from None
+    except UnicodeDecodeError as e:  # the files a run reads say so themselves: input piped in
+        if "--debug" in argv:
+            raise
+        raise SystemExit(f"error: the input is not UTF-8 text ({e.reason}); convert it") from None
     except KeyboardInterrupt:
         raise SystemExit("interrupted") from None

@@ -716,6 +716,18 @@ def subset(examples: list, size: int, share: float, seed: int, first: bool = Fal
     return random_subset(examples, max(1, round(share * len(examples))), seed)
 
 
+def split_input_line(line: str, number: int) -> tuple[str, str]:
+    """(a, b) of a line to label: a sentence (b is ""), or two separated by one tab; anything
+    else (a header row, an empty side) stops with the line's number."""
+    parts = line.split("\t")
+    if len(parts) > 2 or (len(parts) == 2 and not all(p.strip() for p in parts)):
+        raise DataError(
+            f"input line {number}: {len(parts)} tab-separated fields, or an empty one; "
+            "expected a sentence, or two separated by one tab"
+        )
+    return parts[0], parts[1] if len(parts) == 2 else ""
+
+
 def check_usable(examples: list, path: Path, split: str) -> None:
     """A split a run needs must have rows, and labels unless it is the test split."""
     if not examples:

@@ -480,7 +480,7 @@ def label(cfg: RunConfig, run_dir: Path, rt, lines):
     model, _ = best_model(cfg, run_dir, rt)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     for n, line in enumerate(x.strip("\r\n ") for x in lines):
-        a, _, b = line.partition("\t")
+        a, b = data.split_input_line(line, n + 1)
         if b:
             pair, batches = [data.PairExample(str(n), a, b, None)], {}
             for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:

@@ -520,6 +520,32 @@ def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, mo
     lines = capsys.readouterr().out.splitlines()[-2:]
     assert re.fullmatch(r"sentiment [0-4] \(p 0\.\d\d\)\tgood movie", lines[0])
     assert re.fullmatch(r"paraphrase 0\.\d{3}\tsimilarity [0-5]\.\d\d\tthe cat\tthe dog", lines[1])
+    for text in ("ok\nid\tsentence\tsentiment\n", "ok\n\tthe dog\n", "ok\nthe cat\t \n"):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))  # a header row; an empty side
+        with pytest.raises(data.DataError, match=r"^input line 2: [23] tab-separated fields"):
+            mt.main(["--label", str(tmp_path / "run")])
+
+
+def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
+    tiny_env, tmp_path, monkeypatch
+):
+    import io
+    import os
+
+    from config import run_cli
+
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes
+    monkeypatch.setattr("sys.stdin", strict)
+    with pytest.raises(SystemExit, match=r"^error: the input is not UTF-8 text"):
+        run_cli(mt.main, ["--label", str(tmp_path / "run")])
+    read, write = os.pipe()
+    os.close(read)  # `| head` that has read enough
+    monkeypatch.setattr("sys.stdin", io.StringIO("good movie\n"))
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True))
+    with pytest.raises(SystemExit) as stop:
+        run_cli(mt.main, ["--label", str(tmp_path / "run")])
+    assert stop.value.code == 1
 
 
 def test_a_device_that_does_not_exist_stops_before_a_run_folder_is_made(tmp_path):
