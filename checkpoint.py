@@ -261,11 +261,12 @@ def read_rows(run_dir: Path) -> list[dict]:
         if not line.strip():  # a hand edit's blank line
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            rows.append(None)
-        if not isinstance(rows[-1], dict):  # written whole each time: a copy cut short?
+            row = None
+        if not isinstance(row, dict):  # written whole each time: a copy cut short?
             raise CheckpointError(f"{path}:{n}: not a JSON row of scores")
+        rows.append(row)
     if not rows:
         raise CheckpointError(f"{path}: empty; expected the start row at least")
     return rows

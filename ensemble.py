@@ -46,8 +46,10 @@ def member_outputs(run_dir: Path, rt, splits=("dev", "test"), data_dir=None) -> 
             "gives no probability to average; ensemble members need QQP's classifier head"
         )
     tokenizer = mt.BertTokenizer.from_pretrained(cfg.model.bert)
-    data_cfg = replace(cfg.data, test_predictions="test" in splits, heldout_size=0)
-    data_cfg = replace(data_cfg, data_dir=data_dir or cfg.data.data_dir)
+    data_dir = data_dir or cfg.data.data_dir
+    data_cfg = replace(
+        cfg.data, test_predictions="test" in splits, heldout_size=0, data_dir=data_dir
+    )
     task_data = data.load_task_data(
         data_cfg, tokenizer, MULTITASK, cfg.seed, (), cfg.multitask.cross_encode
     )
