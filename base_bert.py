@@ -147,7 +147,8 @@ def resolve_model_dir(name_or_path: str) -> Path:
 
 
 def read_json_object(path: Path) -> dict:
-    """A model folder's JSON file (config.json, tokenizer_config.json) as a dict."""
+    """A JSON file that holds an object (a model folder's config.json or
+    tokenizer_config.json, a run folder's config.json) as a dict."""
     try:
         saved = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

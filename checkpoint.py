@@ -257,7 +257,11 @@ def write_rows(run_dir: Path, rows: list[dict]) -> None:
 def read_rows(run_dir: Path) -> list[dict]:
     """The forgetting table of a run folder, a dict per stage (the start row first)."""
     path, rows = Path(run_dir) / METRICS, []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not UTF-8 text; expected JSON rows") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():  # a hand edit's blank line
             continue
         try:
@@ -355,6 +359,12 @@ def sigterm_stops():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def refuse_held(run_dir: Path) -> None:
+    """A new run stops at a folder that holds one (any sub-run's state)."""
+    if any(Path(run_dir).rglob(STATE)):
+        raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
 
 
 @contextlib.contextmanager

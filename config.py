@@ -613,9 +613,5 @@ def run_cli(main, argv=None):
             f"error: the disk is full{where}; free space and run it again (a training run: "
             "--resume its folder, whose last checkpoint is intact)"
         ) from None
-    except UnicodeDecodeError as e:  # the files a run reads say so themselves: input piped in
-        if "--debug" in argv:
-            raise
-        raise SystemExit(f"error: the input is not UTF-8 text ({e.reason}); convert it") from None
     except KeyboardInterrupt:
         raise SystemExit("interrupted") from None

@@ -716,15 +716,29 @@ def subset(examples: list, size: int, share: float, seed: int, first: bool = Fal
     return random_subset(examples, max(1, round(share * len(examples))), seed)
 
 
+def input_lines(stream) -> Iterator[str]:
+    """The lines of a text stream (stdin to --label); bytes that are not UTF-8 stop with a
+    one-line error (a stream decodes in blocks, so it counts the lines read before)."""
+    read = 0
+    try:
+        for line in stream:
+            read += 1
+            yield line
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"input after {read} good line(s): not UTF-8 text ({e.reason}); convert it"
+        ) from None
+
+
 def split_input_line(line: str, number: int) -> tuple[str, str]:
     """(a, b) of a line to label: a sentence (b is ""), or two separated by one tab; anything
     else (a header row, an empty side) stops with the line's number."""
     parts = line.split("\t")
-    if len(parts) > 2 or (len(parts) == 2 and not all(p.strip() for p in parts)):
-        raise DataError(
-            f"input line {number}: {len(parts)} tab-separated fields, or an empty one; "
-            "expected a sentence, or two separated by one tab"
-        )
+    expected = "expected a sentence, or two separated by one tab"
+    if len(parts) > 2:
+        raise DataError(f"input line {number}: {len(parts)} tab-separated fields; {expected}")
+    if len(parts) == 2 and not all(p.strip() for p in parts):
+        raise DataError(f"input line {number}: an empty side of the tab; {expected}")
     return parts[0], parts[1] if len(parts) == 2 else ""
 
 

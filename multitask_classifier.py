@@ -39,6 +39,7 @@ import evaluation
 import presets
 import simcse
 import trainer
+from base_bert import read_json_object
 from bert import BertModel, Dropout, mean_pool
 from config import ModelConfig, RunConfig, Stage
 from datasets import CONTRASTIVE
@@ -286,10 +287,7 @@ def load_run_config(run_dir: str) -> RunConfig:
     saved = Path(run_dir) / "config.json"
     if not saved.is_file():
         raise SystemExit(f"{run_dir}: no config.json there; is it a run folder?")
-    try:
-        text = json.loads(saved.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SystemExit(f"{saved}: not valid JSON ({e})") from None
+    text = read_json_object(saved)
     cfg = config.from_dict(RunConfig, text, str(saved))
     presets.overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
     if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
@@ -521,7 +519,7 @@ def main(argv=None):
         if cfg.preset == "individual" and not folders["predict"]:
             raise SystemExit("the individual preset keeps a model per task; this needs one")
         if folders["label"]:
-            return label(cfg, run_dir, rt, sys.stdin)
+            return label(cfg, run_dir, rt, data.input_lines(sys.stdin))
         return (predict if folders["predict"] else export)(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
@@ -529,10 +527,12 @@ def main(argv=None):
     data.require(data_files(cfg, [s for plan in plans.values() for s in plan]))
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
+    if not resume:  # a forgotten --resume stops before the data is read
+        checkpoint.refuse_held(run_dir)
     task_data = seeded_data(cfg, plans)
     with checkpoint.locked(run_dir) if rt.main else nullcontext():
-        if not resume and any(run_dir.rglob(checkpoint.STATE)):
-            raise SystemExit(f"{run_dir} already holds a run: continue it with --resume {run_dir}")
+        if not resume:  # again, now that no other process can start one here
+            checkpoint.refuse_held(run_dir)
         cfg = replace(cfg, run_dir=str(run_dir))
         if not resume and rt.main:
             checkpoint.atomic_write(

@@ -64,7 +64,7 @@ def pick_device(device_arg: str) -> torch.device:
         raise SystemExit(f"--device {device_arg}: expected auto, cpu, cuda or cuda:N")
     count = torch.cuda.device_count()
     if device.type == "cuda" and (device.index or 0) >= count:
-        raise SystemExit(f"--device {device_arg}: no such GPU; here: cuda:0 to cuda:{count - 1}")
+        raise SystemExit(f"--device {device_arg}: no such GPU; this machine has {count}")
     return device
 
 

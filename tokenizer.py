@@ -199,14 +199,13 @@ class BertTokenizer:
             casing = base_bert.read_json_object(config_file).get("do_lower_case", True)
             kwargs["do_lower_case"] = casing
         tokenizer = cls(model_dir / "vocab.txt", **kwargs)
-        model_file = model_dir / "config.json"
-        model_config = base_bert.read_json_object(model_file) if model_file.is_file() else {}
-        rows = model_config.get("vocab_size")  # of the embedding table: no id may reach past it
-        if isinstance(rows, int) and tokenizer.vocab_size > rows:
-            raise base_bert.ModelError(
-                f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens, more than "
-                f"{model_file}'s vocab_size {rows}"
-            )
+        if (model_dir / "config.json").is_file():  # no id may reach past the embedding table
+            rows = base_bert.load_config(model_dir).vocab_size
+            if tokenizer.vocab_size > rows:
+                raise base_bert.ModelError(
+                    f"{model_dir / 'vocab.txt'} has {tokenizer.vocab_size} tokens, more than "
+                    f"config.json's vocab_size {rows}"
+                )
         return tokenizer
 
     @property

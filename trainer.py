@@ -491,7 +491,7 @@ def start(model, optimizer, task_data, run: Run) -> dict:
         raise SystemExit(f"{run.run_dir} already holds a run; give another --run_dir")
     if run.resume and best_path.exists() and not state_path.exists():  # its state was lost
         raise checkpoint.CheckpointError(
-            f"{state_path}: missing; nothing to continue from (its best model: {best_path})"
+            f"{state_path}: missing; nothing to continue from ({best_path} serves --predict)"
         )
     progress = {"best": {"score": -math.inf, "stage": None, "index": None}, "rows": []}
     progress["next_stage"] = 0

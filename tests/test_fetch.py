@@ -140,15 +140,19 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
 @pytest.mark.parametrize(
     "handout,snli,says",
     [
-        ("/short/handout/", "/snli_1.0.zip", "download was cut short"),
-        ("/handout/", "/short/snli_1.0.zip", "download was cut short"),
-        ("/error/handout/", "/snli_1.0.zip", "(HTTP 500)"),
-        ("/handout/", "/error/snli_1.0.zip", "(HTTP 500)"),
-        ("/handout/", "/bad.zip", "fails its CRC check"),
-        ("/handout/", "/handout/ids-sst-dev.csv", "not the SNLI 1.0 release"),
-        ("/handout/", "/train-only.zip", "not the SNLI 1.0 release"),
-        ("/html/handout/", "/snli_1.0.zip", "ids-sst-train.csv is not the handout's file"),
-        ("127.0.0.1/handout/", "/snli_1.0.zip", "expected an http(s):// or file: address"),
+        ("{base}/short/handout/", "{base}/snli_1.0.zip", "download was cut short"),
+        ("{base}/handout/", "{base}/short/snli_1.0.zip", "download was cut short"),
+        ("{base}/error/handout/", "{base}/snli_1.0.zip", "(HTTP 500)"),
+        ("{base}/handout/", "{base}/error/snli_1.0.zip", "(HTTP 500)"),
+        ("{base}/handout/", "{base}/bad.zip", "fails its CRC check"),
+        ("{base}/handout/", "{base}/handout/ids-sst-dev.csv", "not the SNLI 1.0 release"),
+        ("{base}/handout/", "{base}/train-only.zip", "not the SNLI 1.0 release"),
+        (
+            "{base}/html/handout/",
+            "{base}/snli_1.0.zip",
+            "ids-sst-train.csv is not the handout's file",
+        ),
+        ("127.0.0.1/handout/", "{base}/snli_1.0.zip", "expected an http(s):// or file: address"),
     ],
     ids=[
         "short-file",
@@ -166,8 +170,7 @@ def test_a_failed_fetch_says_why_and_leaves_nothing_half_written(
     server, tmp_path, monkeypatch, capsys, handout, snli, says
 ):
     base, _, _ = server
-    handout = handout if "." in handout else base + handout  # "no-scheme" as it is given
-    point_at(monkeypatch, handout, base + snli)
+    point_at(monkeypatch, handout.format(base=base), snli.format(base=base))
     folder = tmp_path / "data"
     missing = fetch.fetch_missing(folder, timeout=5)
     assert says in capsys.readouterr().out

@@ -159,6 +159,9 @@ def test_a_metrics_file_cut_short_or_without_a_stage_is_one_line(tmp_path):
             plots.main([str(metrics.parent)])
         with pytest.raises(SystemExit, match="^error: .*" + message):  # the command's line
             run_cli(plots.main, [str(metrics.parent)])
+    metrics.write_bytes(b"\xff\xfe{}\n")  # UTF-16, say
+    with pytest.raises(CheckpointError, match=r"metrics.jsonl: not UTF-8 text"):
+        plots.main([str(metrics.parent)])
     metrics.write_text(start + "\n\n")  # a run still in its first stage; a blank line
     with pytest.raises(SystemExit, match=r"run: no stage with a numeric score in its metrics"):
         plots.main(["--table", f"a={metrics.parent}"])
