@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -719,6 +720,8 @@ def subset(examples: list, size: int, share: float, seed: int, first: bool = Fal
 def input_lines(stream) -> Iterator[str]:
     """The lines of a text stream (stdin to --label); bytes that are not UTF-8 stop with a
     one-line error (a stream decodes in blocks, so it counts the lines read before)."""
+    if stream.isatty():  # typed by hand: say what is expected, or the prompt looks stuck
+        print("type a sentence, or two separated by a tab; Ctrl-D ends", file=sys.stderr)
     read = 0
     try:
         for line in stream:

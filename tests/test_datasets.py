@@ -648,3 +648,16 @@ def test_random_batches_cover_every_index_once():
     batches = D.random_batches(10, 4, torch.Generator().manual_seed(0))
     assert [len(b) for b in batches] == [4, 4, 2]
     assert sorted(i for b in batches for i in b) == list(range(10))
+
+
+def test_input_lines_prompt_only_a_terminal(capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert list(D.input_lines(io.StringIO("a\nb\tc\n"))) == ["a\n", "b\tc\n"]
+    assert capsys.readouterr().err == ""  # a pipe or a file: no prompt in the way
+    assert list(D.input_lines(Terminal("a\n"))) == ["a\n"]
+    assert "two separated by a tab; Ctrl-D ends" in capsys.readouterr().err
