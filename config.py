@@ -559,9 +559,8 @@ def to_dict(cfg) -> dict:
 def from_dict(cls, saved: dict, source="config"):
     """A config from its JSON form; fields added since it was saved keep today's defaults.
     A value of the wrong type, or a setting this version lacks (a typo, one removed since),
-    stops with the field and the file (`source`)."""
-    if not isinstance(saved, dict):
-        raise SystemExit(f"{source}: expected a JSON object of settings, got {saved!r:.40}")
+    stops with the field and the file (`source`). `saved` is a dict: base_bert.read_json_object
+    reads a run's config.json and refuses anything else."""
     cfg = cls()
     known = {path for path, _, _ in leaves(cfg)}
     given = set()

@@ -88,11 +88,11 @@ def checks(args):
     """Yield (name, ok, max_diff, detail) for each check."""
     ref = np.load(REFERENCE)
     tok = BertTokenizer.from_pretrained(args.bert)  # first: a folder without vocab.txt stops
-    hidden = load_config(resolve_model_dir(args.bert)).hidden_size
-    if hidden != ref["last_hidden_state"].shape[-1]:
+    hidden, stored = load_config(resolve_model_dir(args.bert)).hidden_size, ref["pooler_output"]
+    if hidden != stored.shape[-1]:
         raise SystemExit(
             f"--bert {args.bert}: hidden size {hidden}; the stored outputs are "
-            "all-MiniLM-L6-v2's (384), the only checkpoint this check runs on"
+            f"all-MiniLM-L6-v2's ({stored.shape[-1]}), the only checkpoint this check runs on"
         )
     a, b = zip(*PAIRS, strict=True)
     for name, enc in (("single", tok(SENTENCES)), ("pair", tok(list(a), list(b)))):
