@@ -18,11 +18,7 @@ Misses are reported, never adjusted.
     python bench.py --only train memory --repeats 3
 """
 
-import argparse
-import ctypes
-import gc
 import json
-import platform
 import statistics
 import sys
 import time
@@ -35,22 +31,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import config
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool, train_step_flops
-from config import OptimConfig, Stage
-from losses import StepContext
+from config import OptimConfig, option
 from multitask_classifier import MultitaskBERT, compile_layers
 from optimizer import AdamW, backward, optimizer_step
-from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
+from plans import Stage
+from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16, peak_memory_mib
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
-from trainer import new_optimizer, train_step
+from trainer import StepContext, train_step
 
 RANDOM_BASE = "bert-base"  # --model: bert-base-uncased's shape with random weights
 SIZES = {"cpu": ("minilm", [32], 64), "cuda": (RANDOM_BASE, [8, 16, 32], 128)}  # model, B, T
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # BertModel's, in order
 SENTENCES = 2000  # SST train sentences per tokenizer run (HF's Python tokenizer is slow)
+ADAMW = dict(lr=1e-5, eps=1e-6, weight_decay=0.0)  # the project's AdamW settings
 
 
 @dataclass(frozen=True)
@@ -101,8 +99,8 @@ class Row:
         return value <= t.bound if t.op == "<=" else value >= t.bound
 
 
-class Skip(Exception):
-    """A section that cannot run here; the message says why."""
+class Skip(NotImplementedError):
+    """A section that cannot run here; the message says why (as runtime.peak_memory_mib's)."""
 
 
 def time_interleaved(
@@ -142,12 +140,10 @@ def timed_row(what, times, ours="ours", ref="ref", target=None, items=None) -> R
     """A row of ms per call from time_interleaved's times; items=(n, name), n done per call,
     puts the rates of both median runs in the note."""
     a, b = (1000 * statistics.median(times[k]) for k in (ours, ref))
-    rates = (
-        f"{1000 * items[0] / a:,.1f} vs {1000 * items[0] / b:,.1f} {items[1]}/s" if items else ""
-    )
+    n, name = items or (0, "")
+    rates = f"{1000 * n / a:,.1f} vs {1000 * n / b:,.1f} {name}/s" if items else ""
     seconds = {"ours": times[ours], "ref": times[ref]}  # for the JSON: other statistics later
-    median, minimum, paired = ratios(times[ours], times[ref])
-    return Row(what, "ms", a, b, median, minimum, paired, target, rates, seconds)
+    return Row(what, "ms", a, b, *ratios(times[ours], times[ref]), target, rates, seconds)
 
 
 @dataclass
@@ -161,9 +157,13 @@ class Context:
     data_dir: Path  # CS224n data folder
     skipped: dict = field(default_factory=dict)  # what was not measured -> why
 
+    @property
+    def cuda(self) -> bool:
+        return self.rt.device.type == "cuda"
+
     def time(self, runs, warmup=None, prepare=None) -> dict[str, list[float]]:
-        cuda, warmup = self.rt.device.type == "cuda", self.warmup if warmup is None else warmup
-        sync = partial(torch.cuda.synchronize, self.rt.device) if cuda else lambda: None
+        warmup = self.warmup if warmup is None else warmup
+        sync = partial(torch.cuda.synchronize, self.rt.device) if self.cuda else lambda: None
         return time_interleaved(runs, self.repeats, warmup, prepare, sync)
 
 
@@ -188,16 +188,16 @@ def encoders(ctx: Context, attention: str) -> tuple[BertModel, nn.Module]:
     return ours.to(ctx.rt.device), ref.to(ctx.rt.device)
 
 
-def random_batch(B: int, T: int, vocab_size: int, device) -> dict:
-    """(B, T) random ids, lengths uniform in [T/2, T] with the first at T; SST labels (B,)."""
-    g = torch.Generator().manual_seed(0)
+def random_batch(ctx: Context, B: int, vocab_size: int) -> dict:
+    """(B, T = ctx.length) random ids, lengths uniform in [T/2, T], the first T; labels (B,)."""
+    g, T = torch.Generator().manual_seed(0), ctx.length
     ids = torch.randint(1, vocab_size, (B, T), generator=g)  # any id costs the same
     lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
     lengths[0] = T
     mask = (torch.arange(T)[None, :] < lengths[:, None]).long()  # (B, T)
     labels = torch.randint(0, 5, (B,), generator=g)
     batch = dict(input_ids=ids * mask, attention_mask=mask, token_type_ids=0 * ids, labels=labels)
-    return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.to(ctx.rt.device) for k, v in batch.items()}
 
 
 def reference_step(model: nn.ModuleDict, optimizer, batch, rt: Runtime) -> None:
@@ -217,53 +217,37 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
     """Training steps on one SST batch of B x ctx.length, each a call with no argument:
     ours (trainer.train_step) and the reference per attention kind, and ours with SMART
     (float32 against autocast: bench_precision)."""
-    adamw = dict(lr=1e-5, eps=1e-6, weight_decay=0.0, foreach=ctx.rt.device.type == "cuda")
-    runs = {}
+    device, runs = ctx.rt.device, {}
     for attention in attentions:
         bert, ref_bert = encoders(ctx, attention)
-        ours = MultitaskBERT(bert).to(ctx.rt.device).train()
-        runs[attention] = own_step(ctx, B, ctx.rt.precision, ours)
+        ours = MultitaskBERT(bert).to(device).train()
+        runs[attention] = own_step(ctx, B, model=ours)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
-        ref_opt = torch.optim.AdamW(ref.to(ctx.rt.device).parameters(), **adamw)
-        batch = random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)
-        ref_rt = make_runtime(str(ctx.rt.device), ctx.rt.precision)  # its own scaler
+        ref_opt = torch.optim.AdamW(ref.to(device).parameters(), **ADAMW, foreach=ctx.cuda)
+        batch = random_batch(ctx, B, bert.config.vocab_size)
+        ref_rt = make_runtime(str(device), ctx.rt.precision)  # its own scaler
         runs[f"hf_{attention}"] = partial(reference_step, ref, ref_opt, batch, ref_rt)
         if attention == "manual":  # the training default
-            smart = SmartConfig(lambda_s=10.0, mu=1.0)
-            runs["smart"] = own_step(ctx, B, ctx.rt.precision, ours, smart)
+            runs["smart"] = own_step(ctx, B, model=ours, smart=SmartConfig(lambda_s=10.0, mu=1.0))
     return runs
 
 
-def peak_memory_mib(fn: Callable[[], object], device: torch.device) -> float:
-    """Memory that one call of fn adds at its peak over what was in use before it, MiB.
-
-    CUDA: max_memory_allocated. CPU (Linux, glibc): the peak resident set (VmHWM, reset
-    through /proc/self/clear_refs). glibc keeps freed blocks for reuse, which would hide a
-    step's new tensors, so the mmap threshold is fixed at 64 KiB (each tensor buffer its own
-    mapping, returned when freed). That slows the rest of the process: it runs after timings.
-    """
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - start) / 2**20
-    if platform.libc_ver()[0] != "glibc":
-        raise Skip(f"CPU memory is measured on Linux with glibc only, not on {sys.platform}")
-
-    def status_mib(key: str) -> float:  # the kernel reports kB
-        lines = Path("/proc/self/status").read_text().splitlines()
-        return next(int(line.split()[1]) for line in lines if line.startswith(key)) / 1024
-
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 64 * 1024)  # -3: M_MMAP_THRESHOLD
-    libc.malloc_trim(0)
-    start = status_mib("VmRSS:")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident set
-    fn()
-    return status_mib("VmHWM:") - start
+def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compiled=False):
+    """One train_step of our SST model (by default a fresh one for --model, compiled or not) on
+    the same B x ctx.length batch at `precision` (default: training's); with SMART and its
+    teacher when `smart` is given (the teacher's momentum schedule does not change its cost)."""
+    precision = precision or ctx.rt.precision
+    if model is None:
+        torch.manual_seed(0)  # random weights and heads: the same for every precision
+        bert = compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
+        model = MultitaskBERT(bert).to(ctx.rt.device).train()
+    batch = random_batch(ctx, B, model.bert.config.vocab_size)
+    scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
+    teacher = EMATeacher(model, smart) if smart else None
+    step = StepContext(Runtime(ctx.rt.device, AUTOCAST[precision], scaler), teacher=teacher)
+    stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
+    optimizer = model.configure_optimizers(OptimConfig(1e-5, foreach_adamw=ctx.cuda))
+    return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,8 +284,7 @@ def bench_forward(ctx: Context) -> list[Row]:
     for attention, ref_name in (("manual", "HF eager"), ("sdpa", "HF sdpa")):
         ours, ref = (m.eval() for m in encoders(ctx, attention))
         for B in ctx.batch_sizes:
-            b = random_batch(B, ctx.length, ours.config.vocab_size, ctx.rt.device)
-            args = [b[k] for k in INPUTS]
+            args = [random_batch(ctx, B, ours.config.vocab_size)[k] for k in INPUTS]
             with torch.no_grad(), ctx.rt.autocast():
                 times = ctx.time({"ours": partial(ours, *args), "ref": partial(ref, *args)})
             what = f"BERT forward {B}x{ctx.length} {ctx.rt.precision}, {attention} vs {ref_name}"
@@ -321,7 +304,6 @@ def bench_train(ctx: Context) -> list[Row]:
                 ("sdpa", "hf_sdpa", "sdpa vs HF sdpa", "train_step"),
                 ("smart", "manual", "SMART (lambda_s=10, mu=1) vs plain", "smart_time"),
             )
-            if ref in times
         ]
     return rows
 
@@ -329,15 +311,14 @@ def bench_train(ctx: Context) -> list[Row]:
 def bench_adamw(ctx: Context) -> list[Row]:
     """One AdamW step on the encoder's parameters with random gradients. The optimizers
     share the parameters (each keeps its own moments): same work, one model in memory."""
-    params = [nn.Parameter(p.detach()) for p in encoders(ctx, "manual")[0].parameters()]
+    params = list(our_bert(ctx).to(ctx.rt.device).parameters())
     for p in params:
         p.grad = torch.randn_like(p)
-    hyper = dict(lr=1e-5, eps=1e-6, weight_decay=0.0)  # the project's defaults
     opts = {
-        "loop": AdamW(params, **hyper),
-        "foreach": AdamW(params, **hyper, foreach=True),
-        "torch loop": torch.optim.AdamW(params, **hyper, foreach=False),
-        "torch foreach": torch.optim.AdamW(params, **hyper, foreach=True),
+        "loop": AdamW(params, **ADAMW),
+        "foreach": AdamW(params, **ADAMW, foreach=True),
+        "torch loop": torch.optim.AdamW(params, **ADAMW, foreach=False),
+        "torch foreach": torch.optim.AdamW(params, **ADAMW, foreach=True),
     }
     times = ctx.time({k: o.step for k, o in opts.items()})
     what = f"AdamW step, {sum(p.numel() for p in params) / 1e6:.1f}M parameters"
@@ -347,90 +328,60 @@ def bench_adamw(ctx: Context) -> list[Row]:
     ]
 
 
-def own_step(ctx: Context, B: int, precision: str, model=None, smart=None) -> partial:
-    """One train_step of our SST model (by default a fresh one for --model) on the same
-    B x ctx.length batch at `precision`; with SMART and its teacher when `smart` is given
-    (the teacher's momentum schedule does not change a step's cost)."""
-    if model is None:
-        torch.manual_seed(0)  # random weights and heads: the same for every precision
-        model = MultitaskBERT(our_bert(ctx)).to(ctx.rt.device).train()
-    batch = random_batch(B, ctx.length, model.bert.config.vocab_size, ctx.rt.device)
-    scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
-    step = StepContext(Runtime(ctx.rt.device, AUTOCAST[precision], scaler))
-    step.teacher = EMATeacher(model, smart) if smart else None
-    stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
-    foreach = ctx.rt.device.type == "cuda"
-    optimizer = new_optimizer(model, OptimConfig(1e-5, foreach_adamw=foreach))
-    return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
-
-
-def matmul_rates(ctx: Context, M: int, K: int, N: int, low: str) -> tuple[dict, Row]:
-    """FLOP/s of an (M, K) x (K, N) matmul in float32 and in `low`, timed interleaved."""
-    g, device = torch.Generator().manual_seed(0), ctx.rt.device
-    a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
-    dtypes = {"fp32": torch.float32, low: AUTOCAST[low]}
-    times = ctx.time(
-        {k: partial(torch.matmul, a.to(device, d), b.to(device, d)) for k, d in dtypes.items()}
-    )
-    rates = {k: 2 * M * K * N / statistics.median(t) for k, t in times.items()}
-    row = timed_row(f"matmul {M}x{K}x{N} (the FFN's shape), {low} vs float32", times, low, "fp32")
-    row.note = f"{rates[low] / 1e9:,.0f} vs {rates['fp32'] / 1e9:,.0f} GFLOP/s"
-    return rates, row
+def eval_forward(bert: BertModel, args: list, device: torch.device, precision: str) -> None:
+    """Our BERT's forward in eval mode, without gradients, under `precision`'s autocast."""
+    with torch.no_grad(), Runtime(device, AUTOCAST[precision], None).autocast():
+        bert.eval()(*args)
 
 
 def bench_precision(ctx: Context) -> list[Row]:
-    """bf16 autocast (fp16 on a GPU without bf16) against float32, and compile against eager,
-    all in this process; a step's FLOP rate is judged against the matmul of its precision."""
-    cuda = ctx.rt.device.type == "cuda"
-    if not native_bf16(ctx.rt.device) and not cuda:
+    """bf16 autocast (fp16 on a GPU without bf16) against float32 on the FFN's matmul, our
+    BERT forward (eval, no gradients) and the train step, all in this process; a step's FLOP
+    rate is judged against the matmul of its precision."""
+    device = ctx.rt.device
+    if not native_bf16(device) and not ctx.cuda:
         raise Skip("this CPU has no native bf16 dot products: training runs float32 here")
-    low = "bf16" if native_bf16(ctx.rt.device) else "fp16"
-    rows = []
+    low, rows = "bf16" if native_bf16(device) else "fp16", []
+    dtypes = {"fp32": torch.float32, low: AUTOCAST[low]}
+
+    def versus(what: str, runs: dict, target=None) -> tuple[dict, Row]:  # runs: {precision: f}
+        times = ctx.time(runs)
+        return times, timed_row(f"{what}, {low} vs float32", times, low, "fp32", target)
+
     for B in ctx.batch_sizes:
-        steps = {p: own_step(ctx, B, p) for p in ("fp32", low)}
-        config = steps["fp32"].args[0].bert.config
-        T, H = ctx.length, config.hidden_size
-        rates, matmul = matmul_rates(ctx, B * T, H, config.intermediate_size, low)
-        rows += [matmul, forward_row(ctx, steps["fp32"].args[0].bert, B, low)]
-        times = ctx.time(steps)
-        what = f"train step {B}x{T}"
-        rows.append(timed_row(f"{what}, {low} vs float32", times, low, "fp32", "bf16_step"))
-        flops = train_step_flops(config, B, T)
+        steps = {p: own_step(ctx, B, p) for p in dtypes}
+        bert, T = steps["fp32"].args[0].bert, ctx.length
+        M, K, N = B * T, bert.config.hidden_size, bert.config.intermediate_size
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+        mm = {p: partial(torch.matmul, a.to(device, d), b.to(device, d)) for p, d in dtypes.items()}
+        times, matmul = versus(f"matmul {M}x{K}x{N} (the FFN's shape)", mm)
+        rates = {p: 2 * M * K * N / statistics.median(t) for p, t in times.items()}
+        matmul.note = f"{rates[low] / 1e9:,.0f} vs {rates['fp32'] / 1e9:,.0f} GFLOP/s"
+        args = [random_batch(ctx, B, bert.config.vocab_size)[k] for k in INPUTS]
+        forward = {p: partial(eval_forward, bert, args, device, p) for p in dtypes}
+        rows += [matmul, versus(f"BERT forward {B}x{T}", forward)[1]]
+        bert.train()
+        times, step = versus(f"train step {B}x{T}", steps, "bf16_step")
+        rows.append(step)
+        flops = train_step_flops(bert.config, B, T)
         for p, target in ((low, "bf16_share" if low == "bf16" else None), ("fp32", None)):
             rate = flops / statistics.median(times[p])
             note = f"{rate / 1e9:,.0f} GFLOP/s of {flops / 1e9:,.1f} GFLOP a step"
-            share = f"{what} {p}: FLOP rate / {p} matmul rate"
+            share = f"train step {B}x{T} {p}: FLOP rate / {p} matmul rate"
             rows.append(Row(share, "", rate / rates[p], target=target, note=note))
     return rows
-
-
-def forward_row(ctx: Context, bert: BertModel, B: int, low: str) -> Row:
-    """Our BERT forward (eval, no gradients) under `low` autocast against float32."""
-    args = [random_batch(B, ctx.length, bert.config.vocab_size, ctx.rt.device)[k] for k in INPUTS]
-
-    def forward(precision):
-        with torch.no_grad(), Runtime(ctx.rt.device, AUTOCAST[precision], None).autocast():
-            bert.eval()(*args)
-
-    times = ctx.time({p: partial(forward, p) for p in ("fp32", low)})
-    bert.train()
-    return timed_row(f"BERT forward {B}x{ctx.length}, {low} vs float32", times, low, "fp32")
 
 
 def bench_compile(ctx: Context) -> list[Row]:
     """The train step with torch.compile'd layers against eager at the training precision,
     after compiling (timed apart, in the note): what --compile gains or costs per step."""
-    B, precision = ctx.batch_sizes[-1], ctx.rt.precision
-    torch.manual_seed(0)  # the eager model's weights and heads (own_step seeds the same)
-    compiled = MultitaskBERT(compile_layers(our_bert(ctx))).to(ctx.rt.device).train()
-    steps = {
-        "eager": own_step(ctx, B, precision),
-        "compiled": own_step(ctx, B, precision, compiled),
-    }
+    B = ctx.batch_sizes[-1]
+    steps = {k: own_step(ctx, B, compiled=k == "compiled") for k in ("eager", "compiled")}
     t0 = time.perf_counter()
     steps["compiled"]()  # inductor compiles on the first call (C++ on a CPU)
     seconds = time.perf_counter() - t0
-    what = f"train step {B}x{ctx.length} {precision}, compiled vs eager"
+    what = f"train step {B}x{ctx.length} {ctx.rt.precision}, compiled vs eager"
     row = timed_row(what, ctx.time(steps), "compiled", "eager")
     row.note = f"compiling took {seconds:.0f} s"
     return [row]
@@ -438,29 +389,26 @@ def bench_compile(ctx: Context) -> list[Row]:
 
 def bench_memory(ctx: Context) -> list[Row]:
     """Peak memory of one step over what was in use before it (weights, AdamW's moments,
-    the teacher), hand-written attention. After every timing: see peak_memory_mib."""
-    rows, how = [], "allocator peak" if ctx.rt.device.type == "cuda" else "peak RSS"
+    the teacher), hand-written attention. After every timing: see runtime.peak_memory_mib."""
+
+    def peaks(steps: dict[str, Callable]) -> dict[str, float]:  # MiB, each step's second
+        for step in steps.values():
+            step()  # the first step makes AdamW's moments: not a step's cost
+        return {name: peak_memory_mib(step, ctx.rt.device) for name, step in steps.items()}
+
+    pairs = []  # (what, ours, reference, target)
     for B in ctx.batch_sizes:
-        runs, kept = step_runs(ctx, B, ("manual",)), ("manual", "hf_manual", "smart")
-        for name in kept:  # the first step makes AdamW's moments: not a step's cost
-            runs[name]()
-        mib = {name: peak_memory_mib(runs[name], ctx.rt.device) for name in kept}
+        mib = peaks(step_runs(ctx, B, ("manual",)))
         what = f"peak memory of a train step {B}x{ctx.length} {ctx.rt.precision}"
-        for ours, ref, vs, target in (
-            ("manual", "hf_manual", "ours vs HF eager", None),
-            ("smart", "manual", "SMART vs plain", "smart_memory"),
-        ):
-            a, b = mib[ours], mib[ref]
-            rows.append(Row(f"{what}, {vs}", "MiB", a, b, a / b, target=target, note=how))
+        pairs.append((f"{what}, ours vs HF eager", mib["manual"], mib["hf_manual"], None))
+        pairs.append((f"{what}, SMART vs plain", mib["smart"], mib["manual"], "smart_memory"))
     if ctx.rt.amp_dtype is not None:  # what autocast's copies and halves add or save
         B, low = ctx.batch_sizes[-1], ctx.rt.precision
-        steps = {p: own_step(ctx, B, p) for p in (low, "fp32")}
-        for step in steps.values():
-            step()  # AdamW's moments: not a step's cost
-        mib = {p: peak_memory_mib(step, ctx.rt.device) for p, step in steps.items()}
+        mib = peaks({p: own_step(ctx, B, p) for p in (low, "fp32")})
         what = f"peak memory of a train step {B}x{ctx.length}, {low} vs float32"
-        rows.append(Row(what, "MiB", mib[low], mib["fp32"], mib[low] / mib["fp32"], note=how))
-    return rows
+        pairs.append((what, mib[low], mib["fp32"], None))
+    how = "allocator peak" if ctx.cuda else "peak RSS"
+    return [Row(w, "MiB", a, b, a / b, target=t, note=how) for w, a, b, t in pairs]
 
 
 def bench_padding(ctx: Context) -> list[Row]:
@@ -496,10 +444,8 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
 
 
-VERDICT = {True: "pass", False: "**FAIL**", None: "-"}
-
-
 def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
+    verdict = {True: "pass", False: "**FAIL**", None: "-"}
     head = "| what | ours | reference | ratio of medians | ratio of minima | paired ratio | target "
     lines = ["# Benchmarks\n", "; ".join(meta.values()) + ".\n", head + "| result |"]
     lines += ["| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
@@ -507,7 +453,7 @@ def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
         what = (f"{r.what} ({r.note})" if r.note else r.what).replace("|", "\\|")
         target = str(TARGETS[r.target]) if r.target else "-"
         cells = [what, fmt(r.ours, r.unit), fmt(r.reference, r.unit), fmt(r.ratio)]
-        cells += [fmt(r.ratio_min), fmt(r.ratio_paired), target, VERDICT[r.passed]]
+        cells += [fmt(r.ratio_min), fmt(r.ratio_paired), target, verdict[r.passed]]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("\nNotes:")
     lines += [f"- not measured: {name}: {why}" for name, why in skipped.items()]
@@ -519,44 +465,33 @@ def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@dataclass
+class BenchConfig:
+    """benchmarks"""
+
+    only: list = option([], "run only these sections; none: all", choices=tuple(SECTIONS))
+    device: str = option("auto", "'auto' (CUDA if present), 'cpu' or 'cuda'")
+    precision: str = option("auto", "of the rows at training precision", choices=PRECISIONS)
+    model: str | None = option(
+        None,
+        f"encoder: a checkpoint folder, 'minilm' or '{RANDOM_BASE}' (its shape, random weights); "
+        f"none: minilm on a CPU, {RANDOM_BASE} on CUDA",
     )
-    # fmt: off
-    p.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
-                   help=f"run only these sections, of: {', '.join(SECTIONS)} (default: all)")
-    p.add_argument("--device", default="auto",
-                   help="'auto' (CUDA if present, the default), 'cpu' or 'cuda'")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="of the rows at training precision (default: auto, as training picks)")
-    p.add_argument("--model", help=f"encoder of forward, train, adamw and memory: a checkpoint "
-                   f"folder, 'minilm' (embedded) or '{RANDOM_BASE}' (its shape, random weights); "
-                   f"default: minilm on a CPU, {RANDOM_BASE} on CUDA")
-    p.add_argument("--batch_sizes", type=int, nargs="+", metavar="B",
-                   help="batch sizes of forward, train and memory (default: 32; 8 16 32 on CUDA)")
-    p.add_argument("--length", type=int, metavar="T",
-                   help="tokens per sequence of those batches (default: 64; 128 on CUDA)")
-    p.add_argument("--repeats", type=int, default=7,
-                   help="timed repeats of every comparison (default: 7)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed repeats before them (default: 1)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: 0, "
-                   "torch's choice, as in training); 1 spares each op the stalls at thread "
-                   "barriers that a machine busy with other work causes")
-    p.add_argument("--data_dir", help="CS224n data folder (default: $MINBERT_DATA, else data/)")
-    p.add_argument("--out", default="bench-results",
-                   help="folder for bench.json and bench.md (default: bench-results)")
-    # fmt: on
-    args = p.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0 or args.threads < 0:
-        p.error("need --repeats >= 1, --warmup >= 0 and --threads >= 0")
-    return args
+    batch_sizes: list = option([], "of forward, train, memory; none: 32, on CUDA 8 16 32", type=int)
+    length: int = option(0, "tokens per sequence of those batches; 0: 64, on CUDA 128", minimum=0)
+    repeats: int = option(7, "timed repeats of every comparison", positive=True)
+    warmup: int = option(1, "untimed repeats before them", minimum=0)
+    threads: int = option(
+        0, "CPU threads (0: torch's, as training; 1: no stalls if busy)", minimum=0
+    )
+    data_dir: str | None = option(None, "CS224n data folder (default: $MINBERT_DATA, else data/)")
+    out: str = option("bench-results", "folder for bench.json and bench.md")
 
 
 def main(argv=None) -> int:
     import transformers
 
-    args = parse_args(argv)
+    args, _, _ = config.parse(BenchConfig(), argv, __doc__)
     rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -579,7 +514,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             new = SECTIONS[section](ctx)
-        except (Skip, FileNotFoundError) as e:  # e.g. no data: say so, measure the rest
+        except (NotImplementedError, FileNotFoundError) as e:  # Skip, no data: say so, go on
             ctx.skipped[section], new = str(e), []
         for r in new:
             print(f"[{section}]", r.what, fmt(r.ours, r.unit), fmt(r.ratio), fmt(r.ratio_min))
@@ -597,4 +532,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(config.run_cli(main))

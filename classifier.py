@@ -26,11 +26,12 @@ from config import (
     OptimConfig,
     RunConfig,
     ScheduleConfig,
-    Stage,
 )
+from plans import Stage
+from runfolder import Run, finish
 from runtime import make_runtime
 from tokenizer import BertTokenizer
-from trainer import Run, finish, run_plan
+from trainer import run_plan
 
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from base_bert import ModelError
 from checkpoint import CheckpointError
-from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
-from evaluation import TASKS
+from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS, DataError
+from losses import TASK_LOSSES, loss_help
 from optimizer import DECAYS, WEIGHTINGS
 from runtime import PRECISIONS
 from simcse import DISTANCES, OBJECTIVES
@@ -206,17 +206,8 @@ class MultitaskConfig:
         0, "multitask: sample or repeat each task's data to this many (0: as is)", minimum=0
     )
     multitask_epochs: int = option(3, "multitask preset: epochs", minimum=1)
-    para_loss: str | None = option(
-        None,
-        "QQP loss: BCE on the logit (default), contrastive margin 0.5, or ranking",
-        choices=TASKS["para"].losses,
-    )
-    sts_loss: str | None = option(
-        None,
-        "STS loss: MSE on the 0-5 score (default), L1, cosine vs labels in [-1, 1] (no head "
-        "dropout), cosine vs labels in [0, 1] (Sentence-BERT), ranking",
-        choices=TASKS["sts"].losses,
-    )
+    para_loss: str | None = option(None, loss_help("para"), choices=tuple(TASK_LOSSES["para"]))
+    sts_loss: str | None = option(None, loss_help("sts"), choices=tuple(TASK_LOSSES["sts"]))
     cross_encode: list = option(
         [],
         "encode these pair tasks as one [CLS] a [SEP] b [SEP] sequence (Auslin et al.)",
@@ -354,70 +345,6 @@ class RunConfig:
     smart: SmartSettings = field(default_factory=SmartSettings)
     simcse: SimCSEConfig = field(default_factory=SimCSEConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
-
-
-# ---------------------------------------------------------------------------------------
-# A stage of a plan: what one part of a training schedule trains, and how
-
-STAGE_KINDS = ("task", "multitask", CONTRASTIVE)
-
-
-@dataclass
-class Stage:
-    tasks: tuple  # data sets it trains on: one task, several (multitask), none (contrastive)
-    lr: float  # AdamW learning rate during the stage
-    batch_size: int  # examples per step (per task, for simultaneous multitask steps)
-    kind: str = "task"  # 'task', 'multitask' or 'contrastive' (the encoder, no heads)
-    fraction: float = 1.0  # share of the training set, a fresh random subset each stage
-    epochs: int = 1  # passes over that share
-    name: str = ""  # label of the stage's row in the forgetting table
-    smart: SmartConfig = field(default_factory=SmartConfig.off)
-    losses: dict = field(default_factory=dict)  # task -> loss name, where not the default
-    freeze_encoder: bool = False  # train only the heads (EquiBERT's frozen encoder)
-    multitask: MultitaskConfig | None = None  # multitask: mixing, weighting, order, sizes
-    contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature;
-    # task stages: the weight and temperature of a SimCSE term added to every batch's loss
-    select_by_sts: bool = False  # keep the epoch with the best STS dev Pearson (SimCSE)
-
-    def __post_init__(self):
-        if self.kind not in STAGE_KINDS:
-            raise ValueError(f"unknown stage kind {self.kind!r}; expected one of {STAGE_KINDS}")
-        for task in self.tasks:
-            if task not in TASKS:
-                raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
-        for task, loss in self.losses.items():
-            if loss not in TASKS[task].losses:
-                raise ValueError(
-                    f"loss {loss!r} does not fit task {task!r}; expected {TASKS[task].losses}"
-                )
-        if not 0 < self.fraction <= 1:
-            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
-        if self.kind == "task" and len(self.tasks) != 1:
-            raise ValueError(f"a task stage trains one task, got {self.tasks}")
-        if self.kind == "multitask" and (self.multitask is None or len(self.tasks) < 2):
-            raise ValueError("a multitask stage needs several tasks and its multitask settings")
-        if self.kind == CONTRASTIVE and (self.contrastive is None or self.tasks):
-            raise ValueError("a contrastive stage needs its SimCSE settings and no task")
-        self.name = self.name or self.default_name()
-
-    def default_name(self) -> str:
-        if self.kind == CONTRASTIVE:
-            return f"SimCSE ({self.contrastive.simcse_loss})"
-        if self.kind == "multitask":
-            m = self.multitask
-            how = m.weighting if m.mixing == "simultaneous" else f"{m.order} order"
-            return f"{m.mixing.replace('_', '-')} ({how})"
-        return TASKS[self.tasks[0]].title + (f" {self.fraction:.0%}" if self.fraction < 1 else "")
-
-    @property
-    def weighting(self) -> str:
-        """How a step combines its task losses (one loss: 'equal', a weight of 1)."""
-        return self.multitask.weighting if self.kind == "multitask" else WEIGHTINGS[0]
-
-    @property
-    def trains_encoder_on_tasks(self) -> bool:
-        """A task stage that moves the encoder: where distillation and L2-SP pull."""
-        return self.kind != CONTRASTIVE and not self.freeze_encoder
 
 
 # ---------------------------------------------------------------------------------------
@@ -586,6 +513,12 @@ def from_dict(cls, saved: dict, source="config"):
     cfg = replace_paths(cfg, changes)
     check(cfg)
     return cfg
+
+
+def refuse(condition, message: str):
+    """Stop with one line saying why, when a combination of flags cannot work."""
+    if condition:
+        raise SystemExit(message)
 
 
 USER_ERRORS = (DataError, ModelError, CheckpointError, FileNotFoundError)

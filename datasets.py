@@ -44,6 +44,8 @@ FILE_STEMS = {
     "sts": "sts",
     "snli": "snli",
 }
+# The splits each task has: SNLI has no test file.
+_TASK_SPLITS = {task: SPLITS[:2] if task == "snli" else SPLITS for task in FILE_STEMS}
 
 
 class DataError(ValueError):
@@ -82,8 +84,8 @@ def task_file(folder: str | Path, task: str, split: str) -> Path:
     """Path of one task's split, e.g. ('sst', 'test') -> ids-sst-test-student.csv."""
     if task not in FILE_STEMS:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(FILE_STEMS)}")
-    if split not in SPLITS or (task == "snli" and split == "test"):
-        allowed = SPLITS[:2] if task == "snli" else SPLITS
+    allowed = _TASK_SPLITS[task]
+    if split not in allowed:
         raise ValueError(f"unknown split {split!r} for {task!r}; expected one of {allowed}")
     suffix = "test-student" if split == "test" else split
     return Path(folder) / f"{FILE_STEMS[task]}-{suffix}.csv"
@@ -91,12 +93,7 @@ def task_file(folder: str | Path, task: str, split: str) -> Path:
 
 def expected_files() -> list[str]:
     """Names of every file the project reads."""
-    return [
-        task_file(".", task, split).name
-        for task in FILE_STEMS
-        for split in SPLITS
-        if not (task == "snli" and split == "test")
-    ]
+    return [task_file(".", task, split).name for task in FILE_STEMS for split in _TASK_SPLITS[task]]
 
 
 def files_read(cfg, tasks, train_tasks, contrastive_source: str | None = None) -> list[Path]:
@@ -123,13 +120,6 @@ def require(files: list[Path]) -> None:
             f"missing data file(s) in {missing[0].parent}: {', '.join(f.name for f in missing)}; "
             "fetch them with `make data` (python fetch.py), see data/README.md"
         )
-
-
-def _missing_file_message(path: Path) -> str:
-    return (
-        f"data file {path} not found. Point MINBERT_DATA (or --data_dir) at a folder holding "
-        "the data files, or fetch them with `make data` (data/README.md says what they are)."
-    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -169,45 +159,28 @@ def space_punctuation(s: str) -> str:
     return " ".join(s.split())
 
 
-def _number(raw: str, expected: str) -> float:
-    if not raw.strip():
-        raise _BadRow(f"empty label; expected {expected}")
-    try:
-        return float(raw)
-    except ValueError:
-        raise _BadRow(f"label {raw.strip()!r} is not a number; expected {expected}") from None
-
-
-def _integer_label(low: int, high: int) -> Callable[[str], int]:
-    """Parser for class labels; accepts '3' and Quora's '1.0', rejects '2.5' and '7'."""
-
-    def parse(raw: str) -> int:
-        expected = f"an integer {low}-{high}"
-        value = _number(raw, expected)
-        if not value.is_integer() or not low <= value <= high:
-            raise _BadRow(f"label {raw.strip()!r} is out of range; expected {expected}")
-        return int(value)
-
-    return parse
-
-
-def _score_label(low: float, high: float) -> Callable[[str], float]:
-    """Parser for real-valued similarity scores in [low, high]."""
+def _label(low: float, high: float, integer: bool = False) -> Callable[[str], float]:
+    """Parser for labels in [low, high]: class indices when `integer` (accepts '3' and
+    Quora's '1.0', rejects '2.5' and '7'), else real-valued similarity scores."""
+    expected = f"an integer {low}-{high}" if integer else f"a number in [{low:g}, {high:g}]"
 
     def parse(raw: str) -> float:
-        expected = f"a number in [{low:g}, {high:g}]"
-        value = _number(raw, expected)
-        if not (math.isfinite(value) and low <= value <= high):
+        if not raw.strip():
+            raise _BadRow(f"empty label; expected {expected}")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _BadRow(f"label {raw.strip()!r} is not a number; expected {expected}") from None
+        in_range = math.isfinite(value) and low <= value <= high
+        if not in_range or (integer and not value.is_integer()):
             raise _BadRow(f"label {raw.strip()!r} is out of range; expected {expected}")
-        return value
+        return int(value) if integer else value
 
     return parse
 
 
 def _columns(path: Path, header, text_columns, label_column) -> tuple[list[int], int | None]:
     """Where the text columns and the label column (None: unlabeled file) are."""
-    if header is None:
-        raise DataError(f"{path}:1: empty file; expected a header line")
     missing = [c for c in text_columns if c not in header]
     if missing:
         raise DataError(
@@ -230,8 +203,9 @@ def _fields(line: str) -> list[str]:
     return fields
 
 
-def _parse_row(fields, width, text_columns, text_at, label_at, parse_label):
-    """([stripped texts], label or None) of one row; _BadRow says what is wrong."""
+def _parse_row(line, width, text_columns, text_at, label_at, parse_label):
+    """([stripped texts], label or None) of one line; _BadRow says what is wrong."""
+    fields = _fields(line)
     if len(fields) != width:
         raise _BadRow(f"{len(fields)} columns; expected {width} like the header")
     texts = [fields[i].strip() for i in text_at]
@@ -244,6 +218,22 @@ def _parse_row(fields, width, text_columns, text_at, label_at, parse_label):
 
 
 ID = re.compile(r"[^\s,]+")  # ids go into "id , prediction" rows: no spaces, no commas
+
+
+def _lines(path: Path) -> list[str]:
+    """The lines of a data file; a missing or unreadable one stops with what to do."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"data file {path} not found. Point MINBERT_DATA (or --data_dir) at a folder holding "
+            "the data files, or fetch them with `make data` (data/README.md says what they are)."
+        )
+    try:  # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first column
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: cannot read ({err}); expected UTF-8 text") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror}); expected a readable file") from None
+    return text.replace("\r\n", "\n").split("\n")  # not splitlines: \f, \x1c... are text
 
 
 def _read_table(
@@ -260,17 +250,11 @@ def _read_table(
     line is one row; an id seen before makes the later row bad.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(_missing_file_message(path))
-    try:  # utf-8-sig: a byte-order mark (Excel, Notepad) is not part of the first column
-        text = path.read_text(encoding="utf-8-sig")
-        lines = text.replace("\r\n", "\n").split("\n")  # not splitlines: \f, \x1c... are text
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: cannot read ({err}); expected UTF-8 text") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror}); expected a readable file") from None
+    lines = _lines(path)
+    if not lines[0].strip():
+        raise DataError(f"{path}:1: empty file; expected a header line")
     try:
-        header = _fields(lines[0]) if lines[0].strip() else None
+        header = _fields(lines[0])
     except _BadRow as err:
         raise DataError(f"{path}:1: {err}") from None
     text_at, label_at = _columns(path, header, text_columns, label_column)
@@ -279,48 +263,40 @@ def _read_table(
         if not line.strip():
             continue  # blank line: csv.DictReader skips these too
         try:
-            fields = _fields(line)
-            row = _parse_row(fields, len(header), text_columns, text_at, label_at, parse_label)
+            row = _parse_row(line, len(header), text_columns, text_at, label_at, parse_label)
             if "id" in text_columns and first_line.setdefault(row[0][0], line_no) != line_no:
                 raise _BadRow(f"id {row[0][0]!r} repeats line {first_line[row[0][0]]}")
+            rows.append(row)
         except _BadRow as err:
             if strict:
                 raise DataError(f"{path}:{line_no}: {err}") from None
-            bad.append((line_no, str(err)))
-            continue
-        rows.append(row)
-    if bad:
-        _warn_skipped(path, bad)
+            bad.append((line_no, str(err)))  # (line, why)
+    if bad:  # one DataWarning for the file's skipped rows
+        shown = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        warnings.warn(
+            f"{path}: skipped {len(bad)} bad row(s) at line(s) {shown}; "
+            f"first: line {bad[0][0]}: {bad[0][1]} (--strict stops instead)",
+            DataWarning,
+            stacklevel=2,
+        )
     return rows
-
-
-def _warn_skipped(path: Path, bad: list[tuple[int, str]]) -> None:
-    """One DataWarning for a file's skipped rows, (line, why) each."""
-    lines = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
-    warnings.warn(
-        f"{path}: skipped {len(bad)} bad row(s) at line(s) {lines}; "
-        f"first: line {bad[0][0]}: {bad[0][1]} (--strict stops instead)",
-        DataWarning,
-        stacklevel=2,
-    )
 
 
 def read_sentiment(
     path: str | Path, num_labels: int, strict: bool = False
 ) -> list[SentenceExample]:
     """SST (num_labels=5) or CFIMDB (num_labels=2): `<index> id sentence sentiment`."""
-    rows = _read_table(
-        path, ("id", "sentence"), "sentiment", _integer_label(0, num_labels - 1), strict
-    )
+    parse = _label(0, num_labels - 1, integer=True)
+    rows = _read_table(path, ("id", "sentence"), "sentiment", parse, strict)
     return [SentenceExample(id_, sentence, label) for (id_, sentence), label in rows]
 
 
 def read_pairs(path: str | Path, kind: str, strict: bool = False) -> list[PairExample]:
     """Quora (kind='binary', is_duplicate 0/1) or STS (kind='score', similarity 0-5)."""
     if kind == "binary":
-        label_column, parse = "is_duplicate", _integer_label(0, 1)
+        label_column, parse = "is_duplicate", _label(0, 1, integer=True)
     elif kind == "score":
-        label_column, parse = "similarity", _score_label(0.0, 5.0)
+        label_column, parse = "similarity", _label(0.0, 5.0)
     else:
         raise ValueError(f"unknown pair kind {kind!r}; expected 'binary' or 'score'")
     rows = _read_table(path, ("id", "sentence1", "sentence2"), label_column, parse, strict)
@@ -332,21 +308,18 @@ def read_pairs(path: str | Path, kind: str, strict: bool = False) -> list[PairEx
 
 def read_snli(path: str | Path, strict: bool = False) -> list[NLIExample]:
     """SNLI pairs: `premise hypothesis label` with 0 entailment, 1 neutral, 2 contradiction."""
-    rows = _read_table(path, ("premise", "hypothesis"), "label", _integer_label(0, 2), strict)
+    rows = _read_table(path, ("premise", "hypothesis"), "label", _label(0, 2, integer=True), strict)
     return [NLIExample(premise, hypothesis, label) for (premise, hypothesis), label in rows]
 
 
 def read_task(folder: str | Path, task: str, split: str, strict: bool = False) -> list:
     """Examples of one task's split, with the reader and label range that task needs."""
     path = task_file(folder, task, split)
-    readers = {
-        "sst": lambda: read_sentiment(path, 5, strict),
-        "cfimdb": lambda: read_sentiment(path, 2, strict),
-        "para": lambda: read_pairs(path, "binary", strict),
-        "sts": lambda: read_pairs(path, "score", strict),
-        "snli": lambda: read_snli(path, strict),
-    }
-    return readers[task]()
+    if task in ("sst", "cfimdb"):
+        return read_sentiment(path, 5 if task == "sst" else 2, strict)
+    if task in ("para", "sts"):
+        return read_pairs(path, "binary" if task == "para" else "score", strict)
+    return read_snli(path, strict)
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,17 +344,11 @@ def pad(seqs: Sequence[Sequence[int]], value: int, length: int) -> torch.Tensor:
     return out
 
 
-def _mask(seqs: Sequence[Sequence[int]], length: int) -> torch.Tensor:
-    """1 on real tokens, 0 on padding: (B, length) long."""
-    lengths = torch.tensor([len(s) for s in seqs])
-    return (torch.arange(length)[None, :] < lengths[:, None]).long()  # (B, T)
-
-
-def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int) -> dict:
-    """Ragged token ids and token types (no padding), truncated to max_length."""
+def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int) -> tuple:
+    """Ragged (token ids, token types), no padding, truncated to max_length."""
     if not texts:  # an empty split (every row skipped): nothing to tokenize
-        return {"input_ids": [], "token_type_ids": []}
-    return tokenizer(
+        return [], []
+    enc = tokenizer(
         texts,
         text_pair=pairs,
         padding=False,
@@ -389,14 +356,29 @@ def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: in
         max_length=max_length,
         return_tensors=None,
     )
+    return enc["input_ids"], enc["token_type_ids"]
 
 
 class _Tokenized(Dataset):
     """Token ids made once at construction, padded per batch by `collate`.
 
     An item is just its index: collate reads the stored ragged lists, so nothing is copied
-    per example. Subclasses set input_ids, token_type_ids, labels, ids, lengths, pad_id.
+    per example. `columns` are K lists of texts. joint: one sequence per example (two
+    columns as a pair), input_ids a list and batches (B, T); else each column tokenized
+    alone, input_ids a K-tuple and batches (K, B, T) padded to one T.
     """
+
+    def __init__(self, tokenizer, max_length: int, columns: list, labels, ids, joint: bool):
+        if joint:
+            pairs = columns[1] if len(columns) == 2 else None
+            self.input_ids, self.token_type_ids = _encode(tokenizer, columns[0], pairs, max_length)
+            self.lengths = [len(x) for x in self.input_ids]
+        else:
+            self.input_ids = tuple(_encode(tokenizer, c, None, max_length)[0] for c in columns)
+            # The padded T is set by the longest sentence of each example.
+            self.lengths = [max(len(col[i]) for col in self.input_ids) for i in range(len(ids))]
+        self.joint, self.labels, self.ids = joint, labels, ids
+        self.pad_id = tokenizer.pad_token_id
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -404,18 +386,20 @@ class _Tokenized(Dataset):
     def __getitem__(self, i: int) -> int:
         return i
 
-    def _collate_single(self, indices: list[int]) -> dict:
-        """One sequence per example: (B, T) tensors, T the batch's longest sequence."""
-        seqs = [self.input_ids[i] for i in indices]
-        T = max(len(s) for s in seqs)
-        batch = {
-            "input_ids": pad(seqs, self.pad_id, T),  # (B, T)
-            "attention_mask": _mask(seqs, T),  # (B, T)
-            "token_type_ids": pad([self.token_type_ids[i] for i in indices], 0, T),  # (B, T)
-        }
-        return self._finish(batch, indices)
-
-    def _finish(self, batch: dict, indices: list[int]) -> dict:
+    def collate(self, indices: list[int]) -> dict:
+        """A batch padded to its longest sequence; labels (B,) when labeled, ids list[str]."""
+        columns = [self.input_ids] if self.joint else self.input_ids
+        seqs = [[col[i] for i in indices] for col in columns]  # K lists of B id lists
+        T = max(len(s) for side in seqs for s in side)
+        ids = torch.stack([pad(side, self.pad_id, T) for side in seqs])  # (K, B, T)
+        lengths = torch.tensor([[len(s) for s in side] for side in seqs])  # (K, B)
+        mask = (torch.arange(T) < lengths[..., None]).long()  # (K, B, T): 1 on real tokens
+        if self.joint:  # one sequence per example (K = 1), with its own token types
+            ids, mask = ids[0], mask[0]  # (B, T)
+            types = pad([self.token_type_ids[i] for i in indices], 0, T)  # (B, T)
+        else:
+            types = torch.zeros_like(ids)  # (K, B, T): a sentence tokenized alone is segment A
+        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         if self.labels is not None:
             batch["labels"] = self.labels[indices]  # (B,)
         batch["ids"] = [self.ids[i] for i in indices]
@@ -430,15 +414,9 @@ class SentenceDataset(_Tokenized):
     """
 
     def __init__(self, examples: Sequence[SentenceExample], tokenizer, max_length: int = 128):
-        enc = _encode(tokenizer, [e.sentence for e in examples], None, max_length)
-        self.input_ids, self.token_type_ids = enc["input_ids"], enc["token_type_ids"]
-        self.lengths = [len(x) for x in self.input_ids]
-        self.labels = _labels(examples, torch.long)
-        self.ids = [e.id for e in examples]
-        self.pad_id = tokenizer.pad_token_id
-
-    def collate(self, indices: list[int]) -> dict:
-        return self._collate_single(indices)
+        columns = [[e.sentence for e in examples]]
+        labels, ids = _labels(examples, torch.long), [e.id for e in examples]
+        super().__init__(tokenizer, max_length, columns, labels, ids, joint=True)
 
 
 class PairDataset(_Tokenized):
@@ -459,38 +437,9 @@ class PairDataset(_Tokenized):
         cross_encode: bool = False,
     ):
         self.cross_encode = cross_encode
-        first, second = [e.sentence1 for e in examples], [e.sentence2 for e in examples]
-        if cross_encode:
-            enc = _encode(tokenizer, first, second, max_length)
-            self.input_ids, self.token_type_ids = enc["input_ids"], enc["token_type_ids"]
-            self.lengths = [len(x) for x in self.input_ids]
-        else:
-            self.input_ids = (
-                _encode(tokenizer, first, None, max_length)["input_ids"],
-                _encode(tokenizer, second, None, max_length)["input_ids"],
-            )
-            # The padded T is set by the longer side of each pair.
-            self.lengths = [max(len(a), len(b)) for a, b in zip(*self.input_ids, strict=True)]
-        self.labels = _labels(examples, torch.float)
-        self.ids = [e.id for e in examples]
-        self.pad_id = tokenizer.pad_token_id
-
-    def collate(self, indices: list[int]) -> dict:
-        if self.cross_encode:
-            return self._collate_single(indices)
-        return self._finish(_stack_columns(self.input_ids, indices, self.pad_id), indices)
-
-
-def _stack_columns(columns: Sequence[list], indices: list[int], pad_id: int) -> dict:
-    """K sentences per example, each tokenized alone -> (K, B, T) tensors with one T."""
-    seqs = [[col[i] for i in indices] for col in columns]  # K lists of B id lists
-    T = max(len(s) for side in seqs for s in side)
-    ids = torch.stack([pad(side, pad_id, T) for side in seqs])  # (K, B, T)
-    return {
-        "input_ids": ids,
-        "attention_mask": torch.stack([_mask(side, T) for side in seqs]),  # (K, B, T)
-        "token_type_ids": torch.zeros_like(ids),  # (K, B, T): each sentence is segment A
-    }
+        columns = [[e.sentence1 for e in examples], [e.sentence2 for e in examples]]
+        labels, ids = _labels(examples, torch.float), [e.id for e in examples]
+        super().__init__(tokenizer, max_length, columns, labels, ids, joint=cross_encode)
 
 
 class TupleDataset(_Tokenized):
@@ -504,17 +453,9 @@ class TupleDataset(_Tokenized):
         K = len(tuples[0]) if tuples else 1
         if any(len(t) != K for t in tuples):
             raise ValueError(f"every example needs {K} sentences, like the first one")
-        self.input_ids = tuple(
-            _encode(tokenizer, [t[k] for t in tuples], None, max_length)["input_ids"]
-            for k in range(K)
-        )
-        self.lengths = [max(len(col[i]) for col in self.input_ids) for i in range(len(tuples))]
-        self.labels = None
-        self.ids = [str(i) for i in range(len(tuples))]
-        self.pad_id = tokenizer.pad_token_id
-
-    def collate(self, indices: list[int]) -> dict:
-        return self._finish(_stack_columns(self.input_ids, indices, self.pad_id), indices)
+        columns = [[t[k] for t in tuples] for k in range(K)]
+        ids = [str(i) for i in range(len(tuples))]
+        super().__init__(tokenizer, max_length, columns, None, ids, joint=False)
 
 
 class LengthBucketSampler(Sampler[list[int]]):
@@ -541,11 +482,8 @@ class LengthBucketSampler(Sampler[list[int]]):
                 f"batch_size ({batch_size}) and batches_per_bucket ({batches_per_bucket}) "
                 "must be at least 1"
             )
-        self.lengths = list(lengths)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.generator = generator
-        self.batches_per_bucket = batches_per_bucket
+        self.lengths, self.batch_size, self.shuffle = list(lengths), batch_size, shuffle
+        self.generator, self.batches_per_bucket = generator, batches_per_bucket
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
@@ -664,8 +602,7 @@ class MultiTaskBatches:
                 f"mode must be 'simultaneous' or 'round_robin' and order 'fixed' or 'random', "
                 f"got {mode!r}, {order!r}"
             )
-        self.loaders, self.mode, self.order = loaders, mode, order
-        self.generator = generator
+        self.loaders, self.mode, self.order, self.generator = loaders, mode, order, generator
         self.cycles = max(len(loader) for loader in loaders.values())
 
     def __len__(self) -> int:
@@ -684,11 +621,9 @@ class MultiTaskBatches:
         for _ in range(self.cycles):
             if self.order == "random":
                 tasks = [tasks[i] for i in torch.randperm(len(tasks), generator=self.generator)]
-            if self.mode == "simultaneous":
-                yield [(t, self._next(iters, t)) for t in tasks]
-                continue
-            for t in tasks:
-                yield [(t, self._next(iters, t))]
+            steps = [tasks] if self.mode == "simultaneous" else [[t] for t in tasks]
+            for step in steps:
+                yield [(t, self._next(iters, t)) for t in step]
 
 
 # ---------------------------------------------------------------------------------------
@@ -779,10 +714,9 @@ def load_task_data(
                 return SentenceDataset(examples, tokenizer, cfg.max_length)
             return PairDataset(examples, tokenizer, cfg.max_length, cross_encode=task in cross)
 
+        trained = train_tasks is None or task in train_tasks
         out[task] = TaskData(
-            train=load("train", cfg.train_size, cfg.train_share)
-            if train_tasks is None or task in train_tasks
-            else None,
+            train=load("train", cfg.train_size, cfg.train_share) if trained else None,
             dev=load("dev", cfg.dev_size),
             test=load("test", cfg.dev_size) if cfg.test_predictions else None,
         )
@@ -796,7 +730,7 @@ def load_task_data(
 def load_heldout(cfg, tokenizer, seed: int) -> TaskData:
     """cfg.heldout_size SNLI dev pairs, premise and hypothesis, label 1 for an entailment and
     0 for a contradiction (neutral pairs left out): a similarity the encoder brought along
-    that no task trains, scored after every stage (trainer.Run.evaluate)."""
+    that no task trains, scored after every stage (runfolder.Run.evaluate)."""
     path = task_file(data_dir(cfg.data_dir), "snli", "dev")
     snli = read_snli(path, cfg.strict)
     check_usable(snli, path, "dev")  # an unlabeled file would score every pair as 0
@@ -825,14 +759,13 @@ def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int
     """
     folder = data_dir(cfg.data_dir)
     columns = simcse.OBJECTIVES[objective][0]
+    examples = read_task(folder, source, "train", strict=cfg.strict)
     if source == "snli":
-        snli = read_task(folder, "snli", "train", strict=cfg.strict)
-        tuples = simcse.build_triplets(snli, max_per_premise=1, seed=seed)
+        tuples = simcse.build_triplets(examples, max_per_premise=1, seed=seed)
     elif source == "para":
-        para = read_task(folder, "para", "train", strict=cfg.strict)
-        tuples = [(e.sentence1, e.sentence2) for e in para if e.label == 1]
+        tuples = [(e.sentence1, e.sentence2) for e in examples if e.label == 1]
     else:
-        tuples = [(e.sentence,) for e in read_task(folder, "sst", "train", strict=cfg.strict)]
+        tuples = [(e.sentence,) for e in examples]
     if not tuples:
         raise DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
     tuples = [t[:columns] for t in tuples]

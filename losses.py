@@ -1,30 +1,80 @@
-"""The training loss of one batch, and the tables of every loss a stage can name.
+"""Every loss a task can train with, one table per task, and the loss of one batch.
 
-- OUTPUT_LOSSES: losses of a task's output (a head's logits or STS's 0-5 cosine score);
-- PAIR_LOSSES: losses of the two sentence embeddings u, v of siamese pairs, no head;
+- TASK_LOSSES: for each task, the losses a stage may name (`--para_loss`, `--sts_loss`),
+  the default first. Each entry says what its function reads (the task's output, or the
+  two sentence embeddings u, v of a siamese pair), whether it trains their cosine and
+  whether the batch's other examples are its negatives; the flags' choices and help, the
+  heads the model builds and the checks that refuse a combination are all read from it.
+  Adding a loss is one entry here.
 - `batch_loss`: one batch's task loss, plus SMART's terms (Jiang et al., 2020) and the
   distillation pull toward the untouched encoder when the run asks for them;
 - `task_loss`: what a stage trains on a batch: a contrastive objective (simcse.OBJECTIVES)
   or the task's `batch_loss`, plus a weighted unsupervised SimCSE term (Sicurello).
 
-A step carries its runtime, SMART's teacher and the untouched reference model in one
-`StepContext`. evaluation.TASKS says which loss a task may train with.
+A step's `ctx` (trainer.StepContext) carries its runtime, the run's optimization settings,
+SMART's teacher and the untouched reference model.
 """
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 import evaluation
 import simcse
-from config import OptimConfig
 from evaluation import TASKS
-from runtime import Runtime, gather_rows
-from smart import EMATeacher, SameDropout, SmartConfig, below_resolution, smart_loss
+from smart import SameDropout, SmartConfig, below_resolution, smart_loss
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a batch
+
+# ---------------------------------------------------------------------------------------
+# STS's read-out: the cosine's [-1, 1] stretched onto the 0-5 scores
+
+STS_HALF = 2.5  # half of STS's 0-5 range
+
+
+def cosine_to_score(cos: torch.Tensor) -> torch.Tensor:
+    """(B,) cosines in [-1, 1] -> STS scores in [0, 5]: the model's STS output."""
+    return cos * STS_HALF + STS_HALF
+
+
+def score_to_cosine(score: torch.Tensor) -> torch.Tensor:
+    """(B,) STS scores in [0, 5] -> [-1, 1], the inverse of cosine_to_score."""
+    return (score - STS_HALF) / STS_HALF
+
+
+# ---------------------------------------------------------------------------------------
+# Losses of a task's output: out (B, C) logits, or (B,) a logit or STS score; labels (B,).
+# Each is a batch mean, right on a short last batch too.
+
+
+def bce(out, labels):
+    return F.binary_cross_entropy_with_logits(out, labels.to(out.dtype))
+
+
+def mse(out, labels):
+    """On STS's 0-5 score: 6.25 times the MSE of its cosine against labels in [-1, 1]."""
+    return F.mse_loss(out, labels.to(out.dtype))
+
+
+def l1(out, labels):
+    return F.l1_loss(out, labels.to(out.dtype))
+
+
+def cosine_sbert(out, labels):
+    """The cosine behind STS's score against score / 5 in [0, 1] (Sentence-BERT's target,
+    Reimers & Gurevych 2019); `mse` asks cos = -1 of unrelated pairs."""
+    return F.mse_loss(score_to_cosine(out), labels.to(out.dtype) / 5)
+
+
+def sigmoid_mse(out, labels):
+    return F.mse_loss(torch.sigmoid(out), labels.to(out.dtype))
+
+
+def sigmoid_l1(out, labels):
+    return F.l1_loss(torch.sigmoid(out), labels.to(out.dtype))
 
 
 def report_margin(d: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
@@ -35,29 +85,25 @@ def report_margin(d: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) ->
     return 0.5 * ((1 - y) * d.pow(2) + y * F.relu(margin - d).pow(2)).mean()
 
 
-def margin_on_score(out: torch.Tensor, labels: torch.Tensor, margin: float = 0.5) -> torch.Tensor:
+def sigmoid_margin(out, labels, margin: float = 0.5):
     """Auslin et al.'s segments network on Quora: report_margin of d = sigmoid(logit)."""
     return report_margin(torch.sigmoid(out), labels, margin)
 
 
-# Losses of a task's output (out: (B, C) logits, or (B,) a logit or score; labels (B,)),
-# each a batch mean, right on a short last batch too.
-OUTPUT_LOSSES = {
-    "ce": lambda out, y: F.cross_entropy(out, y),
-    "bce": lambda out, y: F.binary_cross_entropy_with_logits(out, y.to(out.dtype)),
-    "mse": lambda out, y: F.mse_loss(out, y.to(out.dtype)),
-    "l1": lambda out, y: F.l1_loss(out, y.to(out.dtype)),  # Auslin et al.'s STS option
-    # STS only: the head's cosine (out = 2.5 cos + 2.5) against score / 5 in [0, 1], the
-    # Sentence-BERT target (Reimers & Gurevych 2019); 'mse' asks cos = -1 of unrelated pairs
-    "cosine_sbert": lambda out, y: F.mse_loss((out - 2.5) / 2.5, y.to(out.dtype) / 5),
-    # paraphrase logits through a sigmoid against the 0/1 label (Auslin et al.'s submitted
-    # model, their L1 row) and their segments network's margin loss
-    "sigmoid_mse": lambda out, y: F.mse_loss(torch.sigmoid(out), y.to(out.dtype)),
-    "sigmoid_l1": lambda out, y: F.l1_loss(torch.sigmoid(out), y.to(out.dtype)),
-    "sigmoid_margin": margin_on_score,
-}
+# ---------------------------------------------------------------------------------------
+# Losses of the two sentence embeddings u, v (B, H) of siamese pairs: (u, v, labels, kind)
 
+COSINE_TARGET = {"binary": lambda y: y, "regression": score_to_cosine}  # 0/1; 0-5 to [-1, 1]
 POSITIVE = {"binary": 1.0, "regression": 4.0}  # label from which a pair counts as positive
+
+
+def cosine_mse(u, v, labels, kind):
+    target = COSINE_TARGET[kind](labels.to(u.dtype))
+    return F.mse_loss(F.cosine_similarity(u, v, dim=-1), target)
+
+
+def contrastive(u, v, labels, kind, margin: float = 0.5):
+    return simcse.contrastive_margin_loss(u, v, labels, margin)
 
 
 def ranking_on_positives(u, v, labels, kind, temperature: float = 0.05):
@@ -69,37 +115,65 @@ def ranking_on_positives(u, v, labels, kind, temperature: float = 0.05):
     return simcse.multiple_negatives_ranking_loss(u[keep], v[keep], temperature)
 
 
-# Losses of the two sentence embeddings u, v (B, H) of siamese pairs, labels (B,), task kind.
-COSINE_TARGET = {"binary": lambda y: y, "regression": lambda y: y / 2.5 - 1}  # 0/1; 0-5 to [-1, 1]
-PAIR_LOSSES = {
-    "cosine_mse": lambda u, v, y, kind: F.mse_loss(
-        F.cosine_similarity(u, v, dim=-1), COSINE_TARGET[kind](y.to(u.dtype))
-    ),
-    "contrastive": lambda u, v, y, kind: simcse.contrastive_margin_loss(u, v, y, margin=0.5),
-    "mnrl": ranking_on_positives,
-    # Auslin et al.'s siamese network: their formula on its output d = ||u - v||
-    "distance_margin": lambda u, v, y, kind: report_margin(simcse.euclidean_distance(u, v), y),
+def distance_margin(u, v, labels, kind, margin: float = 0.5):
+    """Auslin et al.'s siamese network: their formula on its output d = ||u - v||."""
+    return report_margin(simcse.euclidean_distance(u, v), labels, margin)
+
+
+# ---------------------------------------------------------------------------------------
+# The table: each task's losses, its default first
+
+
+@dataclass(frozen=True)
+class Loss:
+    fn: Callable[..., torch.Tensor]  # (out, labels), or with pair=True (u, v, labels, kind)
+    help: str  # its words in --help
+    pair: bool = False  # reads u, v, not a head: a binary task is then cut by a threshold
+    cosine: bool = False  # trains the cosine of u and v (no head; not with --siamese euclidean)
+    in_batch: bool = False  # the batch's other examples are its negatives
+
+
+MNRL = Loss(ranking_on_positives, "ranking against the batch's other pairs", True, True, True)
+COSINE_MSE = Loss(cosine_mse, "MSE of the cosine against the label in [-1, 1]", True, True)
+TASK_LOSSES = {
+    "sst": {"ce": Loss(F.cross_entropy, "cross-entropy of the 5 logits")},
+    "cfimdb": {"ce": Loss(F.cross_entropy, "cross-entropy of the 2 logits")},
+    "para": {
+        "bce": Loss(bce, "binary cross-entropy of the head's logit"),
+        "contrastive": Loss(contrastive, "margin 0.5 on the cosine distance", True, True),
+        "mnrl": MNRL,
+        "cosine_mse": COSINE_MSE,
+        "sigmoid_mse": Loss(sigmoid_mse, "MSE of the sigmoid (Auslin et al.)"),
+        "sigmoid_l1": Loss(sigmoid_l1, "L1 of the sigmoid (Auslin et al.)"),
+        "sigmoid_margin": Loss(sigmoid_margin, "their margin formula on the sigmoid"),
+        "distance_margin": Loss(distance_margin, "their margin formula on ||u - v||", True),
+    },
+    "sts": {
+        "mse": Loss(mse, "MSE of the 0-5 score"),
+        "l1": Loss(l1, "L1 of the 0-5 score (Auslin et al.)"),
+        "cosine_mse": COSINE_MSE,
+        "cosine_sbert": Loss(cosine_sbert, "MSE of the cosine against score / 5", cosine=True),
+        "mnrl": MNRL,
+    },
 }
-IN_BATCH_LOSSES = {"mnrl"}  # task losses whose negatives are the batch's other examples
 
 
-@dataclass
-class StepContext:
-    """What a training step carries besides its batches."""
-
-    rt: Runtime
-    optim: OptimConfig = field(default_factory=OptimConfig)  # the update's tools and weights
-    teacher: EMATeacher | None = None  # SMART's momentum teacher of the current stage
-    reference: torch.nn.Module | None = None  # the untouched model: L2-SP and distillation
-    gather: bool = False  # in-batch objectives see every process's rows (train_step decides)
-
-    def in_batch(self, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
-        """The rows an in-batch objective compares, and its loss's weight: this process's
-        own, or under torchrun the whole batch's (runtime.gather_rows)."""
-        return gather_rows(list(tensors), self.rt) if self.gather else (list(tensors), 1.0)
+def default_loss(task: str) -> str:
+    return next(iter(TASK_LOSSES[task]))
 
 
-def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx: StepContext, masks):
+def loss_of(task: str, name: str | None) -> Loss:
+    """The task's loss called `name` (None: its default)."""
+    return TASK_LOSSES[task][name or default_loss(task)]
+
+
+def loss_help(task: str) -> str:
+    """The --<task>_loss help: every choice with its words, the default first."""
+    items = [f"{name} ({loss.help})" for name, loss in TASK_LOSSES[task].items()]
+    return f"{TASKS[task].title} loss: {items[0]}, the default; or " + ", ".join(items[1:])
+
+
+def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx, masks):
     """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task.
 
     masks: (before the embedding, after it) SameDropout states, so that the perturbed and
@@ -131,7 +205,7 @@ def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx: StepCon
     return smart_loss(from_embeddings, embeds, clean, TASKS[task].kind, teacher_out, smart, mask)
 
 
-def distillation(z, batch, masks: SameDropout, training: bool, ctx: StepContext):
+def distillation(z, batch, masks: SameDropout, training: bool, ctx):
     """The gap between the cosines of the examples' first sentences, z's first B rows, and
     those the untouched model (ctx.reference) gives them; a pair's own cosine stays free.
 
@@ -148,29 +222,29 @@ def distillation(z, batch, masks: SameDropout, training: bool, ctx: StepContext)
     return weight * simcse.similarity_distillation(z, z0)
 
 
-def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
-    """The training loss of one batch of `task` in `stage` (a config.Stage): the task's
+def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
+    """The training loss of one batch of `task` in `stage` (a plans.Stage): the task's
     loss, plus SMART's terms when on, plus --distill times the distillation gap when the
     stage trains the encoder."""
-    name = stage.losses.get(task) or TASKS[task].losses[0]
+    loss_fn = loss_of(task, stage.losses.get(task))
     smart = stage.smart
     shared = smart.active and smart.dropout == "shared"
     distill = 0.0 if stage.freeze_encoder else ctx.optim.distill
     same_embed = SameDropout(ctx.rt.device) if shared or distill > 0 else None
     with ctx.rt.autocast():
-        if name in PAIR_LOSSES:  # a loss of the two sentence embeddings, no head
+        if loss_fn.pair:  # a loss of the two sentence embeddings, no head
             z = model.sentences(batch)  # (2B, H)
             u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
             labels, weight = batch["labels"], 1.0
-            if name in IN_BATCH_LOSSES:  # the other examples are the negatives
+            if loss_fn.in_batch:  # the other examples are the negatives
                 (u, v, labels), weight = ctx.in_batch(u, v, labels)
-            loss = weight * PAIR_LOSSES[name](u, v, labels, TASKS[task].kind)
+            loss = weight * loss_fn.fn(u, v, labels, TASKS[task].kind)
         else:
             embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
             masks = (same_embed, SameDropout(ctx.rt.device)) if shared else None
             z = model.sentences(batch, embeds)  # (N, H)
             out = model.readout(task, batch, z)
-            loss = OUTPUT_LOSSES[name](out.float(), batch["labels"])
+            loss = loss_fn.fn(out.float(), batch["labels"])
             if smart.active:
                 loss = loss + smart_term(model, task, smart, batch, embeds, out, ctx, masks)
         if distill > 0:
@@ -178,7 +252,7 @@ def batch_loss(model, task, batch, stage, ctx: StepContext) -> torch.Tensor:
     return loss
 
 
-def contrastive_loss(model, cfg, batch, ctx: StepContext) -> torch.Tensor:
+def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
     """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
     cfg: the stage's SimCSE settings (objective and temperature)."""
     if batch["input_ids"].size(0) == 1:  # the same sentences twice: dropout is the only noise
@@ -190,7 +264,7 @@ def contrastive_loss(model, cfg, batch, ctx: StepContext) -> torch.Tensor:
     return weight * simcse.OBJECTIVES[cfg.simcse_loss][1](z.transpose(0, 1), cfg.temperature)
 
 
-def simcse_term(model, batch, temperature: float, ctx: StepContext) -> torch.Tensor:
+def simcse_term(model, batch, temperature: float, ctx) -> torch.Tensor:
     """Unsupervised SimCSE of the batch's sentences (both sides of pairs): two passes, two
     dropout masks (Sicurello adds it to the task losses)."""
     with ctx.rt.autocast():
@@ -204,7 +278,7 @@ def simcse_term(model, batch, temperature: float, ctx: StepContext) -> torch.Ten
     return weight * simcse.unsup_simcse_loss(z1, z2, temperature)
 
 
-def task_loss(model, stage, task, batch, ctx: StepContext) -> torch.Tensor:
+def task_loss(model, stage, task, batch, ctx) -> torch.Tensor:
     """One batch's loss in this stage: a contrastive objective or the task's loss, plus a
     weighted SimCSE term when the stage has one."""
     batch = evaluation.to_device(batch, ctx.rt.device)

@@ -1,12 +1,18 @@
-"""Multitask Sentence-BERT and the thesis's training schedules.
+"""Multitask Sentence-BERT: the model, and the command that trains it.
 
 One shared BERT encoder, three task heads (Reimers & Gurevych, 2019, Sentence-BERT):
 - sentiment (SST-5): mean-pooled sentence -> dropout -> Linear(5), cross-entropy;
 - paraphrase (Quora): siamese [u, v, |u - v|] -> Linear(1), one logit, binary cross-entropy;
-- similarity (STS-B): cosine(u, v) * 2.5 + 2.5 against the 0-5 score, mean squared error.
-(evaluation.TASKS lists each task's kind and the losses it may train with.)
+- similarity (STS-B): the cosine of u and v stretched onto 0-5, mean squared error.
+(losses.TASK_LOSSES lists the losses each task may train with; they decide the heads.)
 
-Training is a plan: a list of stages (config.Stage), run by one loop (trainer.run_plan).
+The CS224n handout's three methods are one call here, `model(task, batch)`:
+    predict_sentiment(ids, mask)          -> model("sst", batch)    (B, 5) logits
+    predict_paraphrase(ids1, m1, ids2, m2) -> model("para", batch)  (B,) one logit
+    predict_similarity(ids1, m1, ids2, m2) -> model("sts", batch)   (B,) a 0-5 score
+where a pair batch holds both sentences as (2, B, T) tensors, encoded in one pass.
+
+Training is a plan: a list of stages (plans.Stage), run by one loop (trainer.run_plan).
 Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
 defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
@@ -35,21 +41,23 @@ from torch import nn
 import checkpoint
 import config
 import datasets as data
-import evaluation
+import predict
 import presets
 import simcse
 import trainer
 from base_bert import read_json_object
 from bert import BertModel, Dropout, mean_pool
-from config import ModelConfig, RunConfig, Stage
+from config import ModelConfig, OptimConfig, RunConfig
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
-from losses import OUTPUT_LOSSES, PAIR_LOSSES, StepContext
-from presets import PRESETS, check_plans, check_settings, loss_choices
+from losses import cosine_to_score, loss_of
+from optimizer import AdamW
+from plans import Stage, check_plans, loss_choices, show
+from presets import PRESETS, check_settings
+from runfolder import Run, finish
 from runtime import from_main, make_runtime
-from smart import EMATeacher
 from tokenizer import BertTokenizer
-from trainer import Run, finish, run_plan, write_predictions
+from trainer import run_plan
 
 
 class MultitaskBERT(nn.Module):
@@ -75,7 +83,7 @@ class MultitaskBERT(nn.Module):
     ):
         """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
         their siamese similarity against a threshold (their loss trains only the embeddings,
-        e.g. --para_loss contrastive): no head, trainer.fit_thresholds; concat: pair tasks
+        e.g. --para_loss contrastive): no head, evaluation.fit_thresholds; concat: pair tasks
         with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the score of pairs
         without a head, the cosine or d = ||u - v|| (Auslin et al.; STS then outputs d)."""
         super().__init__()
@@ -163,7 +171,7 @@ class MultitaskBERT(nn.Module):
         if kind == "regression":
             if self.siamese == "euclidean":
                 return self.similarity(u, v)  # (B,): d, trained toward the 0-5 score
-            return F.cosine_similarity(u, v, dim=-1) * 2.5 + 2.5  # (B,) in [0, 5]
+            return cosine_to_score(F.cosine_similarity(u, v, dim=-1))  # (B,) in [0, 5]
         if task in self.cosine:  # > 0: a paraphrase
             return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
         head, d = self.heads[task], (u - v).abs()
@@ -180,6 +188,17 @@ class MultitaskBERT(nn.Module):
 
     def predict(self, task, batch):
         return self(task, batch)
+
+    def configure_optimizers(self, cfg: OptimConfig) -> AdamW:
+        """AdamW over two parameter groups: the encoder, then the heads (lr x
+        --head_lr_scale: a fresh head barely moves at an encoder's lr)."""
+        heads = [p for name, p in self.named_parameters() if not name.startswith("bert.")]
+        groups = [
+            {"params": list(self.bert.parameters()), "lr_scale": 1.0},
+            {"params": heads, "lr_scale": cfg.head_lr_scale},
+        ]
+        groups = [g for g in groups if g["params"]]
+        return AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
 
 
 def compile_layers(bert: BertModel) -> BertModel:
@@ -219,7 +238,7 @@ def cosine_tasks(cfg: RunConfig) -> tuple:
     return tuple(
         t
         for t, loss in loss_choices(cfg).items()
-        if loss in PAIR_LOSSES and TASKS[t].kind == "binary"
+        if loss_of(t, loss).pair and TASKS[t].kind == "binary"
     )
 
 
@@ -228,12 +247,11 @@ def concat_tasks(cfg: RunConfig) -> tuple:
     trains a head's output."""
     if cfg.model.pair_head != "concat":
         return ()
-    losses = loss_choices(cfg)
+    chosen = loss_choices(cfg)
     return tuple(
         t
         for t in ("para", "sts")
-        if losses.get(t, TASKS[t].losses[0]) in OUTPUT_LOSSES
-        and losses.get(t) != "cosine_sbert"  # the cosine's own target: no head
+        if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
         and t not in cfg.multitask.cross_encode
     )
 
@@ -385,7 +403,9 @@ def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
             tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
             kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
             if kind not in rates:  # seconds per token of this kind of stage
-                rates[kind] = time_steps(model, cfg.optim, stage, steps[:probe], reference, rt)
+                rates[kind] = trainer.time_steps(
+                    model, cfg.optim, stage, steps[:probe], reference, rt
+                )
             n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
             examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
             label = f"{name}: {stage.name}" if name else stage.name
@@ -393,23 +413,6 @@ def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
             total += seconds + scoring * stage.epochs
     print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
     print(f"whole run: about {(total + scoring) / 60:.1f} minutes ({rt.device}, {rt.precision})")
-
-
-def time_steps(model, optim, stage, steps, reference, rt) -> float:
-    """Seconds per padded token of train_step on `steps`, timed on a second pass."""
-    teacher = EMATeacher(model, stage.smart) if stage.smart.mu > 0 else None
-    ctx = StepContext(rt, optim, teacher, reference)
-    optimizer = trainer.new_optimizer(model, optim)
-    trainer.prepare(model, optimizer, stage)
-    model.train()
-    for step in steps:  # untimed: the first use of a shape builds its kernels
-        trainer.train_step(model, optimizer, stage, step, ctx, torch.Generator())
-    t0 = time.perf_counter()
-    for step in steps:
-        trainer.train_step(model, optimizer, stage, step, ctx, torch.Generator())
-    seconds = time.perf_counter() - t0
-    model.bert.requires_grad_(True)
-    return seconds / sum(b["input_ids"].numel() for step in steps for _, b in step)
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
@@ -425,82 +428,19 @@ def best_model(cfg: RunConfig, run_dir: Path, rt):
     return model, checkpoint.load_model(model, run_dir / checkpoint.BEST)
 
 
-def predict(cfg: RunConfig, run_dir: Path, rt):
-    """Score each sub-run's best model on dev and rewrite its prediction files."""
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    cross = cfg.multitask.cross_encode
-    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
-    for name in PRESETS[cfg.preset].plans_of(cfg):
-        run = sub_run(cfg, run_dir, name, rt)
-        model, info = best_model(cfg, run.run_dir, rt)
-        print(evaluation.table_header(run.eval_tasks))
-        run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
-        out_dir = write_predictions(model, task_data, run, cfg.data.test_predictions)
-        print(f"predictions: {out_dir}")
-
-
-def export(cfg: RunConfig, run_dir: Path, rt):
-    """The best model as a Hugging Face (and sentence-transformers) folder with its card."""
+def use_run(cfg: RunConfig, run_dir: Path, rt, folders: dict):
+    """--predict, --export or --label: the run folder's best model(s) put to use."""
+    if folders["predict"]:
+        runs = [sub_run(cfg, run_dir, name, rt) for name in PRESETS[cfg.preset].plans_of(cfg)]
+        return predict.rewrite_predictions(
+            cfg, ((run, *best_model(cfg, run.run_dir, rt)) for run in runs)
+        )
+    if cfg.preset == "individual":
+        raise SystemExit("the individual preset keeps a model per task; this needs one")
     model, info = best_model(cfg, run_dir, rt)
-    out = run_dir / "export"
-    card = model_card(cfg, out, checkpoint.read_rows(run_dir), info["row"], model.pooling)
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    checkpoint.export_model_folder(model, tokenizer, out, card, cfg.data.max_length)
-    print(f"exported {out}: load it with --bert {out}")
-
-
-def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) -> str:
-    """README.md of an export: metadata, how to load it, its forgetting table and config."""
-    loaders = f"transformers.BertModel.from_pretrained('{out}')  # the encoder"
-    if pooling == "mean":
-        loaders = f"SentenceTransformer('{out}')  # mean-pooled embeddings\n" + loaders
-    scores = {t: best[t] for t in MULTITASK if t in best}
-    return (
-        "---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\n"
-        f"base_model: {cfg.model.bert}\nlanguage: en\ntags:\n- sentence-transformers\n"
-        "- sentence-similarity\n- minbert\n---\n\n"
-        f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
-        f"Trained from `{cfg.model.bert}` with `--preset {cfg.preset}` (torch "
-        f"{torch.__version__}) on SST-5, Quora and STS-B. Kept stage: {best['stage']}, "
-        f"dev overall {best['overall']:.4f}: `{json.dumps(scores)}`.\n\n"
-        f"## Loading it\n\n```python\n{loaders}\n```\n\nHere: `--bert {out}`; the task "
-        "heads are in `heads.safetensors`.\n\n## Every stage's dev scores\n\n```\n"
-        + evaluation.format_table(rows, MULTITASK, best["index"])
-        + "\n```\n\n## Config\n\n```json\n"
-        + json.dumps(config.to_dict(cfg), indent=1)
-        + "\n```\n"
-    )
-
-
-def label(cfg: RunConfig, run_dir: Path, rt, lines):
-    """Print labels for each input line as it comes: a sentence, or two separated by a tab
-    (blank lines are skipped)."""
-    model, _ = best_model(cfg, run_dir, rt)
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    for n, line in enumerate(x.strip("\r\n ") for x in lines):
-        a, b = data.split_input_line(line, n + 1)
-        if b:
-            pair, batches = [data.PairExample(str(n), a, b, None)], {}
-            for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:
-                dataset = data.PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
-                batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
-            with torch.no_grad():  # each task as it was trained: siamese or cross-encoded
-                p, score = (
-                    model(t, batches[t in cfg.multitask.cross_encode]) for t in ("para", "sts")
-                )
-            if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
-                how = "cos" if model.siamese == "cosine" else "-d"
-                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} ({how} - cut {p.item():+.3f})"
-            else:
-                para = f"paraphrase {torch.sigmoid(p).item():.3f}"
-            print(f"{para}\tsimilarity {score.item():.2f}\t{line}", flush=True)
-        elif a:
-            example = data.SentenceExample(str(n), a, None)
-            batch = data.SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
-            with torch.no_grad():
-                probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
-            sentiment = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
-            print(f"{sentiment}\t{line}", flush=True)
+    if folders["label"]:
+        return predict.label(cfg, model, rt, data.input_lines(sys.stdin))
+    return predict.export(cfg, run_dir, model, info)
 
 
 def main(argv=None):
@@ -511,16 +451,12 @@ def main(argv=None):
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     if folders["show"]:
         check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg))
-        return print(presets.show(cfg))
+        return print(show(cfg, PRESETS[cfg.preset]))
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
     )
     if folders["predict"] or folders["export"] or folders["label"]:
-        if cfg.preset == "individual" and not folders["predict"]:
-            raise SystemExit("the individual preset keeps a model per task; this needs one")
-        if folders["label"]:
-            return label(cfg, run_dir, rt, data.input_lines(sys.stdin))
-        return (predict if folders["predict"] else export)(cfg, run_dir, rt)
+        return use_run(cfg, run_dir, rt, folders)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
     check_plans(cfg, plans)

@@ -1,7 +1,7 @@
 """The three CS224n reports' tables: each row one preset, run at a CPU scale, beside theirs.
 
-Each table below lists its rows by preset name (presets.py says what each trains, its
-source and the scale `make reports` runs it at) with the dev scores the report printed.
+Each table below lists its rows by preset name: presets.py says what each trains, its
+source, the scale `make reports` runs it at and the dev scores the report printed.
 `python reports.py TABLE` trains every row that has not finished yet on the embedded model
 (a row's run folder is resumed where it stopped), then writes TABLE.md: their SST / QQP /
 STS / overall, ours (the model the run kept), and the minutes each row took.
@@ -35,76 +35,45 @@ SCRIPT = Path(__file__).parent / "multitask_classifier.py"
 
 
 @dataclass(frozen=True)
-class Row:
-    preset: str  # a preset of presets.py: what it trains, and its CPU scale
-    label: str  # the row's name in their table
-    theirs: tuple | None  # their dev SST acc, QQP acc, STS r (None: not printed)
-
-    @property
-    def scale(self) -> float:
-        """The --scale `make reports` runs this row at (the preset's report_scale)."""
-        return PRESETS[self.preset].report_scale
-
-
-@dataclass(frozen=True)
 class Table:
     title: str
     source: str  # paper and table
-    rows: tuple
+    rows: tuple  # preset names: each row's label, their scores and CPU scale are its preset's
 
 
 TABLES = {
     "broadhurst": Table(
         "Broadhurst & Maffezzoli: multitask fine-tuning, MNRL and cosine similarity",
         "Broadhurst & Maffezzoli, Table 1 (dev)",
-        (
-            Row("broadhurst-1", "1 baseline: SST only", (0.509, 0.509, 0.031)),
-            Row("broadhurst-2", "2 multitask, random weights", (0.471, 0.721, 0.344)),
-            Row("broadhurst-3", "3 MNRL for QQP and STS", (0.505, 0.675, 0.272)),
-            Row("broadhurst-4", "4 MNRL QQP, cosine STS", (0.490, 0.648, 0.433)),
-            Row("broadhurst-5", "5 BCE QQP, cosine STS", (0.505, 0.730, 0.471)),
-            Row("broadhurst-6", "6 exp. 5, 50k examples, 10 epochs", (0.488, 0.757, 0.519)),
-        ),
+        tuple(f"broadhurst-{i}" for i in range(1, 7)),
     ),
     "auslin": Table(
         "Auslin et al.: siamese vs segments, gradient surgery (ablation)",
         "Auslin et al., section 5.4, ablation table (dev)",
         (
-            Row("auslin-siamese", "siamese, no GS", (0.254, 0.375, 0.021)),
-            Row("auslin-siamese-gs", "siamese, GS", (0.253, 0.375, -0.105)),
-            Row("auslin-segments", "segments, no GS", (0.278, 0.375, 0.743)),
-            Row("auslin-segments-gs-mean", "segments, GS, mean pooling", (0.282, 0.375, 0.765)),
-            Row("auslin-segments-gs-cls", "segments, GS, CLS pooling", (0.274, 0.375, 0.726)),
-            Row("auslin-segments-gs-l1", "segments, GS, L1 loss", (0.280, 0.375, 0.760)),
-            Row("auslin-segments-rand", "segments, no GS, random order", (0.278, 0.375, 0.728)),
-            Row("auslin-segments-gs-rand", "segments, GS, random order", (0.268, 0.375, 0.751)),
+            "auslin-siamese",
+            "auslin-siamese-gs",
+            "auslin-segments",
+            "auslin-segments-gs-mean",
+            "auslin-segments-gs-cls",
+            "auslin-segments-gs-l1",
+            "auslin-segments-rand",
+            "auslin-segments-gs-rand",
         ),
     ),
     "auslin-siamese": Table(
         "Auslin et al.: the siamese network with cosine similarity",
         "Auslin et al., section 5.4, siamese table (dev)",
-        (
-            Row("auslin-siamese-cosine-mse", "siamese, GS, cosine, MSE", (0.470, 0.471, 0.042)),
-            Row(
-                "auslin-siamese-cosine-contrastive",
-                "siamese, GS, cosine, contrastive",
-                (0.470, 0.375, 0.014),
-            ),
-        ),
+        ("auslin-siamese-cosine-mse", "auslin-siamese-cosine-contrastive"),
     ),
     "sicurello": Table(
         "Sicurello (EquiBERT): SimCSE as a loss term, alignment and uniformity",
         "Sicurello, Tables 1-2 (lost in the text; the submitted BERT_simCSE scored 0.446 / "
         "0.527 / 0.307 on test)",
-        (
-            Row("sicurello-vanilla", "all tasks: BERT_vanilla", None),
-            Row("sicurello-simcse", "all tasks: BERT_simCSE", None),
-            Row("sicurello-unif", "all tasks: BERT_unif", None),
-            Row("sicurello-simcsecanon", "all tasks: BERT_simCSEcanon", None),
-            Row("sicurello-vanilla-sst", "SST only: BERT_vanilla", None),
-            Row("sicurello-simcse-sst", "SST only: BERT_simCSE", None),
-            Row("sicurello-unif-sst", "SST only: BERT_unif", None),
-            Row("sicurello-simcsecanon-sst", "SST only: BERT_simCSEcanon", None),
+        tuple(
+            f"sicurello-{name}{only}"
+            for only in ("", "-sst")
+            for name in ("vanilla", "simcse", "unif", "simcsecanon")
         ),
     ),
 }
@@ -137,11 +106,11 @@ def format_table(table: Table, results: dict) -> str:
         "| minutes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for row in table.rows:
-        done = results.get(row.preset)
+    for name in table.rows:
+        done, preset = results.get(name), PRESETS[name]
         ours = our_cells(done["rows"]) if done else ["not run"] + [""] * 3
         minutes = f"{done['seconds'] / 60:.1f}" if done else ""
-        cells = [row.label, f"`{row.preset}`", *their_cells(row.theirs), *ours, minutes]
+        cells = [preset.label, f"`{name}`", *their_cells(preset.published), *ours, minutes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -169,11 +138,11 @@ def row_command(preset: str, run_dir: Path, args, scale: float) -> list[str]:
     ]
 
 
-def run_row(row: Row, run_dir: Path, args, scale: float) -> dict:
+def run_row(preset: str, run_dir: Path, args, scale: float) -> dict:
     """Train one row to the end (its output in run_dir/log.txt); its DONE record."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    command = row_command(row.preset, run_dir, args, scale)
-    print(f"{row.preset}: {' '.join(command[1:])}", flush=True)
+    command = row_command(preset, run_dir, args, scale)
+    print(f"{preset}: {' '.join(command[1:])}", flush=True)
     t0 = time.time()
     with open(run_dir / "log.txt", "a") as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -183,9 +152,9 @@ def run_row(row: Row, run_dir: Path, args, scale: float) -> dict:
             child.wait()
             raise SystemExit("interrupted; the same command goes on from there") from None
     if code != 0:
-        raise SystemExit(f"{row.preset} stopped with exit code {code}: see {run_dir / 'log.txt'}")
+        raise SystemExit(f"{preset} stopped with exit code {code}: see {run_dir / 'log.txt'}")
     rows = checkpoint.read_rows(run_dir)
-    record = {"preset": row.preset, "scale": scale, "seconds": time.time() - t0, "rows": rows}
+    record = {"preset": preset, "scale": scale, "seconds": time.time() - t0, "rows": rows}
     checkpoint.atomic_write(json.dumps(record) + "\n", run_dir / DONE)
     return record
 
@@ -199,10 +168,10 @@ def make_table(name: str, args) -> str:
     table = TABLES[name]
     folder = Path(args.out) / name
     results = {}
-    for row in table.rows:
-        scale = args.scale or row.scale
-        run_dir = folder / row.preset
-        results[row.preset] = finished(run_dir)
+    for preset in table.rows:
+        scale = args.scale or PRESETS[preset].report_scale
+        run_dir = folder / preset
+        results[preset] = finished(run_dir)
         saved = run_dir / "config.json"  # a finished or a stopped run
         ran_at = json.loads(saved.read_text())["schedule"]["scale"] if saved.exists() else scale
         if ran_at != scale:
@@ -210,8 +179,8 @@ def make_table(name: str, args) -> str:
                 f"{run_dir} was run at --scale {ran_at}, not {scale}: give another --out, "
                 "or that scale"
             )
-        if results[row.preset] is None and not args.table_only:
-            results[row.preset] = run_row(row, run_dir, args, scale)
+        if results[preset] is None and not args.table_only:
+            results[preset] = run_row(preset, run_dir, args, scale)
     text = format_table(table, results)
     checkpoint.atomic_write(text, folder / f"{name}.md")
     return text

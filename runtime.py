@@ -2,17 +2,23 @@
 
 Decided once, in `make_runtime`, and carried by every step as a `Runtime`. Under torchrun
 (WORLD_SIZE > 1) every process builds the same global batches and trains on its share
-(`my_parts`); gradients are summed over the processes before the update, as
+(`micro_batches`); gradients are summed over the processes before the update, as
 DistributedDataParallel would. The main process alone prints (make_runtime silences the
-others), scores and writes (trainer.Run).
+others), scores and writes (runfolder.Run). `peak_memory_mib` measures what one call
+takes on the device (bench.py).
 """
 
 import atexit
+import ctypes
+import gc
 import os
+import platform
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -217,3 +223,65 @@ def any_process(flags: list[bool], rt: Runtime) -> list[bool]:
         return flags
     summed = sum_over_processes(torch.tensor(flags, dtype=torch.float32, device=rt.device), rt)
     return [x > 0 for x in summed.tolist()]
+
+
+@dataclass
+class Part:
+    """One task's micro-batch on this process, with its share of the task's global batch."""
+
+    task: str
+    batch: dict
+    share: float
+
+
+def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[list[Part]], bool]:
+    """This process's part of a step's global batches [(task, batch), ...], cut for
+    accumulation: micro-batch k of every task that has one, in the step's order. Also
+    whether in-batch objectives may gather the whole batch from the processes (each has
+    its even share of every batch: gather_rows)."""
+    mine = [
+        [Part(task, m, share) for m, share in my_parts(batch, rt, accumulate)]
+        for task, batch in step_batches
+    ]
+    micro = [[p[k] for p in mine if k < len(p)] for k in range(max(map(len, mine)))]
+    even = all(even_parts(batch, rt, accumulate) for _, batch in step_batches)
+    return micro, rt.world > 1 and even
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring a call on the device
+
+
+def peak_memory_mib(fn: Callable[[], object], device: torch.device) -> float:
+    """Memory that one call of fn adds at its peak over what was in use before it, MiB.
+
+    CUDA: max_memory_allocated. CPU (Linux, glibc): the peak resident set (VmHWM, reset
+    through /proc/self/clear_refs). glibc keeps freed blocks for reuse, which would hide a
+    step's new tensors, so the mmap threshold is fixed at 64 KiB (each tensor buffer its own
+    mapping, returned when freed). That slows the rest of the process: measure after timing.
+    Another platform raises NotImplementedError.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - start) / 2**20
+    if platform.libc_ver()[0] != "glibc":
+        raise NotImplementedError(
+            f"CPU memory is measured on Linux with glibc only, not {sys.platform}"
+        )
+
+    def status_mib(key: str) -> float:  # the kernel reports kB
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return next(int(line.split()[1]) for line in lines if line.startswith(key)) / 1024
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 64 * 1024)  # -3: M_MMAP_THRESHOLD
+    libc.malloc_trim(0)
+    start = status_mib("VmRSS:")
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident set
+    fn()
+    return status_mib("VmHWM:") - start

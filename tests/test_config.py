@@ -10,6 +10,7 @@ import pytest
 
 import config
 import multitask_classifier as mt
+import plans
 from config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,10 +109,10 @@ def test_the_flags_in_the_readme_docs_and_makefile_still_parse():
 
 def test_stages_check_their_fields():
     with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
-        config.Stage(("qqp",), 1e-5, 32)
+        plans.Stage(("qqp",), 1e-5, 32)
     with pytest.raises(ValueError, match="loss 'mnrl' does not fit task 'sst'"):
-        config.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
+        plans.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
     with pytest.raises(ValueError, match="a multitask stage needs"):
-        config.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
+        plans.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
     with pytest.raises(ValueError, match="unknown stage kind 'simcse'"):
-        config.Stage((), 1e-5, 32, kind="simcse")
+        plans.Stage((), 1e-5, 32, kind="simcse")

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import config
+import evaluation
 import losses
 import multitask_classifier as mt
 import runtime
@@ -17,8 +17,9 @@ from base_bert import BertConfig
 from bert import BertModel
 from config import OptimConfig, SimCSEConfig
 from helpers import first_batch, sentence_batch, tiny_model_and_data, two_sets
-from losses import StepContext
+from plans import Stage
 from smart import EMATeacher, SameDropout, SmartConfig
+from trainer import StepContext
 
 
 def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
@@ -111,7 +112,7 @@ def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(t
             p.add_(0.05 * torch.randn_like(p))
     model.eval()  # no dropout: the same sentence embeddings in every pass
     rt = runtime.make_runtime("cpu", "fp32")
-    stage = config.Stage(("sst",), 1e-5, 6)  # SMART off, the default losses
+    stage = Stage(("sst",), 1e-5, 6)  # SMART off, the default losses
     pull = StepContext(rt, OptimConfig(distill=2.0), reference=reference)
     for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
         batch = first_batch(task_data, task, 6)
@@ -146,7 +147,7 @@ def test_distillation_rests_at_the_loaded_weights_with_dropout_on(tiny_env, prec
         ("para", {}, smart),
         ("sts", {"sts": "cosine_mse"}, SmartConfig.off()),  # a pair loss, no head
     ]:
-        stage = config.Stage((task,), 1e-5, 8, losses=stage_losses, smart=smart_cfg)
+        stage = Stage((task,), 1e-5, 8, losses=stage_losses, smart=smart_cfg)
         encoder = list(model.bert.parameters())
         batch = first_batch(task_data, task, 8)
         grads = []
@@ -161,7 +162,7 @@ def test_distillation_rests_at_the_loaded_weights_with_dropout_on(tiny_env, prec
     with torch.no_grad():  # once the encoder moves, the same term pulls
         for p in model.bert.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    stage = config.Stage(("sst",), 1e-5, 8)
+    stage = Stage(("sst",), 1e-5, 8)
     batch = first_batch(task_data, "sst", 8)
     torch.manual_seed(1)
     plain = losses.batch_loss(model, "sst", batch, stage, StepContext(rt)).item()
@@ -174,21 +175,31 @@ def test_task_losses_on_hand_made_inputs():
     labels = torch.tensor([0, 2])
     p0 = math.exp(2) / (math.exp(2) + 1 + math.exp(-1))
     expected = (-math.log(p0) - math.log(1 / 3)) / 2
-    assert losses.OUTPUT_LOSSES["ce"](logits, labels).item() == pytest.approx(expected, 1e-6)
+    assert losses.loss_of("sst", "ce").fn(logits, labels).item() == pytest.approx(expected, 1e-6)
     logit, y = torch.tensor([0.0, 2.0, -1.0]), torch.tensor([1.0, 0.0, 0.0])
     sig = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
     bce = -(math.log(sig[0]) + math.log(1 - sig[1]) + math.log(1 - sig[2])) / 3
-    assert losses.OUTPUT_LOSSES["bce"](logit, y).item() == pytest.approx(bce, 1e-6)
+    assert losses.loss_of("para", "bce").fn(logit, y).item() == pytest.approx(bce, 1e-6)
     score, target = torch.tensor([1.0, 4.0, 2.5]), torch.tensor([0.0, 5.0, 2.5])
-    assert losses.OUTPUT_LOSSES["mse"](score, target).item() == pytest.approx(2 / 3, 1e-6)
+    assert losses.loss_of("sts", "mse").fn(score, target).item() == pytest.approx(2 / 3, 1e-6)
 
 
-def test_every_loss_a_task_allows_exists():
-    from evaluation import TASKS
+def test_the_loss_table_drives_flags_heads_and_checks():
+    """Every task has a table; --para_loss / --sts_loss, the cosine read-out and the in-batch
+    checks are read from it, so a new entry reaches them all."""
+    from config import MultitaskConfig
 
-    for task, spec in TASKS.items():
-        for loss in spec.losses:
-            assert loss in losses.OUTPUT_LOSSES or loss in losses.PAIR_LOSSES, (task, loss)
+    assert set(losses.TASK_LOSSES) == set(evaluation.TASKS)
+    for task in ("para", "sts"):
+        meta = MultitaskConfig.__dataclass_fields__[f"{task}_loss"].metadata
+        assert meta["choices"] == tuple(losses.TASK_LOSSES[task])
+        assert meta["help"] == losses.loss_help(task)
+        for name, loss in losses.TASK_LOSSES[task].items():
+            assert f"{name} ({loss.help})" in losses.loss_help(task)
+    cosine = {n for n, x in losses.TASK_LOSSES["sts"].items() if x.cosine}
+    assert cosine == {"cosine_mse", "cosine_sbert", "mnrl"}
+    assert losses.loss_of("para", "mnrl").in_batch and not losses.loss_of("para", None).in_batch
+    assert losses.loss_of("sts", None) is losses.TASK_LOSSES["sts"]["mse"]
 
 
 def test_sbert_target_is_the_cosine_against_score_over_5():
@@ -196,7 +207,7 @@ def test_sbert_target_is_the_cosine_against_score_over_5():
     scores = torch.tensor([4.5, 0.0, 1.0, 2.5])
     out = cos * 2.5 + 2.5  # what the STS head returns
     naive = sum((c - y / 5) ** 2 for c, y in zip(cos.tolist(), scores.tolist(), strict=True)) / 4
-    assert losses.OUTPUT_LOSSES["cosine_sbert"](out, scores).item() == pytest.approx(naive)
+    assert losses.loss_of("sts", "cosine_sbert").fn(out, scores).item() == pytest.approx(naive)
 
 
 def test_auslins_distance_margin_matches_a_loop():
@@ -208,12 +219,12 @@ def test_auslins_distance_margin_matches_a_loop():
     report = 0.0  # Auslin et al.'s formula as printed, on d: y = 1 pays the margin term
     for dist, y in zip(expected, labels.tolist(), strict=True):
         report += 0.5 * (max(0.0, 0.5 - dist) ** 2 if y == 1 else dist * dist)
-    got = losses.PAIR_LOSSES["distance_margin"](u, v, labels, "binary")
+    got = losses.loss_of("para", "distance_margin").fn(u, v, labels, "binary")
     assert got.item() == pytest.approx(report / 5, rel=1e-5)
-    near = losses.PAIR_LOSSES["distance_margin"](u, u + 0.01, torch.ones(5), "binary")
+    near = losses.loss_of("para", "distance_margin").fn(u, u + 0.01, torch.ones(5), "binary")
     assert near.item() > 0  # close paraphrases are pushed past the margin
     same = u.clone().requires_grad_()
-    losses.PAIR_LOSSES["distance_margin"](same, u, torch.ones(5), "binary").backward()
+    losses.loss_of("para", "distance_margin").fn(same, u, torch.ones(5), "binary").backward()
     assert torch.isfinite(same.grad).all()  # d = 0 has a finite gradient
 
 
@@ -230,7 +241,7 @@ def test_sigmoid_losses_match_loops():
         )
         / 4
     )
-    table = losses.OUTPUT_LOSSES
+    table = {name: loss.fn for name, loss in losses.TASK_LOSSES["para"].items()}
     assert table["sigmoid_mse"](out, y).item() == pytest.approx(mse, rel=1e-6)
     assert table["sigmoid_l1"](out, y).item() == pytest.approx(l1, rel=1e-6)
     assert table["sigmoid_margin"](out, y).item() == pytest.approx(margin, rel=1e-6)
@@ -242,7 +253,7 @@ def test_cosine_mse_targets_follow_the_task():
     u, v = two_sets(1)
     cos = F.cosine_similarity(u, v, dim=-1).tolist()
     y = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0])
-    loss = losses.PAIR_LOSSES["cosine_mse"]
+    loss = losses.loss_of("para", "cosine_mse").fn
     binary = sum((c - t) ** 2 for c, t in zip(cos, y.tolist(), strict=True)) / 5
     assert loss(u, v, y, "binary").item() == pytest.approx(binary, rel=1e-5)
     scores = torch.tensor([0.0, 2.5, 5.0, 1.0, 4.0])
@@ -258,8 +269,8 @@ def test_a_simcse_term_adds_the_weighted_loss_of_two_dropout_views(tiny_config):
     model = mt.MultitaskBERT(bert, dropout=0.0).train()
     rt = runtime.make_runtime("cpu", "fp32")
     term = SimCSEConfig(simcse_weight=0.3)
-    plain = config.Stage(("sst",), 1e-3, 3)
-    with_term = config.Stage(("sst",), 1e-3, 3, contrastive=term)
+    plain = Stage(("sst",), 1e-3, 3)
+    with_term = Stage(("sst",), 1e-3, 3, contrastive=term)
     batch = sentence_batch() | {"labels": torch.tensor([0, 3, 4])}
     base = losses.task_loss(model, plain, "sst", batch, StepContext(rt))
     z = model.sentences(batch)

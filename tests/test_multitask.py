@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 import checkpoint
-import config
 import datasets as data
 import evaluation
 import losses
@@ -29,9 +28,10 @@ from helpers import (
     tiny_flags,
     weights,
 )
-from losses import StepContext
+from plans import Stage
 from smart import SmartConfig
 from tokenizer import BertTokenizer
+from trainer import StepContext
 
 
 def tiny_model(tiny_config, dropout=0.0):
@@ -735,9 +735,9 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     scale = grads[False].abs().max().item()
     torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-5 * scale)
     smart = SmartConfig(lambda_s=1, mu=0, sigma=1e-9, eta=1e-7, epsilon=1e-9, dropout="shared")
-    stage = config.Stage(("sst",), 1e-3, 3, smart=smart)
+    stage = Stage(("sst",), 1e-3, 3, smart=smart)
     ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
-    plain = config.Stage(("sst",), 1e-3, 3)
+    plain = Stage(("sst",), 1e-3, 3)
     torch.manual_seed(2)
     with_r_s = losses.batch_loss(models[True], "sst", batch, stage, ctx)
     torch.manual_seed(2)
@@ -790,8 +790,8 @@ def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
     tiny_env, tmp_path, capsys, monkeypatch
 ):
     timed = []
-    real = mt.time_steps
-    monkeypatch.setattr(mt, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
+    real = trainer.time_steps
+    monkeypatch.setattr(trainer, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
     flags = "--preset thesis --loops 2 --max_length 64 --estimate"
     mt.main(tiny_flags(tiny_env, tmp_path / "r", flags))
     out = capsys.readouterr().out

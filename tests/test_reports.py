@@ -62,14 +62,16 @@ def test_a_table_sets_their_scores_beside_the_kept_models():
 def test_a_table_runs_each_row_once_and_resumes(tiny_env, tmp_path, monkeypatch):
     bert_dir, data_dir = tiny_env
     monkeypatch.setenv("MINBERT_DATA", str(data_dir))
-    row = reports.Row("sicurello-vanilla-sst", "SST only", None)
+    row = "sicurello-vanilla-sst"  # labelled "SST only: BERT_vanilla" in presets.py
     monkeypatch.setitem(reports.TABLES, "tiny", reports.Table("tiny", "none", (row,)))
     argv = ["tiny", "--out", str(tmp_path), "--bert", str(bert_dir), "--max_length", "32"]
     argv += ["--scale", "0.5"]
     text = reports.make_table("tiny", reports.parse_args(argv))
-    record = json.loads((tmp_path / "tiny" / row.preset / reports.DONE).read_text())
+    record = json.loads((tmp_path / "tiny" / row / reports.DONE).read_text())
     assert record["scale"] == 0.5 and len(record["rows"]) == 1 + 2  # start + 2 epochs of 3 x 0.5
-    assert (tmp_path / "tiny" / "tiny.md").read_text() == text and "| SST only |" in text
+    assert (
+        tmp_path / "tiny" / "tiny.md"
+    ).read_text() == text and "| SST only: BERT_vanilla |" in text
     calls = []
     monkeypatch.setattr(reports, "run_row", lambda *a: calls.append(a))
     assert reports.make_table("tiny", reports.parse_args(argv)) == text and not calls

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file
 
 import checkpoint
-import config
 import datasets as data
 import evaluation
 import losses
 import multitask_classifier as mt
+import runfolder
 import runtime
 import simcse
 import trainer
@@ -30,10 +30,11 @@ from helpers import (
     tiny_model_and_data,
     weights,
 )
-from losses import StepContext
 from optimizer import flatten_grads, pcgrad, pcgrad_backward
+from plans import Stage
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
+from trainer import StepContext
 
 
 def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, monkeypatch):
@@ -57,7 +58,7 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
 
 def test_short_training_lowers_every_task_loss(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
-    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
+    optimizer = model.configure_optimizers(OptimConfig(lr=1e-3))
     rt = runtime.make_runtime("cpu", "fp32")
 
     def loss_of(task):
@@ -65,23 +66,21 @@ def test_short_training_lowers_every_task_loss(tiny_env):
         loader = data.make_loader(task_data[task].train, 64, shuffle=False)
         with torch.no_grad():
             return sum(
-                losses.OUTPUT_LOSSES[evaluation.TASKS[task].losses[0]](
-                    model(task, b), b["labels"]
-                ).item()
-                for b in loader
+                losses.loss_of(task, None).fn(model(task, b), b["labels"]).item() for b in loader
             )
 
     for task in mt.MULTITASK:
         before = loss_of(task)
-        stage = config.Stage((task,), lr=1e-3, batch_size=8, epochs=5)
+        stage = Stage((task,), lr=1e-3, batch_size=8, epochs=5)
         steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0))
         trainer.train_stage(model, optimizer, stage, steps, StepContext(rt))
         assert loss_of(task) < 0.9 * before, task
 
 
 def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, monkeypatch):
-    real = losses.OUTPUT_LOSSES["ce"]
-    monkeypatch.setitem(losses.OUTPUT_LOSSES, "ce", lambda out, y: real(out, y) * float("nan"))
+    real = losses.loss_of("sst", "ce").fn
+    nan = losses.Loss(lambda out, y: real(out, y) * float("nan"), "cross-entropy times nan")
+    monkeypatch.setitem(losses.TASK_LOSSES["sst"], "ce", nan)
     with pytest.raises(
         SystemExit,
         match=r"loss is nan at step 1 of stage 'loop 1: SST' \(task sst\).*best.safetensors",
@@ -126,7 +125,7 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     for layer in model.bert.encoder["layer"]:
         layer.attention["self"].dropout_p = 0.0
     rt = runtime.make_runtime("cpu", "fp32")
-    stage = config.Stage(("sst",), 1e-5, 3)  # SMART off, the default losses
+    stage = Stage(("sst",), 1e-5, 3)  # SMART off, the default losses
     batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
     batches["sst"]["labels"] = torch.tensor([0, 4, 2])
     batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])
@@ -235,7 +234,7 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
     tiny_env, tmp_path, monkeypatch, flags
 ):
     straight = run(tiny_env, tmp_path / "straight", *flags)
-    sigterm_on_call(monkeypatch, trainer.Run, "evaluate", 2)  # 1: the start row; 2: stage 1's
+    sigterm_on_call(monkeypatch, runfolder.Run, "evaluate", 2)  # 1: the start row; 2: stage 1's
     with pytest.raises(SystemExit):
         run(tiny_env, tmp_path / "resumed", *flags)
     monkeypatch.undo()
@@ -254,11 +253,11 @@ def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
     float16 the scaler's step leaves them unscaled."""
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
-    stage = config.Stage(
+    stage = Stage(
         mt.MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
     )
     step = [(t, first_batch(task_data, t, 7)) for t in mt.MULTITASK]
-    optimizer = trainer.new_optimizer(model, optim)
+    optimizer = model.configure_optimizers(optim)
     rt = runtime.make_runtime("cpu", precision)
     generator = torch.Generator().manual_seed(3)
     loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt, optim), generator)
@@ -290,13 +289,13 @@ def test_clipping_scales_the_gradient_to_the_norm(tiny_env):
 
 def test_heads_get_their_own_learning_rate(tiny_env):
     model, _ = tiny_model_and_data(tiny_env)
-    optimizer = trainer.new_optimizer(model, OptimConfig(head_lr_scale=20))
+    optimizer = model.configure_optimizers(OptimConfig(head_lr_scale=20))
     encoder, heads = (g["params"] for g in optimizer.param_groups)
     assert {id(p) for p in encoder} == {id(p) for p in model.bert.parameters()}
     assert {id(p) for p in encoder + heads} == {id(p) for p in model.parameters()}
-    trainer.set_lr(optimizer, config.Stage(("sst",), 2e-5, 8), 0.5)
+    trainer.set_lr(optimizer, Stage(("sst",), 2e-5, 8), 0.5)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-5, 2e-4])
-    frozen = config.Stage(("sst",), 1e-3, 8, freeze_encoder=True)  # its lr is the heads'
+    frozen = Stage(("sst",), 1e-3, 8, freeze_encoder=True)  # its lr is the heads'
     trainer.set_lr(optimizer, frozen)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3])
 
@@ -330,8 +329,8 @@ def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env)
         model, task_data = tiny_model_and_data(tiny_env)
         reference = trainer.frozen_copy(model)
         optim = OptimConfig(lr=1e-2, distill=distill)  # 8 steps that move the cosines far
-        optimizer = trainer.new_optimizer(model, optim)
-        stage = config.Stage(("sst",), 1e-2, 16)
+        optimizer = model.configure_optimizers(optim)
+        stage = Stage(("sst",), 1e-2, 16)
         batch = first_batch(task_data, "sst", 16)
         rt = runtime.make_runtime("cpu", "fp32")
         for seed in range(8):
@@ -352,7 +351,7 @@ def test_distillation_keeps_the_batch_cosines_of_the_untouched_encoder(tiny_env)
 def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     rt = runtime.make_runtime("cpu", "fp32")
-    run = trainer.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
+    run = runfolder.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
     state = torch.get_rng_state()
     row = run.score(model, task_data)
     assert set(mt.MULTITASK) <= set(row)
@@ -367,7 +366,7 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     bert = BertModel.from_pretrained(str(bert_dir))
     model = mt.MultitaskBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
     rt = runtime.make_runtime("cpu", "fp32")
-    trainer.fit_thresholds(model, task_data, rt, 16)
+    evaluation.fit_thresholds(model, task_data, rt, 16)
     pairs = task_data["para"].train
     with torch.no_grad():
         batch = pairs.collate(list(range(len(pairs))))
@@ -412,8 +411,8 @@ def test_an_overflowing_float16_step_is_skipped_and_the_scale_falls(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     rt = runtime.make_runtime("cpu", "fp16")
     rt.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)  # scaled gradients overflow
-    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
-    stage, step = config.Stage(("sst",), 1e-3, 8), [("sst", first_batch(task_data, "sst", 8))]
+    optimizer = model.configure_optimizers(OptimConfig(lr=1e-3))
+    stage, step = Stage(("sst",), 1e-3, 8), [("sst", first_batch(task_data, "sst", 8))]
     before = {k: v.clone() for k, v in model.state_dict().items()}
     loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt), torch.Generator())
     assert torch.isfinite(loss) and rt.scaler.get_scale() == 2.0**39  # halved, not stopped
@@ -431,7 +430,7 @@ def test_pcgrad_under_a_scaler_is_the_surgery_scaled(tiny_config):
     batches["sst"]["labels"] = torch.tensor([0, 4, 2])
     batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])
     batches["sts"]["labels"] = torch.tensor([4.5, 0.5, 2.0])
-    shared, stage = list(model.bert.parameters()), config.Stage(("sst",), 1e-5, 3)
+    shared, stage = list(model.bert.parameters()), Stage(("sst",), 1e-5, 3)
     ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
 
     def surgery(scaler):
@@ -449,8 +448,8 @@ def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
     model, task_data = tiny_model_and_data(tiny_env)
     rt = runtime.make_runtime("cpu", "fp16")
     smart = SmartConfig(lambda_s=10.0, mu=1.0, dropout=dropout)
-    stage = config.Stage(("sst",), 1e-3, 8, smart=smart)
-    optimizer = trainer.new_optimizer(model, OptimConfig(lr=1e-3))
+    stage = Stage(("sst",), 1e-3, 8, smart=smart)
+    optimizer = model.configure_optimizers(OptimConfig(lr=1e-3))
     ctx = StepContext(rt, teacher=EMATeacher(model, smart, 4))
     before = [p.detach().clone() for p in model.parameters()]
     batch = [("sst", first_batch(task_data, "sst", 8))]
@@ -479,8 +478,8 @@ def test_every_epoch_of_a_multitask_plan_trains_the_same_examples(tiny_env):
     """Broadhurst & Maffezzoli train one standardized set of 12,080 per task for six epochs:
     the epochs (stages) reshuffle it but never draw another."""
     _, task_data = tiny_model_and_data(tiny_env)
-    multitask = config.MultitaskConfig(examples_per_task=20, mixing="simultaneous")
-    stage = config.Stage(mt.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
+    multitask = MultitaskConfig(examples_per_task=20, mixing="simultaneous")
+    stage = Stage(mt.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
 
     def examples(epoch, seed=3):
         order = torch.Generator().manual_seed(1000 * seed + epoch)  # as run_stage seeds it

@@ -1,0 +1,100 @@
+"""The house's budgets, checked by `make lint` on the source itself (ast), not by `make test`:
+file and function sizes, parameters, module docstrings, formatter escapes, the README's size,
+and imports that only go down the layers. A student's new module or long function keeps
+`make test` green; the developers keep this green.
+
+    python .ci/lint.py          # the repository this file sits in
+    python .ci/lint.py PATH     # another checkout
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+LINES = {"multitask_classifier.py": 495, "datasets.py": 810, "bench.py": 540}  # else 585
+FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 13_500
+
+# Each module imports only from the layers below its own: no cycles, and the ground floor
+# (the model, the tokenizer, the optimizer, the objectives) never reaches up to training.
+LAYERS = [
+    {"base_bert", "checkpoint", "evaluation", "optimizer", "simcse", "smart"},
+    {"tokenizer", "datasets"},
+    {"bert", "runtime", "losses"},
+    {"config", "runfolder"},
+    {"plans"},
+    {"presets", "trainer", "predict"},
+    {"multitask_classifier", "plots", "reports", "sanity_check", "fetch"},  # the commands
+    {"classifier", "bench", "ensemble"},  # auxiliary commands built on the main one
+]
+
+
+def functions(tree: ast.AST) -> list[ast.FunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def parameters(f: ast.FunctionDef) -> list[str]:
+    a = f.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    names += [x.arg for x in (a.vararg, a.kwarg) if x]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def project_imports(tree: ast.AST, known: set[str]) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found & known
+
+
+def module_problems(path: Path, tree: ast.AST) -> list[str]:
+    """Size, docstring and every function's length and parameters of one module."""
+    out, limit = [], LINES.get(path.name, 585)
+    if (n := len(path.read_text().splitlines())) > limit:
+        out.append(f"{path.name}: {n} lines, over its {limit}")
+    if not ast.get_docstring(tree):
+        out.append(f"{path.name}: no module docstring naming what it holds")
+    for f in functions(tree):
+        where = f"{path.name}:{f.lineno} {f.name}"
+        if (n := f.end_lineno - f.lineno + 1) > FUNCTION_LINES:
+            out.append(f"{where}: {n} lines, over {FUNCTION_LINES}")
+        if (n := len(parameters(f))) > PARAMETERS:
+            out.append(f"{where}: {n} parameters, over {PARAMETERS}")
+    return out
+
+
+def layer_problems(trees: dict[str, ast.AST]) -> list[str]:
+    layer = {name: i for i, names in enumerate(LAYERS) for name in names}
+    out = [f"{name}.py: in no layer; place it in LAYERS" for name in trees if name not in layer]
+    for name, tree in trees.items():
+        for dep in sorted(project_imports(tree, set(layer)) - {name}):
+            if name in layer and layer[dep] >= layer[name]:
+                out.append(f"{name}.py imports {dep}, which is not in a layer below it")
+    return out
+
+
+def problems(root: Path) -> list[str]:
+    modules = sorted(root.glob("*.py"))
+    trees = {p.stem: ast.parse(p.read_text(), str(p)) for p in modules}
+    out = [line for p in modules for line in module_problems(p, trees[p.stem])]
+    out += layer_problems(trees)
+    sources = modules + sorted((root / "tests").glob("*.py"))
+    if (n := sum(p.read_text().count("# fmt: skip") for p in sources)) > FMT_SKIPS:
+        out.append(f"{n} '# fmt: skip' escapes, over {FMT_SKIPS}")
+    if (n := len((root / "README.md").read_bytes())) > README_BYTES:
+        out.append(f"README.md: {n:,} bytes, over {README_BYTES:,}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent
+    found = problems(root)
+    for line in found:
+        print(line)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

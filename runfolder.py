@@ -1,0 +1,193 @@
+"""A run folder: where a plan runs, what is scored and written there, and when.
+
+`Run` holds the folder, the device and the tasks a plan is scored on; `start` begins a
+run (the untouched model scored as the first row) or resumes the one in the folder;
+after each stage trainer.run_plan asks it to score the model, write the row, keep the best
+model and save the state; `finish` prints the forgetting table, reloads the best model and
+writes its predictions. Only the main process (rt.main) scores and writes: the others
+train alongside.
+
+    run_dir/config.json        the run's settings (--resume reads them)
+    run_dir/metrics.jsonl      one row of dev scores per stage, the untouched model first
+    run_dir/steps.jsonl        one line per step: loss, lr, gradient norm, examples/s
+    run_dir/best.safetensors   the best model so far; state.safetensors: how to go on
+    run_dir/forgetting.json    the forgetting measures; predictions/: the handout's files
+
+How each file is written safely (atomically, resumable, locked) is checkpoint.py's.
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import checkpoint
+import datasets as data
+import evaluation
+from runtime import Runtime
+
+
+@dataclass
+class Run:
+    """Where and how a plan runs: its folder, device, scored tasks and evaluation batch.
+    Only the main process (rt.main) scores and writes; the others train alongside."""
+
+    run_dir: Path
+    rt: Runtime
+    eval_tasks: tuple
+    eval_batch_size: int
+    seed: int
+    plan_length: int = 0  # stages in the plan, for progress messages
+    checkpoint_minutes: float = 0.0  # a checkpoint inside a stage this often (0: never)
+    resume: bool = False  # continue the run found in run_dir
+    score_train: bool = False  # also score the whole training split after each stage
+    tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
+    board: checkpoint.TensorBoard | None = None
+
+    def evaluate(self, model, task_data, split="dev"):
+        results = evaluate_split(model, task_data, split, self.eval_tasks, self)
+        row = evaluation.score_row(results, self.eval_tasks)
+        if data.HELDOUT in task_data and split == "dev":  # what the encoder brought along
+            pairs = task_data[data.HELDOUT].dev
+            row["heldout"] = evaluation.roc_auc(
+                *evaluation.pair_scores(model, pairs, self.rt, self.eval_batch_size)
+            )
+        return row
+
+    def show(self, row, mark=False):
+        print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
+        if self.board:
+            names = [t for t in (*self.eval_tasks, "overall", "heldout") if t in row]
+            self.board.scores({t: evaluation.main_score(row, t) for t in names})
+
+    # Only the main process scores and writes; these methods are where that is decided.
+
+    def score(self, model, task_data, train=False) -> dict:
+        """The dev row of a trained (or untouched) model, cosine read-outs fit first, with
+        the training split's scores under 'train' when asked; {} on the other processes."""
+        if not self.rt.main:
+            return {}
+        evaluation.fit_thresholds(model, task_data, self.rt, self.eval_batch_size)
+        row = self.evaluate(model, task_data)
+        if train:
+            row["train"] = self.evaluate(model, task_data, "train")
+        return row
+
+    def select(self, row: dict) -> float:
+        """The score that keeps a stage's model as the best (nan elsewhere: never kept)."""
+        return evaluation.selection_score(row, self.eval_tasks) if self.rt.main else math.nan
+
+    def keep_steps(self, progress: dict):
+        """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""
+        if self.rt.main:
+            done = checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
+            self.board = checkpoint.TensorBoard(self.run_dir, done) if self.tensorboard else None
+
+    def file(self, name: str) -> Path:
+        """A file of the run folder; os.devnull for the other processes."""
+        return self.run_dir / name if self.rt.main else Path(os.devnull)
+
+    def write_rows(self, rows: list[dict]):
+        if self.rt.main:
+            checkpoint.write_rows(self.run_dir, rows)
+
+    def save(self, model, optimizer, progress: dict, position: dict | None = None):
+        """The state after a finished stage, or (position) inside the next one."""
+        if not self.rt.main:
+            return
+        path, scaler = self.run_dir / checkpoint.STATE, self.rt.scaler
+        if position is None:
+            checkpoint.save_state(model, optimizer, scaler, progress, path)
+        else:
+            checkpoint.save_position(model, optimizer, scaler, progress, position, path)
+
+    def save_best(self, model, row: dict):
+        if self.rt.main:
+            checkpoint.save_best(model, row, self.run_dir / checkpoint.BEST)
+
+
+def start(model, optimizer, task_data, run: Run) -> dict:
+    """A new run (scored once before training) or the progress of the one in run_dir."""
+    state_path, best_path = run.run_dir / checkpoint.STATE, run.run_dir / checkpoint.BEST
+    if state_path.exists() and not run.resume:
+        raise SystemExit(f"{run.run_dir} already holds a run; give another --run_dir")
+    if run.resume and best_path.exists() and not state_path.exists():  # its state was lost
+        raise checkpoint.CheckpointError(
+            f"{state_path}: missing; nothing to continue from ({best_path} serves --predict)"
+        )
+    progress = {"best": {"score": -math.inf, "stage": None, "index": None}, "rows": []}
+    progress["next_stage"] = 0
+    if state_path.exists():
+        progress, extra, rng = checkpoint.load_state(model, optimizer, run.rt.scaler, state_path)
+        if best_path.exists():  # found broken now, not after the remaining stages
+            checkpoint.read_tensors(best_path)
+        if "within" in progress:  # inside a stage: the generators are restored there
+            within = progress["within"]
+            progress["within"] = checkpoint.resume_position(within, extra, rng, run.rt.device)
+        else:
+            checkpoint.set_rng_state(*rng)
+        k, n = progress["next_stage"], run.plan_length
+        where = f"at stage {k + 1}/{n}" if k < n else f"after all {n} stages: best rescored"
+        print(f"resuming {run.run_dir} {where}")
+    run.keep_steps(progress)  # the step log and the table of what the state holds
+    run.write_rows(progress["rows"])
+    print(evaluation.format_table(progress["rows"], run.eval_tasks))
+    if not progress["rows"]:  # the starting point: what training has to beat
+        row = {"stage": "start (no training)", "index": -1} | run.score(model, task_data)
+        progress["rows"].append(row)
+        run.show(row)
+    return progress
+
+
+def evaluate_split(model, task_data: dict, split: str, tasks, run: Run):
+    """evaluation.evaluate on one split of these tasks, in the run's precision."""
+    loaders = {
+        t: data.make_loader(getattr(task_data[t], split), run.eval_batch_size, shuffle=False)
+        for t in tasks
+    }
+    with run.rt.autocast():
+        return evaluation.evaluate(model, loaders, run.rt.device)
+
+
+def kept_best(run: Run) -> str:
+    """Where the best model so far lies, for a run stopped by a non-finite loss."""
+    best_path = run.run_dir / checkpoint.BEST
+    if not best_path.exists():
+        return ""
+    return (
+        f"; the best model so far is in {best_path} (predictions from it: --predict {run.run_dir})"
+    )
+
+
+def write_predictions(model, task_data, run: Run, test: bool) -> Path:
+    """Dev (and test) predictions of the model in the CS224n output format."""
+    out_dir = run.run_dir / "predictions"
+    for split in ("dev", "test") if test else ("dev",):
+        results = evaluate_split(model, task_data, split, run.eval_tasks, run)
+        for task, res in results.items():
+            evaluation.write_predictions(
+                evaluation.prediction_path(out_dir, task, split), task, res.ids, res.preds
+            )
+    return out_dir
+
+
+def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
+    """Print the forgetting table, reload the best model and write its predictions."""
+    if not run.rt.main:
+        return
+    print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
+    print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
+    if len(rows) > 1:
+        measures = evaluation.forgetting(rows, run.eval_tasks)
+        print(evaluation.format_forgetting(measures))
+        text = json.dumps(measures, indent=1) + "\n"
+        checkpoint.atomic_write(text, run.run_dir / checkpoint.FORGETTING)
+    if best["index"] is None:
+        print("no stage had a numeric score (a constant dev set?): predicting with the last model")
+    else:
+        best_path = run.run_dir / checkpoint.BEST
+        print(f"best stage: {best['stage']} (score {best['score']:.4f}), kept in {best_path}")
+        checkpoint.load_model(model, best_path)
+    out_dir = write_predictions(model, task_data, run, test)
+    print(f"predictions of the best model: {out_dir}")

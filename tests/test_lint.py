@@ -1,0 +1,40 @@
+"""`make lint`'s script (.ci/lint.py) on a small tree built here: it names what breaks the
+house's budgets, and passes what keeps them. The repository's own sizes are not tested."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+LINT = Path(__file__).resolve().parent.parent / ".ci" / "lint.py"
+
+
+def lint(root: Path) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, LINT, root], capture_output=True, text=True)
+    return done.returncode, done.stdout.splitlines()
+
+
+def test_lint_passes_a_tree_within_its_budgets(tmp_path):
+    (tmp_path / "README.md").write_text("# a short guide\n")
+    (tmp_path / "smart.py").write_text('"""SMART."""\n\n\ndef f(a, b):\n    return a + b\n')
+    (tmp_path / "trainer.py").write_text('"""The loop."""\n\nimport smart\n')
+    assert lint(tmp_path) == (0, [])
+
+
+def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
+    (tmp_path / "README.md").write_text("x" * 13_501)
+    body = "".join(f"    x{i} = {i}\n" for i in range(69))
+    (tmp_path / "extra.py").write_text(f'"""A student\'s module."""\n\n\ndef long():\n{body}')
+    (tmp_path / "smart.py").write_text('"""SMART."""\n\nimport trainer\n')  # reaches up
+    (tmp_path / "trainer.py").write_text("def step(a, b, c, d, e, f, g, h, i):\n    pass\n")
+    (tmp_path / "bench.py").write_text('"""Timings."""\n' + "\n" * 540)
+    code, lines = lint(tmp_path)
+    assert code == 1
+    assert lines == [
+        "bench.py: 541 lines, over its 540",
+        "extra.py:4 long: 70 lines, over 50",
+        "trainer.py: no module docstring naming what it holds",
+        "trainer.py:1 step: 9 parameters, over 8",
+        "extra.py: in no layer; place it in LAYERS",
+        "smart.py imports trainer, which is not in a layer below it",
+        "README.md: 13,501 bytes, over 13,500",
+    ]
