@@ -1,0 +1,84 @@
+"""The distillation term's pull at step 0 on MiniLM, for docs/forgetting.md, section 4.
+
+At the loaded weights, with dropout on, it prints the norm of the encoder's gradient from
+the SST loss itself and from --distill 30's term: as losses.distillation computes it (the
+frozen copy runs the step's own dropout masks), and as it was computed before commit
+6cdc37e (the copy in eval mode, on the first sentences). One batch: the first 16 SST
+training sentences, the SST head drawn after torch.manual_seed(0), in float32 and bf16.
+
+Run from the repository root (well under a minute on a 2-core CPU):
+
+    python docs/scripts/distill_step0.py [--data_dir DATA]
+"""
+
+import copy
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from smart_rs import sst_batch  # noqa: E402  (docs/scripts, this file's folder)
+
+import losses  # noqa: E402
+import multitask_classifier as mt  # noqa: E402
+import runtime  # noqa: E402
+import simcse  # noqa: E402
+from config import ModelConfig  # noqa: E402
+from smart import SameDropout  # noqa: E402
+
+W = 30.0  # the defended preset's --distill
+
+
+def eval_copy_term(model, batch, same, ctx):
+    """The term before 6cdc37e: the frozen copy in eval mode (no dropout)."""
+    with torch.no_grad():
+        z0 = ctx.reference.eval().sentences(batch)  # (B, H)
+    return lambda z: simcse.similarity_distillation(z.float(), z0.float())
+
+
+def encoder_grad_norm(model, batch, rt, term) -> float:
+    """Norm of the encoder's gradient of term(z, same) for the batch's embeddings z."""
+    model.zero_grad()
+    torch.manual_seed(1)  # the same dropout masks for every term
+    same = SameDropout(rt.device)  # the generators before the pass, as batch_loss keeps them
+    with rt.autocast():
+        z = model.sentences(batch)  # (B, H)
+        loss = term(z, same)
+    loss.backward()
+    grads = [p.grad.flatten() for p in model.bert.parameters() if p.grad is not None]
+    return torch.cat(grads).norm().item() if grads else 0.0
+
+
+def main(argv=None):
+    batch = sst_batch(argv)
+    batch = {k: v for k, v in batch.items() if torch.is_tensor(v)}
+    torch.manual_seed(0)
+    model = mt.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)().train()
+    reference = copy.deepcopy(model).requires_grad_(False)
+    ctx = SimpleNamespace(reference=reference, in_batch=lambda *t: (list(t), 1.0))
+    terms = {
+        "SST loss (cross-entropy)": lambda z, same: F.cross_entropy(
+            model.readout("sst", batch, z).float(), batch["labels"]
+        ),
+        "distillation, copy with the step's masks (now)": lambda z, same: (
+            W * losses.distillation(z, batch, same, True, ctx)
+        ),
+        "distillation, copy in eval mode (before 6cdc37e)": lambda z, same: (
+            W * eval_copy_term(model, batch, same, ctx)(z)
+        ),
+    }
+    print("| encoder gradient of | float32 | bf16 |")
+    print("| --- | ---: | ---: |")
+    for name, term in terms.items():
+        norms = [
+            encoder_grad_norm(model, batch, runtime.make_runtime("cpu", p), term)
+            for p in ("fp32", "bf16")
+        ]
+        print(f"| {name} | " + " | ".join(f"{n:.2f}" for n in norms) + " |")
+
+
+if __name__ == "__main__":
+    main()
