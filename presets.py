@@ -190,8 +190,9 @@ PRESETS = {
         overrides=DEFENDED,
     ),
     "demo": Preset(
-        help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, 2,000 held-out "
-        "SNLI pairs scored after every stage (about 7 minutes on a 2-core CPU in bf16)",
+        help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, at most 16,000 "
+        "training and 2,000 dev and test examples per task (a fixed-size sample, however large "
+        "the data), 2,000 held-out SNLI pairs scored after every stage",
         source="this project (docs/demo.md)",
         plan=thesis_plan,
         overrides=DEFENDED
@@ -199,7 +200,9 @@ PRESETS = {
             "model.bert": "minilm",
             "schedule.loops": 1,
             "data.max_length": 64,
-            "data.heldout_size": 2000,
+            "data.train_size": 16_000,
+            "data.dev_size": 2_000,
+            "data.heldout_size": 2_000,
         },
     ),
     "simcse": Preset(

@@ -786,6 +786,24 @@ def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path)
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
+def test_the_demo_trains_and_scores_the_same_sizes_on_the_handouts_real_size(
+    tiny_env, tmp_path, capsys
+):
+    """On a data folder of the 2023 handout's size (141,506 Quora training pairs), the demo
+    trains 16,000 and scores 2,000 per task: its length does not grow with the data."""
+    from make_handout_standin import build
+
+    bert_dir, small = tiny_env
+    handout = tmp_path / "handout"
+    assert build(small, handout)["quora-train.csv"] == 141_506
+    flags = ["--preset", "demo", "--bert", str(bert_dir), "--data_dir", str(handout)]
+    mt.main([*flags, "--precision", "fp32", "--estimate"])
+    out = capsys.readouterr().out
+    assert "QQP: 16000 train, 2000 dev, 2000 test" in out
+    assert re.search(r"\nQQP +500 +16000 ", out) and re.search(r"\nloop 1: QQP 3% +15 +480 ", out)
+
+
 def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
     tiny_env, tmp_path, capsys, monkeypatch
 ):

@@ -33,8 +33,8 @@ def resolved_presets() -> dict[str, str]:
 
 def test_every_pinned_preset_resolves_to_what_the_golden_file_says():
     """A change to what a preset trains shows up in the diff of tests/golden/presets.txt;
-    rewrite it with `python tests/test_presets.py` and review that diff. A preset added
-    since needs only to resolve; the rewrite pins it too."""
+    rewrite it with `PYTHONPATH=. python tests/test_presets.py` and review that diff. A
+    preset added since needs only to resolve; the rewrite pins it too."""
     blocks = re.split(r"(?m)^(?=\$ python)", GOLDEN.read_text())[1:]
     pinned = {re.match(r"\$ python \S+ --preset (\S+)", b)[1]: b for b in blocks}
     now = resolved_presets()
