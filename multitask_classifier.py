@@ -55,7 +55,7 @@ from optimizer import AdamW
 from plans import Stage, check_plans, loss_choices, show
 from presets import PRESETS, check_settings
 from runfolder import Run, finish
-from runtime import from_main, make_runtime
+from runtime import from_main, make_runtime, out_of_memory
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -276,7 +276,7 @@ DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules
 RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
 # settings of the machine rather than of the experiment: a resumed run may change them
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
-MACHINE |= {"checkpoint_minutes", "device.dist_timeout", "tensorboard"}
+MACHINE |= {"checkpoint_minutes", "device.dist_timeout", "tensorboard", "optim.accumulate"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -480,6 +480,8 @@ def main(argv=None):
         except KeyboardInterrupt:
             print(f"\ninterrupted; the run is saved: continue it with --resume {run_dir}")
             raise SystemExit(130) from None
+        except torch.cuda.OutOfMemoryError as e:
+            raise SystemExit(out_of_memory(e, cfg.optim.accumulate, run_dir)) from None
 
 
 if __name__ == "__main__":

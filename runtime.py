@@ -248,6 +248,20 @@ def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[
     return micro, rt.world > 1 and even
 
 
+def out_of_memory(e: torch.cuda.OutOfMemoryError, accumulate: int, run_dir) -> str:
+    """One line for a GPU that ran out of memory in a run (`run_dir`, trained with
+    --accumulate `accumulate`): what to lower, and how to go on."""
+    _, found, rest = str(e).partition("Tried to allocate ")
+    tried = found + " ".join(rest.split()[:2]).rstrip(".") if found else "no detail given"
+    more = 2 * accumulate
+    return (
+        f"error: the GPU ran out of memory ({tried}); continue from the last checkpoint "
+        f"with --resume {run_dir} --accumulate {more} (each batch in {more} pieces, the same "
+        f"gradient), or start again with a smaller --batch_size, --max_length or "
+        f"--eval_batch_size (scoring)"
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # Measuring a call on the device
 

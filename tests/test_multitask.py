@@ -401,6 +401,32 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     assert list((tmp_path / "run" / "predictions").glob("*-dev-output.csv"))
 
 
+def test_gpu_out_of_memory_is_one_line_and_the_run_resumes_in_smaller_pieces(
+    tiny_env, tmp_path, monkeypatch
+):
+    real, calls = trainer.train_step, []
+
+    def step(*args, **kwargs):  # the 10th step (in loop 1: STS) runs out of GPU memory
+        calls.append(1)
+        if len(calls) == 10:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", step)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        mt.main(tiny_argv(tiny_env, run_dir))
+    assert str(stop.value.code) == (
+        f"error: the GPU ran out of memory (Tried to allocate 2.00 GiB); continue from the "
+        f"last checkpoint with --resume {run_dir} --accumulate 2 (each batch in 2 pieces, the "
+        f"same gradient), or start again with a smaller --batch_size, --max_length or "
+        f"--eval_batch_size (scoring)"
+    )
+    mt.main(["--resume", str(run_dir), "--accumulate", "2"])  # a machine setting
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 1 + 4 and (run_dir / "predictions").is_dir()  # start, then 4 stages
+
+
 def test_a_broken_best_checkpoint_is_found_when_resuming(tiny_env, tmp_path, monkeypatch):
     interrupt_stage(monkeypatch, 2)
     with pytest.raises(SystemExit) as stop:  # main turns the interrupt into a clean stop
