@@ -8,7 +8,7 @@ STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench data reports clean
+.PHONY: venv test check demo lint bench data reports clean clean-runs
 
 venv: $(STAMP)
 
@@ -59,5 +59,10 @@ lint: venv
 	$(PY) .ci/lint.py || status=1; \
 	exit $$status
 
+# Caches only: trained runs stay (runs/, predictions/). `make clean-runs` deletes them.
 clean:
-	rm -rf runs predictions .pytest_cache .ruff_cache
+	rm -rf .pytest_cache .ruff_cache bench-results
+
+# DESTRUCTIVE: every trained model and prediction of this checkout.
+clean-runs:
+	rm -rf runs predictions

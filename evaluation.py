@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 # ---------------------------------------------------------------------------------------
 # Metrics (numpy in, float out)
@@ -165,7 +166,8 @@ def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResu
     predict, metrics_of = RULES[TASKS[task].kind]
     output_ndim = 2 if TASKS[task].kind == "classification" else 1
     ids, preds, labels = [], [], []
-    for batch in loader:
+    bar = tqdm(loader, desc=f"scoring {TASKS[task].title}", leave=False, delay=2)
+    for batch in bar:  # the bar shows once scoring takes over 2 seconds
         batch = to_device(batch, device)
         out = model.predict(task, batch)
         B = len(batch["ids"])

@@ -49,6 +49,9 @@ SNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}  # "-": no gol
 SNLI_TRAIN_ROWS = 100_000  # snli-train.csv: the first rows of SNLI 1.0 train, "-" dropped
 ONE_LINE = str.maketrans("\t\r\n", "   ")  # what a tab-separated field cannot hold
 SNLI_MEMBERS = {"train": "snli_1.0/snli_1.0_train.jsonl", "dev": "snli_1.0/snli_1.0_test.jsonl"}
+# The handout's reference outputs (sanity_check.py reads them), from the folder above its
+# data/: AdamW's weights after optimizer_test.py (a .npy), bert-base's outputs (torch.save).
+REFERENCES = {"optimizer_test.npy": b"\x93NUMPY", "sanity_check.data": b"PK\x03\x04"}
 
 
 class FetchError(RuntimeError):
@@ -166,6 +169,27 @@ def fetch_missing(folder: Path, timeout: float) -> list[str]:
     return [n for n in expected_files() if not (folder / n).is_file()]
 
 
+def fetch_references(folder: Path, timeout: float) -> None:
+    """The handout's reference files that are missing, each checked by its first bytes (a
+    login page answers 200 too). They are optional: a failure is one line, never an error."""
+    root = source("MINBERT_HANDOUT_URL").rstrip("/").rsplit("/", 1)[0] + "/"
+    for name, magic in REFERENCES.items():
+        path = folder / name
+        if path.is_file():
+            continue
+        try:
+            _download(root + name, path, timeout)
+        except (urllib.error.URLError, TimeoutError, ConnectionError, FetchError) as err:
+            print(f"{name}: not fetched from {root + name} ({getattr(err, 'reason', err)})")
+            continue
+        with open(path, "rb") as f:
+            if f.read(len(magic)) != magic:
+                path.unlink()
+                print(f"{name}: {root + name} is not the handout's file; not kept")
+                continue
+        print(f"downloaded {name} from {root + name}")
+
+
 def fetch_task(folder: Path, task: str, splits, timeout: float) -> None:
     """One task's handout files, downloaded into a staging folder, read as data files (a
     login or rate-limit page answers 200 too) and moved in together."""
@@ -231,10 +255,13 @@ def main(argv=None) -> int:
     if folder.exists() and not folder.is_dir():
         parser.error(f"data folder {folder} is a file; expected a folder")
     missing = [n for n in expected_files() if not (folder / n).is_file()]
-    if args.quiet and not missing:
+    references = [n for n in REFERENCES if not (folder / n).is_file()]
+    if args.quiet and not missing and not references:
         return 0
     if missing and not args.no_download:
         missing = fetch_missing(folder, args.timeout)
+    if references and not args.no_download:
+        fetch_references(folder, args.timeout)
     check_files(folder)
     for name in missing:
         print(f"MISSING {name}")

@@ -7,8 +7,11 @@ Compares, line by line with the largest difference:
 - our BERT (hand-written attention, and the SDPA path) against Hugging Face BertModel
   outputs for the embedded all-MiniLM-L6-v2 checkpoint;
 - our AdamW against torch.optim.AdamW on the CS224n recipe, and against the handout's
-  stored reference (optimizer_test.npy) when that file is found.
-The stored outputs come from tests/make_sanity_reference.py. Exit status 1 on any failure.
+  stored reference (optimizer_test.npy) when that file is found;
+- with --handout, our BERT on bert-base-uncased (downloaded once) against the handout's own
+  sanity_check.data, as the handout's sanity_check.py compares them.
+`python fetch.py` puts the handout's two files beside the data. Our stored outputs come from
+tests/make_sanity_reference.py. Exit status 1 on any failure.
 """
 
 import argparse
@@ -20,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import datasets as data
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
 from config import run_cli
@@ -29,6 +33,9 @@ from tokenizer import BertTokenizer
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "tests" / "reference" / "sanity_reference.npz"
 HANDOUT_REFERENCE = "optimizer_test.npy"
+HANDOUT_BERT = "sanity_check.data"  # bert-base-uncased's outputs on the ids below, torch.save'd
+HANDOUT_IDS = [[101, 7592, 2088, 102, 0, 0, 0, 0], [101, 7592, 15756, 2897, 2005, 17953, 2361, 102]]
+HANDOUT_ATOL, HANDOUT_RTOL = 1e-5, 1e-3  # the handout's sanity_check.py
 BERT_ATOL = 1e-5
 ADAM_ATOL, ADAM_RTOL = 1e-6, 1e-4  # the CS224n handout's tolerances
 SENTENCES = [
@@ -58,17 +65,40 @@ def cs224n_adamw_recipe(make_optimizer, steps=1000):
     return model.weight.detach().numpy()
 
 
-def find_handout_reference(arg):
+def find_handout_reference(arg, name: str = HANDOUT_REFERENCE):
     """--reference (the file or its folder; one that is not there stops), else the first
-    folder of $MINBERT_REFERENCE and ../shared/reference that holds the file, else None."""
+    folder of $MINBERT_REFERENCE, the data folder (where fetch.py puts the handout's files)
+    and ../shared/reference that holds the file `name`, else None."""
     if arg:
-        path = Path(arg) if Path(arg).is_file() else Path(arg) / HANDOUT_REFERENCE
-        if not path.is_file():
-            raise SystemExit(f"--reference {arg}: no {HANDOUT_REFERENCE} there")
+        path = Path(arg) / name if Path(arg).is_dir() else Path(arg)
+        if not path.is_file() or path.name != name:
+            raise SystemExit(f"--reference {arg}: no {name} there")
         return path
-    folders = [os.environ.get("MINBERT_REFERENCE"), HERE.parent / "shared" / "reference"]
-    found = [Path(f) / HANDOUT_REFERENCE for f in folders if f]
+    folders = [os.environ.get("MINBERT_REFERENCE"), data.data_dir(None)]
+    found = [Path(f) / name for f in [*folders, HERE.parent / "shared" / "reference"] if f]
     return next((path for path in found if path.is_file()), None)
+
+
+def handout_bert_diffs(bert: BertModel, path: Path) -> dict[str, float]:
+    """The largest |ours - handout| of last_hidden_state (padding zeroed) and pooler_output
+    on the handout's two sentences, scaled as allclose does: <= 1 passes."""
+    try:
+        stored = torch.load(path, map_location="cpu", weights_only=True)  # tensors only
+    except Exception as e:  # a pickle that is more than tensors, or not a torch file
+        raise SystemExit(f"{path}: not the handout's sanity_check.data ({e})") from None
+    ids = torch.tensor(HANDOUT_IDS)  # (2, 8)
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        out = bert.eval()(ids, mask)
+    diffs = {}
+    for key in ("last_hidden_state", "pooler_output"):
+        ours, theirs = out[key], stored[key].float()
+        if key == "last_hidden_state":
+            ours, theirs = ours * mask[..., None], theirs * mask[..., None]  # (2, 8, H)
+        diffs[key] = (
+            ((ours - theirs).abs() / (HANDOUT_ATOL + HANDOUT_RTOL * theirs.abs())).max().item()
+        )
+    return diffs
 
 
 def read_handout_reference(path: Path) -> np.ndarray:
@@ -109,6 +139,12 @@ def checks(args):
         d_pool = np.abs(out["pooler_output"].numpy() - ref["pooler_output"]).max()
         yield f"BERT last_hidden_state ({attention})", d_hidden <= BERT_ATOL, d_hidden, BERT_ATOL
         yield f"BERT pooler_output ({attention})", d_pool <= BERT_ATOL, d_pool, BERT_ATOL
+    yield from adamw_checks(args)
+    yield from handout_bert_check(args)
+
+
+def adamw_checks(args):
+    """AdamW against torch's, and against the handout's optimizer_test.npy when found."""
 
     def ours(p):
         return AdamW(p, lr=1e-3, weight_decay=1e-4, eps=1e-6)
@@ -130,6 +166,18 @@ def checks(args):
         yield "AdamW vs handout optimizer_test.npy", ok, np.abs(w - w_ref).max(), str(path)
 
 
+def handout_bert_check(args):
+    """With --handout and the handout's sanity_check.data found: bert-base-uncased vs it."""
+    path = find_handout_reference(None, HANDOUT_BERT)
+    if not args.handout or path is None:
+        why = "needs --handout" if path else f"no {HANDOUT_BERT} (python fetch.py)"
+        yield f"BERT vs handout {HANDOUT_BERT}", None, None, f"{why}, skipped"
+        return
+    bert = BertModel.from_pretrained("bert-base-uncased")
+    for key, d in handout_bert_diffs(bert, path).items():
+        yield f"bert-base {key} vs handout", d <= 1, d, f"atol {HANDOUT_ATOL}, rtol {HANDOUT_RTOL}"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bert", default="minilm", help="checkpoint the reference was made with")
@@ -137,7 +185,12 @@ def main(argv=None):
         "--reference",
         default=None,
         help="the handout's optimizer_test.npy, or its folder "
-        "(default: $MINBERT_REFERENCE, then ../shared/reference)",
+        "(default: $MINBERT_REFERENCE, the data folder, then ../shared/reference)",
+    )
+    parser.add_argument(
+        "--handout",
+        action="store_true",
+        help=f"also check bert-base-uncased (downloaded once) against the handout's {HANDOUT_BERT}",
     )
     args = parser.parse_args(argv)
     start, failed = time.time(), 0

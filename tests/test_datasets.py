@@ -661,3 +661,40 @@ def test_input_lines_prompt_only_a_terminal(capsys):
     assert capsys.readouterr().err == ""  # a pipe or a file: no prompt in the way
     assert list(D.input_lines(Terminal("a\n"))) == ["a\n"]
     assert "two separated by a tab; Ctrl-D ends" in capsys.readouterr().err
+
+
+class RecordedBar:
+    """A stand-in for tqdm that records what a progress bar was told."""
+
+    made: list = []
+
+    def __init__(self, iterable=None, **kwargs):
+        self.iterable, self.kwargs, self.done = iterable, kwargs, 0
+        RecordedBar.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def update(self, n):
+        self.done += n
+
+
+def test_tokenizing_in_chunks_equals_one_call_and_counts_every_text(tokenizer, monkeypatch):
+    firsts = ["Hello world", "a", "hello a world", "world", "a a a"]
+    seconds = ["a", "hello", "world", "a world", "hello"]
+    whole = tokenizer(
+        firsts, seconds, padding=False, truncation=True, max_length=6, return_tensors=None
+    )
+    monkeypatch.setattr(D, "TOKENIZE_CHUNK", 2)  # 3 calls: 2 + 2 + 1 texts
+    monkeypatch.setattr(D, "tqdm", RecordedBar)
+    RecordedBar.made = []
+    ids, types = D._encode(tokenizer, firsts, seconds, 6)
+    assert ids == whole["input_ids"] and types == whole["token_type_ids"]
+    (bar,) = RecordedBar.made
+    assert bar.kwargs["total"] == bar.done == 5 and bar.kwargs["delay"] > 0

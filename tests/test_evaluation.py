@@ -130,6 +130,20 @@ def test_evaluate_known_outputs(training):
     assert E.overall_from_results(results) == pytest.approx(expected, abs=TOL)
 
 
+def test_scoring_shows_a_bar_per_task_once_it_is_slow(monkeypatch):
+    from test_datasets import RecordedBar
+
+    monkeypatch.setattr(E, "tqdm", RecordedBar)
+    RecordedBar.made = []
+    E.evaluate(FakeModel(OUTPUTS), loaders(), "cpu")
+    assert [b.kwargs["desc"] for b in RecordedBar.made] == [
+        "scoring SST",
+        "scoring QQP",
+        "scoring STS",
+    ]
+    assert all(b.kwargs["delay"] > 0 for b in RecordedBar.made)  # none for a quick one
+
+
 def test_evaluate_unlabeled_gives_predictions_only():
     results = E.evaluate(FakeModel(OUTPUTS), loaders(labeled=False), "cpu")
     assert {t: r.metrics for t, r in results.items()} == {"sst": {}, "para": {}, "sts": {}}

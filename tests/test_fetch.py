@@ -9,7 +9,9 @@ import zipfile
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from conftest import write_tiny_data
 
 import datasets as D
@@ -85,6 +87,8 @@ def server(tmp_path):
     with zipfile.ZipFile(served / "train-only.zip", "w") as z:  # the test split missing
         train = fetch.SNLI_MEMBERS["train"]
         z.writestr(train, members[train])
+    np.save(served / "optimizer_test.npy", np.ones((2, 3)))  # the handout's references
+    torch.save({"pooler_output": torch.zeros(2, 4)}, served / "sanity_check.data")
     raw = bytearray((served / "bad.zip").read_bytes())
     at = raw.index(b"gold_label")  # a stored member's bytes: flip one, its CRC no longer holds
     raw[at] ^= 0x20
@@ -121,8 +125,11 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
         assert got == expected[split] and len(got) > 10
     assert got[0][0] == 'A "quoted" premise'  # the tab became a space
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        D.expected_files()
+        [*D.expected_files(), *fetch.REFERENCES]
     )  # no zip, no .part
+    assert (folder / "optimizer_test.npy").read_bytes() == (
+        source.parent / "served" / "optimizer_test.npy"
+    ).read_bytes()
     monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(folder), "--quiet"])
     point_at(monkeypatch, "http://127.0.0.1:9/", "http://127.0.0.1:9/x.zip")  # nothing to fetch
     assert fetch.main() == 0 and capsys.readouterr().out == ""
@@ -238,3 +245,22 @@ def test_a_data_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         fetch.main(["--data_dir", str(tmp_path / "data"), "--no_download"])
     assert f"data folder {tmp_path / 'data'} is a file" in capsys.readouterr().err
+
+
+def test_the_handouts_references_are_optional_and_checked(server, tmp_path, monkeypatch, capsys):
+    base, source, _ = server
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for f in source.glob("*.csv"):  # every data file there: only the references are missing
+        (folder / f.name).write_bytes(f.read_bytes())
+    point_at(monkeypatch, f"{base}/html/handout/", f"{base}/snli_1.0.zip")  # a login page
+    assert fetch.main(["--data_dir", str(folder), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"optimizer_test.npy: {base}/html/optimizer_test.npy is not the handout's file" in out
+    assert not (folder / "optimizer_test.npy").exists()
+    point_at(monkeypatch, f"{base}/nowhere/handout/", f"{base}/snli_1.0.zip")  # not served
+    assert fetch.main(["--data_dir", str(folder), "--quiet"]) == 0  # optional: still 0
+    assert "sanity_check.data: not fetched from" in capsys.readouterr().out
+    point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
+    assert fetch.main(["--data_dir", str(folder), "--quiet"]) == 0
+    assert all((folder / name).is_file() for name in fetch.REFERENCES)

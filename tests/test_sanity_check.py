@@ -51,3 +51,33 @@ def test_a_reference_or_checkpoint_it_cannot_use_is_one_line(tmp_path, tiny_env)
         sanity_check.read_handout_reference(good)
     with pytest.raises(SystemExit, match=r"hidden size \d+; the stored outputs are all-MiniLM"):
         sanity_check.main(["--bert", str(tiny_env[0])])
+
+
+def test_the_handouts_bert_outputs_are_compared_as_its_sanity_check_does(tmp_path):
+    """A BERT with bert-base's vocabulary saves its outputs on the handout's ids, as the
+    handout's sanity_check.data holds bert-base's: they pass, a drift of 1e-3 does not,
+    and a file that is more than tensors is refused (loading runs no code)."""
+    import torch
+
+    from base_bert import BertConfig
+    from bert import BertModel
+
+    torch.manual_seed(0)
+    small = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    bert = BertModel(BertConfig(vocab_size=30522, **small)).eval()
+    ids = torch.tensor(sanity_check.HANDOUT_IDS)
+    with torch.no_grad():
+        out = bert(ids, (ids != 0).long())
+    stored = {k: out[k].clone() for k in ("last_hidden_state", "pooler_output")}
+    stored["last_hidden_state"][0, 5] = 7.0  # padding: zeroed before comparing, as theirs
+    torch.save(stored, tmp_path / "sanity_check.data")
+    diffs = sanity_check.handout_bert_diffs(bert, tmp_path / "sanity_check.data")
+    assert set(diffs) == {"last_hidden_state", "pooler_output"} and max(diffs.values()) <= 1
+    stored["pooler_output"] += 1e-3
+    torch.save(stored, tmp_path / "sanity_check.data")
+    assert (
+        sanity_check.handout_bert_diffs(bert, tmp_path / "sanity_check.data")["pooler_output"] > 1
+    )
+    torch.save({"pooler_output": Path("x")}, tmp_path / "sanity_check.data")
+    with pytest.raises(SystemExit, match="not the handout's sanity_check.data"):
+        sanity_check.handout_bert_diffs(bert, tmp_path / "sanity_check.data")
