@@ -190,7 +190,7 @@ PRESETS = {
         overrides=DEFENDED,
     ),
     "demo": Preset(
-        help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, at most 16,000 "
+        help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, at most 12,000 "
         "training and 2,000 dev and test examples per task (a fixed-size sample, however large "
         "the data), 2,000 held-out SNLI pairs scored after every stage",
         source="this project (docs/demo.md)",
@@ -200,7 +200,7 @@ PRESETS = {
             "model.bert": "minilm",
             "schedule.loops": 1,
             "data.max_length": 64,
-            "data.train_size": 16_000,
+            "data.train_size": 12_000,
             "data.dev_size": 2_000,
             "data.heldout_size": 2_000,
         },

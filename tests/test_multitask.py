@@ -817,7 +817,7 @@ def test_the_demo_trains_and_scores_the_same_sizes_on_the_handouts_real_size(
     tiny_env, tmp_path, capsys
 ):
     """On a data folder of the 2023 handout's size (141,506 Quora training pairs), the demo
-    trains 16,000 and scores 2,000 per task: its length does not grow with the data."""
+    trains 12,000 and scores 2,000 per task: its length does not grow with the data."""
     from make_handout_standin import build
 
     bert_dir, small = tiny_env
@@ -826,8 +826,8 @@ def test_the_demo_trains_and_scores_the_same_sizes_on_the_handouts_real_size(
     flags = ["--preset", "demo", "--bert", str(bert_dir), "--data_dir", str(handout)]
     mt.main([*flags, "--precision", "fp32", "--estimate"])
     out = capsys.readouterr().out
-    assert "QQP: 16000 train, 2000 dev, 2000 test" in out
-    assert re.search(r"\nQQP +500 +16000 ", out) and re.search(r"\nloop 1: QQP 3% +15 +480 ", out)
+    assert "QQP: 12000 train, 2000 dev, 2000 test" in out
+    assert re.search(r"\nQQP +375 +12000 ", out) and re.search(r"\nloop 1: QQP 3% +12 +360 ", out)
 
 
 def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
