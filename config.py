@@ -479,6 +479,17 @@ def parse(cfg, argv, description="", epilog="", overrides=None, extra=()):
     return cfg, typed, extras
 
 
+def changed_flags(saved, typed: dict, keep=()) -> str:
+    """The typed flags (path -> value) outside `keep` whose value differs from the saved
+    config's, each with the saved one: "--lr 1e-05 (the run's: 2e-05)"; "" when none."""
+    values = {path: (f, value) for path, f, value in leaves(saved)}
+    return ", ".join(
+        f"{flag_of(values[path][0])} {value} (the run's: {values[path][1]})"
+        for path, value in typed.items()
+        if path not in keep and values[path][1] != value
+    )
+
+
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 

@@ -332,12 +332,12 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
     ]
     if chosen:  # the run's own config; only the machine's settings may differ
         (name, folder), *more = chosen
-        experiment = {p: v for p, v in typed.items() if p not in MACHINE}
-        if experiment or more:
-            drop = config.flags_of(cfg, experiment) or [f"--{n}" for n, _ in more]
-            raise SystemExit(f"--{name} uses the run's own flags; drop: {', '.join(drop)}")
-        machine = {p: v for p, v in typed.items() if p in MACHINE}
-        cfg = config.replace_paths(load_run_config(folder), machine)
+        if more:
+            raise SystemExit(f"--{name} takes no --{more[0][0]}; give one run folder flag")
+        saved = load_run_config(folder)
+        cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in MACHINE})
+        if changed := config.changed_flags(saved, typed, MACHINE):  # the same ones may stay
+            raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
     check_settings(cfg)
     return cfg, folders
 

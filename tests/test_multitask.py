@@ -277,8 +277,13 @@ def test_an_existing_run_folder_is_not_overwritten(tiny_env, tmp_path, monkeypat
 
 def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
     run(tiny_env, tmp_path / "run", "--loops", "0")
-    with pytest.raises(SystemExit, match="drop: --eval_batch_size"):
+    where = f"--resume {tmp_path / 'run'}: the run was made otherwise: "
+    with pytest.raises(SystemExit, match=re.escape(where + "--eval_batch_size 4 (the run's: 128)")):
         mt.parse_args(["--resume", str(tmp_path / "run"), "--eval_batch_size", "4"])
+    with pytest.raises(SystemExit, match=re.escape(where + "--preset demo (the run's: thesis)")):
+        mt.parse_args(["--resume", str(tmp_path / "run"), "--preset", "demo", "--lr", "1e-3"])
+    same = ["--preset", "thesis", "--lr", "1e-3", "--batch_size", "8"]  # as the run was made
+    assert mt.parse_args(["--resume", str(tmp_path / "run"), *same])[0].optim.lr == 1e-3
     cfg, folders = mt.parse_args(["--resume", str(tmp_path / "run")])
     assert cfg.optim.lr == 1e-3 and cfg.optim.batch_size == 8  # from the run's config.json
     assert folders == {

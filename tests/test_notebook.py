@@ -71,3 +71,7 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     training_cell = next(i for i, source in enumerate(CODE) if "--resume" in source)
     run_cells(namespace, [CODE[training_cell]])  # running the cell again continues the run
     assert f"--resume {run_dir}" in capsys.readouterr().out
+    namespace["FLAGS"] = [*namespace["FLAGS"], "--lr", "5e-4"]  # the run was made with 1e-3
+    with pytest.raises(RuntimeError, match="exited with status 1"):
+        run_cells(namespace, [CODE[training_cell]])
+    assert "the run was made otherwise: --lr 0.0005 (the run's: 0.001)" in capsys.readouterr().out
