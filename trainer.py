@@ -251,7 +251,7 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
     saved step without training, then goes on as if never stopped (hooks.within)."""
     hooks, rt = hooks or StageHooks(), ctx.rt
     within, total = hooks.within, stage.epochs * len(steps)
-    prepare(model, optimizer, stage)
+    prepare(model, stage)
     teacher = EMATeacher(model, stage.smart, total) if stage.smart.mu > 0 else None
     ctx = replace(ctx, teacher=teacher)
     done, running = within.restore(teacher)
@@ -295,9 +295,8 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
     return running
 
 
-def prepare(model, optimizer, stage: Stage):
-    """The stage's learning rate, and which parameters it trains."""
-    set_lr(optimizer, stage)
+def prepare(model, stage: Stage):
+    """Which parameters the stage trains (train_step sets its learning rate each step)."""
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
@@ -448,7 +447,7 @@ def time_steps(model, optim: OptimConfig, stage: Stage, steps, reference, rt) ->
     teacher = EMATeacher(model, stage.smart) if stage.smart.mu > 0 else None
     ctx = StepContext(rt, optim, teacher, reference)
     optimizer = model.configure_optimizers(optim)
-    prepare(model, optimizer, stage)
+    prepare(model, stage)
     model.train()
     for step in steps:
         train_step(model, optimizer, stage, step, ctx, torch.Generator())

@@ -11,10 +11,8 @@ Run from the repository root (well under a minute on a 2-core CPU):
     python docs/scripts/distill_step0.py [--data_dir DATA]
 """
 
-import copy
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
@@ -26,8 +24,10 @@ import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
 import runtime  # noqa: E402
 import simcse  # noqa: E402
+import trainer  # noqa: E402
 from config import ModelConfig  # noqa: E402
 from smart import SameDropout  # noqa: E402
+from trainer import StepContext  # noqa: E402
 
 W = 30.0  # the defended preset's --distill
 
@@ -57,8 +57,7 @@ def main(argv=None):
     batch = {k: v for k, v in batch.items() if torch.is_tensor(v)}
     torch.manual_seed(0)
     model = mt.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)().train()
-    reference = copy.deepcopy(model).requires_grad_(False)
-    ctx = SimpleNamespace(reference=reference, in_batch=lambda *t: (list(t), 1.0))
+    ctx = StepContext(runtime.make_runtime("cpu", "fp32"), reference=trainer.frozen_copy(model))
     terms = {
         "SST loss (cross-entropy)": lambda z, same: F.cross_entropy(
             model.readout("sst", batch, z).float(), batch["labels"]

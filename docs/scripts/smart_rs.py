@@ -15,7 +15,6 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
@@ -28,6 +27,7 @@ import runtime  # noqa: E402
 from config import DataConfig, ModelConfig  # noqa: E402
 from smart import SameDropout, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
+from trainer import StepContext  # noqa: E402
 
 ASCENTS = {  # row name -> SmartConfig settings
     "paper, shared masks": dict(dropout="shared"),
@@ -56,7 +56,7 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
             embeds = model.embed(batch)  # (B, T, H)
             masks = (same_embed, SameDropout(rt.device)) if shared else None
             out = model("sst", batch, embeds)
-            ctx = SimpleNamespace(rt=rt, teacher=None)  # a step's context: no teacher
+            ctx = StepContext(rt)  # a step's context: no teacher
             r_s = losses.smart_term(model, "sst", cfg, batch, embeds, out, ctx, masks)
     finally:
         losses.smart_loss = smart_loss
