@@ -171,8 +171,13 @@ def load_model(model, path: Path) -> dict:
 
 
 def save_best(model, row: dict, path: Path):
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
-    write_tensors(tensors, {"config": model.config(), "row": row}, path)
+    write_best(model.state_dict(), model.config(), row, path)
+
+
+def write_best(weights: dict, config: dict, row: dict, path: Path):
+    """A best model's file: its weights, its config and its row of the table."""
+    tensors = {f"model.{k}": v for k, v in weights.items()}
+    write_tensors(tensors, {"config": config, "row": row}, path)
 
 
 def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None, rng=None):

@@ -332,6 +332,13 @@ class RunConfig:
         "between stages); Ctrl-C and SIGTERM save one too",
         minimum=0,
     )
+    stage_checkpoints: bool = option(
+        True,
+        "save only every --checkpoint_minutes (stage ends included) and at the end, not "
+        "after every stage: on Google Drive every replaced checkpoint stays in the bin for "
+        "30 days (docs/colab.md)",
+        flag="--no_stage_checkpoints",
+    )
     tensorboard: bool = option(
         False,
         "write each step's loss, lr, gradient norm, examples/s and each stage's dev scores "

@@ -276,7 +276,8 @@ DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules
 RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
 # settings of the machine rather than of the experiment: a resumed run may change them
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
-MACHINE |= {"checkpoint_minutes", "device.dist_timeout", "tensorboard", "optim.accumulate"}
+MACHINE |= {"checkpoint_minutes", "stage_checkpoints", "device.dist_timeout", "tensorboard"}
+MACHINE |= {"optim.accumulate"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 EXPORT = (
     "--export",
@@ -376,7 +377,8 @@ def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: b
     print(f"device {rt.device}, precision {rt.precision} ({rt.why}), model {cfg.model.bert}")
     print(f"run folder {run_dir}")
     make_model = run_model(cfg, cfg.device.compile)
-    saving = {"checkpoint_minutes": cfg.checkpoint_minutes, "tensorboard": cfg.tensorboard}
+    saving = ("checkpoint_minutes", "stage_checkpoints", "tensorboard")
+    saving = {name: getattr(cfg, name) for name in saving}
     for name, plan in plans.items():
         run = sub_run(cfg, run_dir, name, rt, resume=resume, **saving)
         t0 = time.time()

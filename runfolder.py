@@ -19,7 +19,8 @@ How each file is written safely (atomically, resumable, locked) is checkpoint.py
 import json
 import math
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import checkpoint
@@ -40,10 +41,13 @@ class Run:
     seed: int
     plan_length: int = 0  # stages in the plan, for progress messages
     checkpoint_minutes: float = 0.0  # a checkpoint inside a stage this often (0: never)
+    stage_checkpoints: bool = True  # also one after every stage (off: see `due`)
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
     tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
     board: checkpoint.TensorBoard | None = None
+    last_save: float = field(default_factory=time.monotonic)  # when the state was written
+    unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
     def evaluate(self, model, task_data, split="dev"):
         results = evaluate_split(model, task_data, split, self.eval_tasks, self)
@@ -92,10 +96,17 @@ class Run:
         if self.rt.main:
             checkpoint.write_rows(self.run_dir, rows)
 
+    def due(self) -> bool:
+        """Whether checkpoint_minutes have passed since the state was last written."""
+        return 0 < 60 * self.checkpoint_minutes < time.monotonic() - self.last_save
+
     def save(self, model, optimizer, progress: dict, position: dict | None = None):
-        """The state after a finished stage, or (position) inside the next one."""
+        """The state after a finished stage, or (position) inside the next one; a best
+        model kept back is written first, so the state never names a best not on disk."""
+        self.last_save = time.monotonic()
         if not self.rt.main:
             return
+        self.write_best()
         path, scaler = self.run_dir / checkpoint.STATE, self.rt.scaler
         if position is None:
             checkpoint.save_state(model, optimizer, scaler, progress, path)
@@ -103,8 +114,19 @@ class Run:
             checkpoint.save_position(model, optimizer, scaler, progress, position, path)
 
     def save_best(self, model, row: dict):
-        if self.rt.main:
-            checkpoint.save_best(model, row, self.run_dir / checkpoint.BEST)
+        """A new best model: written now, or without stage checkpoints kept on the CPU
+        until the next checkpoint (a best replaced before it never reaches the disk)."""
+        if not self.rt.main:
+            return
+        if self.stage_checkpoints:
+            return checkpoint.save_best(model, row, self.run_dir / checkpoint.BEST)
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        self.unsaved_best = weights, model.config(), row
+
+    def write_best(self):
+        if self.unsaved_best:
+            checkpoint.write_best(*self.unsaved_best, self.run_dir / checkpoint.BEST)
+            self.unsaved_best = None
 
 
 def start(model, optimizer, task_data, run: Run) -> dict:
@@ -152,6 +174,7 @@ def evaluate_split(model, task_data: dict, split: str, tasks, run: Run):
 
 def kept_best(run: Run) -> str:
     """Where the best model so far lies, for a run stopped by a non-finite loss."""
+    run.write_best()
     best_path = run.run_dir / checkpoint.BEST
     if not best_path.exists():
         return ""

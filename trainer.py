@@ -183,20 +183,17 @@ def pcgrad_losses(model, stage, micro, weights: dict, ctx, generator):
 @dataclass
 class InStage:
     """Resume, stop and save inside a stage. `save(position)` (None: never) is called
-    every `minutes` and when Ctrl-C or SIGTERM asks for a stop; `resume`: a position
-    saved earlier inside this stage (checkpoint.resume_position), to go on from."""
+    when `due()` says a checkpoint is due and when Ctrl-C or SIGTERM asks for a stop;
+    `resume`: a position saved earlier inside this stage (checkpoint.resume_position)."""
 
     save: Callable[[dict], None] | None = None
-    minutes: float = 0.0
+    due: Callable[[], bool] = lambda: False
     resume: dict | None = None
     end: dict | None = None  # the position after the last step (its generators included)
     stop: list = field(default_factory=list)  # the signals caught so far
-    last_save: float = field(default_factory=time.monotonic)
 
     def restore(self, teacher) -> tuple[int, float]:
-        """(steps already done, their mean loss); the teacher gets its saved parameters.
-        The clock of periodic checkpoints starts here."""
-        self.last_save = time.monotonic()
+        """(steps already done, their mean loss); the teacher gets its saved parameters."""
         if not self.resume:
             return 0, 0.0
         if teacher and self.resume["teacher"]:
@@ -218,11 +215,9 @@ class InStage:
         torchrun every process stops (and saves) at the same step."""
         if step == total:
             self.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
-        due = self.save is not None and 0 < 60 * self.minutes < time.monotonic() - self.last_save
-        halt, due = any_process([bool(self.stop), due], rt)
+        halt, due = any_process([bool(self.stop), self.save is not None and self.due()], rt)
         if self.save and (halt or due):
             self.save({"step": step, "running": running, "teacher": teacher})
-            self.last_save = time.monotonic()
         if halt:
             raise KeyboardInterrupt
 
@@ -379,7 +374,7 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
             }
             run.save(model, optimizer, progress, position)
 
-        within = InStage(save, run.checkpoint_minutes, resume)
+        within = InStage(save, run.due, resume)
         after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
         desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
         hooks = StageHooks(desc, run.seed * 1000 + k, log, after_epoch, within)
@@ -432,7 +427,8 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             run.save_best(model, row)
         run.show(row, mark=best["index"] == k)
         progress = {"best": best, "rows": rows, "next_stage": k + 1}
-        run.save(model, optimizer, progress)
+        if run.stage_checkpoints or run.due() or k + 1 == len(plan):
+            run.save(model, optimizer, progress)
     return model, rows, best
 
 

@@ -28,6 +28,10 @@ def data_dir() -> Path:
 
 @pytest.fixture
 def tiny_config() -> BertConfig:
+    return tiny_bert_config()
+
+
+def tiny_bert_config() -> BertConfig:
     """A 2-layer BERT small enough for tests that run in milliseconds."""
     return BertConfig(
         vocab_size=100,

@@ -223,6 +223,53 @@ def test_a_stage_killed_midway_resumes_bit_for_bit(tiny_env, tmp_path, monkeypat
     )
 
 
+class Killed(BaseException):
+    """A stop that saves nothing: the VM reset of a Colab session."""
+
+
+def test_without_stage_checkpoints_a_kill_loses_only_the_steps_after_the_last_one(
+    tiny_env, tmp_path, monkeypatch
+):
+    """--no_stage_checkpoints writes the state and the best model when a checkpoint is due
+    and at the end, never after a stage as such; killed mid-stage without a chance to save,
+    the run goes on from its last checkpoint and ends as the unbroken run did."""
+    straight = run(tiny_env, tmp_path / "straight")
+    written = []
+    real_write = checkpoint.atomic_write
+    monkeypatch.setattr(
+        checkpoint,
+        "atomic_write",
+        lambda data, path: [written.append(path.name), real_write(data, path)],
+    )
+    monkeypatch.setattr(runfolder.Run, "due", lambda self: False)
+    run(tiny_env, tmp_path / "once", "--no_stage_checkpoints")
+    assert_same_run(straight, tmp_path / "straight", tmp_path / "once")  # bit for bit
+    assert written.count("state.safetensors") == written.count("best.safetensors") == 1
+
+    # 6 steps a stage; `due` is asked after each step and at each stage's end
+    calls = iter(range(1, 1000))
+    monkeypatch.setattr(runfolder.Run, "due", lambda self: next(calls) == 11)  # stage 2, step 4
+    real_step, steps = trainer.train_step, iter(range(1, 1000))
+
+    def killed_step(*args, **kwargs):
+        if next(steps) == 12:  # stage 2, step 6: steps 5 and 6 are lost
+            raise Killed
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", killed_step)
+    written.clear()
+    with pytest.raises(Killed):
+        run(tiny_env, tmp_path / "killed", "--no_stage_checkpoints")
+    assert written.count("state.safetensors") == written.count("best.safetensors") == 1
+    saved = checkpoint.read_tensors(tmp_path / "killed" / checkpoint.STATE)[1]
+    assert (saved["next_stage"], saved["within"]["step"]) == (1, 4)
+    monkeypatch.undo()
+    mt.main(["--resume", str(tmp_path / "killed")])
+    assert_same_run(straight, tmp_path / "straight", tmp_path / "killed")
+    a, b = (weights(tmp_path / run_dir / checkpoint.BEST) for run_dir in ("straight", "killed"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.parametrize(
     "flags",
     [
