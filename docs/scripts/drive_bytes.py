@@ -95,7 +95,7 @@ def main():
     )
     per_hour = 60 / CHECKPOINT_MINUTES * (state + best)
     print(
-        f"  every {CHECKPOINT_MINUTES} minutes: at most {per_hour / GB:.1f} GB replaced per "
+        f"  every {CHECKPOINT_MINUTES} minutes: at most {per_hour / GB:.2f} GB replaced per "
         "hour of training (a state and a best model per checkpoint)"
     )
 
