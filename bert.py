@@ -40,6 +40,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0 or x.device.type != "cpu" or not 0.0 < p < 1.0:
         return F.dropout(x, p, training)  # (F.dropout also rejects a p outside [0, 1])
     cut = round(p * 2**16)  # an element is dropped when its draw falls below the cut
+    if cut == 2**16:  # p within 2^-17 of 1 rounds to dropping everything, as F.dropout(x, 1)
+        return x * 0.0
     n = x.numel()
     draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
     draws = draws.view(torch.int16)[:n].view(x.shape)  # (ceil(n/4),) -> (4 ceil(n/4),) -> x's

@@ -359,12 +359,14 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     row k >= 1 the model after stage k. For each task t (and 'overall' when all three are
     scored), s_k being t's dev score in row k and K the last row:
 
-    forgetting: max(s_0 .. s_{K-1}) - s_K, the best score before the last stage (the
-        untouched model's included) less the final one: Chaudhry et al.'s (2018) forgetting
-        at the end of the run; negative when the run ends at its best.
-    backward_transfer: mean over the stages k that trained t of s_K - s_k (Lopez-Paz &
-        Ranzato 2017): what the later stages did to what t's own stages reached; None when
-        no stage trained t ('overall' and 'heldout': every stage counts).
+    forgetting: max(s_1 .. s_{K-1}) - s_K, the best score after a stage before the last
+        less the final one: Chaudhry et al.'s (2018) forgetting at the end of the run, its
+        max over trained models only (the untouched one is final_minus_start's); negative
+        when the run ends at its best; None with a single stage.
+    backward_transfer: mean over the stages k < K that trained t of s_K - s_k (Lopez-Paz &
+        Ranzato 2017, whose sum stops before the last task): what the later stages did to
+        what t's own stages reached; None when no stage before the last trained t
+        ('overall' and 'heldout': every stage counts).
     final_minus_start: s_K - s_0, what the whole run did to the untouched model's score.
     mean_drop_below_best: mean over k >= 1 of max(0, max(s_0 .. s_{k-1}) - s_k), how far
         each stage leaves the score below the best reached before it, averaged over the
@@ -383,11 +385,11 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
         drops = [max(0.0, max(s[:k]) - s[k]) for k in range(1, len(s))]
         trained = [
             k
-            for k in range(1, len(s))
+            for k in range(1, len(s) - 1)
             if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
         ]
         out[t] = {
-            "forgetting": max(s[:-1]) - s[-1],
+            "forgetting": max(s[1:-1]) - s[-1] if len(s) > 2 else None,
             "backward_transfer": float(np.mean([s[-1] - s[k] for k in trained]))
             if trained
             else None,

@@ -353,19 +353,22 @@ def backward(loss: torch.Tensor, scaler=None) -> None:
     (scaler.scale(loss) if scaler else loss).backward()
 
 
-def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> None:
-    """Step on the accumulated gradients: clipped to a global L2 norm of max_grad_norm
-    first when > 0 (unscaled first under float16, so the norm is the true one)."""
+def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> torch.Tensor:
+    """Step on the accumulated gradients, clipped to a global L2 norm of max_grad_norm
+    first when > 0; returns their global L2 norm before clipping (under float16 unscaled
+    first, so the norm is the true one; inf or nan on an overflow, whose step is skipped)."""
+    if scaler:
+        scaler.unscale_(optimizer)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     if max_grad_norm > 0:
-        if scaler:
-            scaler.unscale_(optimizer)
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
     if scaler:
         scaler.step(optimizer)
         scaler.update()
     else:
         optimizer.step()
+    return norm
 
 
 def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None, scaler=None):

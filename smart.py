@@ -34,7 +34,8 @@ class SmartConfig:
     lambda_s: float = 5.0  # weight of R_s; thesis: 10 for SST, 5 for STS and QQP; 0 turns it off
     mu: float = 1.0  # weight of the Bregman proximal term (thesis and paper: 1); 0 turns it off
     sigma: float = 1e-5  # std of the initial noise on the embedding output
-    eta: float = 1e-3  # step size of each ascent step on the noise
+    eta: float = 1e-3  # ascent step size: the reference's SmartPerturbation default (its
+    # train.py's --adv_step_size default is 1e-5; the paper does not give one)
     epsilon: float = 1e-5  # radius of the infinity-norm ball the noise is projected onto
     steps: int = 1  # ascent steps (the paper uses 1)
     beta_start: float = 0.99  # teacher momentum during the first warmup_frac of a stage
@@ -187,6 +188,34 @@ def adversarial_regularizer(
     return divergence(f(embeds + noise.detach()), clean, kind)
 
 
+def stable_kl(logits: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
+    """The reference code's "stable" KL, what its ascent climbs (mt_dnn/loss.py, stable_kl,
+    summed over the batch): sum_c 2 P_c (r(P_c) - r(Y_c)) with r(x) = -log(1/(x + 1e-6) - 1
+    + 1e-6), a log-odds whose value is held constant, so that the gradient flows through
+    P = softmax(logits) alone; target gives Y and no gradient. Shapes as in `divergence`."""
+    p, y = (_log_probs(x, kind).exp() for x in _check_outputs(logits, target.detach(), kind))
+
+    def log_odds(x):
+        return -(1.0 / (x + REFERENCE_GUARD) - 1 + REFERENCE_GUARD).detach().log()
+
+    return (2 * p * (log_odds(p) - log_odds(y))).sum()
+
+
+def reference_divergence(clean: torch.Tensor, adv: torch.Tensor, kind: str) -> torch.Tensor:
+    """R_s's loss as the reference code takes it (mt_dnn/loss.py: SymKlCriterion, for
+    regression MseCriterion): KL(Q || P) + KL(P || Q) for P the clean output's distribution
+    and Q the perturbed one's, each KL with its first distribution a constant. The value is
+    `divergence`'s; its gradient is half of divergence's to first order, since each side
+    learns from one KL only. Regression: the squared error, both sides learning."""
+    p, q = _check_outputs(clean, adv, kind)
+    if kind == "regression":
+        return (p - q).pow(2).mean()
+    lp, lq = _log_probs(p, kind), _log_probs(q, kind)  # (B, C)
+    kl_q_p = (lq.detach().exp() * (lq.detach() - lp)).sum(-1)  # P learns
+    kl_p_q = (lp.detach().exp() * (lp.detach() - lq)).sum(-1)  # Q learns
+    return (kl_q_p + kl_p_q).mean()
+
+
 def reference_regularizer(
     f: Callable[[torch.Tensor], torch.Tensor],
     embeds: torch.Tensor,
@@ -194,32 +223,37 @@ def reference_regularizer(
     kind: str,
     cfg: SmartConfig | None = None,
 ) -> torch.Tensor:
-    """R_s with the ascent as SMART's reference code runs it (namisan/mt-dnn,
-    mt_dnn/perturbation.py, SmartPerturbation.forward), beside the paper's text above.
+    """R_s as SMART's reference code runs it (namisan/mt-dnn, mt_dnn/perturbation.py,
+    SmartPerturbation.forward), beside the paper's text above.
 
     Noise N(0, sigma^2) on every position (padding too), then `steps` times: g, the gradient
-    of the divergence summed over the batch, and noise <- s / (max_h |s| + 1e-6) for the
-    step s = noise + eta * g, the maximum taken per token. There is no ball: the division
-    sets every token's largest coordinate to m / (m + 1e-6) for m = max_h |s|, near 1 (0.97
-    at sigma = 1e-5) whatever sigma and eta are, the scale of the embedding output itself.
-    Shapes as in adversarial_regularizer. Two differences from that code: the divergence
-    is this file's symmetric KL (the reference takes its "stable" KL for the ascent and a
-    symmetric KL with detached targets for the loss: equal to second order at small
-    perturbations), and the caller runs the passes with their own dropout masks, as the
-    reference does (its network is in train mode).
+    of `stable_kl` (for regression the squared error summed over the batch), and noise <-
+    s / (max_h |s| + 1e-6) for the step s = noise + eta * g, the maximum taken per token.
+    There is no ball: the division sets every token's largest coordinate to m / (m + 1e-6)
+    for m = max_h |s|, near 1 (0.97 at sigma = 1e-5) whatever sigma and eta are, the scale
+    of the embedding output itself. The loss is `reference_divergence`. As there, the noise
+    is added to the embedding output, which goes on into the encoder (mt_dnn/matcher.py's
+    embed_forward as the paper's code had it; docs/forgetting.md), and the caller runs the
+    passes with their own dropout masks (the reference's network is in train mode).
+    Shapes as in adversarial_regularizer.
     """
     cfg = cfg or SmartConfig()
     base, target = embeds.detach(), clean.detach()
     noise = torch.randn_like(base) * cfg.sigma  # (B, T, H)
     for _ in range(cfg.steps):
         noise.requires_grad_(True)
-        adv = divergence(f(base + noise), target, kind) * clean.size(0)  # summed over B
+        adv = f(base + noise)
+        if kind == "regression":
+            adv, y = _check_outputs(adv, target, kind)  # (B,) each
+            climb = (adv - y).pow(2).sum()
+        else:
+            climb = stable_kl(adv, target, kind)
         with torch.autocast(embeds.device.type, enabled=False):  # as in the paper variant
-            (grad,) = torch.autograd.grad(adv, noise, allow_unused=True, materialize_grads=True)
+            (grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)
         step = noise.detach() + cfg.eta * grad  # (B, T, H)
         per_token = step.abs().amax(dim=-1, keepdim=True)  # (B, T, 1)
         noise = step / (per_token + REFERENCE_GUARD)
-    return divergence(f(embeds + noise), clean, kind)
+    return reference_divergence(clean, f(embeds + noise), kind)
 
 
 def below_resolution(epsilon: float, dtype: torch.dtype | None) -> bool:

@@ -106,7 +106,8 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, schedule=1.0):
-    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss.
+    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss and
+    the gradient's global L2 norm before clipping.
 
     The learning rate is the stage's times `schedule` (optimizer.lr_factor at this step). Each
     batch is the global one: this process trains on its micro-batches (several with
@@ -138,10 +139,10 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     loss = sum_over_processes(torch.as_tensor(loss, dtype=torch.float32, device=rt.device), rt)
     if not torch.isfinite(loss):  # the same verdict on every process
         raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(tasks))
-    optimizer_step(optimizer, rt.scaler, optim.max_grad_norm)  # clipped first, when asked
+    norm = optimizer_step(optimizer, rt.scaler, optim.max_grad_norm)  # clipped, when asked
     if ctx.teacher:
         ctx.teacher.update(model)
-    return loss
+    return loss, norm
 
 
 def set_lr(optimizer, stage: Stage, factor: float = 1.0):
@@ -270,7 +271,7 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                 schedule = lr_factor(step, total, ctx.optim.warmup, ctx.optim.decay)
                 generator = torch.Generator().manual_seed(hooks.seed * 100_003 + step)
                 try:
-                    loss = train_step(
+                    loss, norm = train_step(
                         model, optimizer, stage, step_batches, ctx, generator, schedule
                     )
                 except NonFiniteLoss as e:
@@ -280,7 +281,9 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                 bar.update()
                 bar.set_postfix(loss=f"{running:.4f}")
                 if hooks.log:
-                    hooks.log(step_record(model, optimizer, step_batches, (epoch, step), loss, t0))
+                    where = (epoch, step)
+                    record = step_record(optimizer, step_batches, where, loss, norm, t0)
+                    hooks.log(record | {"clipped": 0 < ctx.optim.max_grad_norm < norm.item()})
                 within.after_step(step, total, running, teacher, rt)
             if hooks.after_epoch and step >= done:
                 hooks.after_epoch(epoch)
@@ -295,14 +298,9 @@ def prepare(model, stage: Stage):
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
-def grad_norm(model) -> float:
-    """L2 norm of every gradient of the last step, for the step log."""
-    norms = [p.grad.norm() for p in model.parameters() if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack(norms)).item() if norms else 0.0
-
-
-def step_record(model, optimizer, step_batches, where: tuple, loss, t0: float) -> dict:
-    """One line of the step log; where: (epoch, step)."""
+def step_record(optimizer, step_batches, where: tuple, loss, norm, t0: float) -> dict:
+    """One line of the step log; where: (epoch, step); norm: the gradient's before
+    clipping (what --max_grad_norm compares with its cut)."""
     examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
     return {
         "epoch": where[0],
@@ -310,7 +308,7 @@ def step_record(model, optimizer, step_batches, where: tuple, loss, t0: float) -
         "tasks": "+".join(task for task, _ in step_batches),
         "loss": loss.item(),
         "lr": optimizer.param_groups[0]["lr"],  # the encoder's
-        "grad_norm": grad_norm(model),
+        "grad_norm": norm.item(),
         "examples_per_s": examples / (time.perf_counter() - t0),
     }
 

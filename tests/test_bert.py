@@ -292,6 +292,9 @@ def test_dropout_gradient_is_the_mask_and_follows_the_generator():
     assert not torch.equal(dropout(x, 0.25), y)  # the generator moved on
     assert dropout(x, 0.25, training=False) is x and dropout(x, 0.0) is x
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    for p in (1 - 2**-17, 1 - 2**-20):  # rounds to 1: all dropped, as F.dropout at p = 1
+        assert torch.equal(dropout(x.detach(), p), torch.zeros_like(x))
+    assert torch.equal(dropout(x.detach(), 2**-20), x.detach())  # rounds to 0: all kept
     with pytest.raises(ValueError):
         dropout(x, 1.5)
 

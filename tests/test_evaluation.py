@@ -221,12 +221,12 @@ def test_forgetting_measures_of_a_hand_made_table():
     assert m["para"]["mean_drop_below_best"] == pytest.approx((0.0 + 0.1 + 0.1) / 3)
     assert m["para"]["forgetting"] == pytest.approx(0.7 - 0.6)
     assert m["para"]["backward_transfer"] == pytest.approx(0.6 - 0.7)
-    assert m["sst"]["backward_transfer"] == pytest.approx(0.0)  # trained last
+    assert m["sst"]["backward_transfer"] is None  # only the last stage trained it
     overall = [r["overall"] for r in rows]
     drops = [max(0, max(overall[:k]) - overall[k]) for k in (1, 2, 3)]
     assert m["overall"]["mean_drop_below_best"] == pytest.approx(sum(drops) / 3)
-    assert m["overall"]["backward_transfer"] == pytest.approx(
-        sum(overall[3] - overall[k] for k in (1, 2, 3)) / 3
+    assert m["overall"]["backward_transfer"] == pytest.approx(  # Lopez-Paz: i < T only
+        sum(overall[3] - overall[k] for k in (1, 2)) / 2
     )
     untrained = E.forgetting([rows[0], row(0.3, 0.5, 0.8, [])], E.MULTITASK)
     assert untrained["sst"]["backward_transfer"] is None
@@ -242,17 +242,22 @@ def test_forgetting_measures_of_a_hand_made_table():
 @pytest.mark.parametrize(
     "sts, forgetting, mean_drop",
     [
-        ([0.8, 0.5, 0.5, 0.5, 0.8], 0.0, 0.225),  # a dip the run recovers from: no forgetting
+        ([0.8, 0.5, 0.5, 0.5, 0.8], -0.3, 0.225),  # a dip the run recovers from: none
         ([0.8, 0.8, 0.8, 0.8, 0.5], 0.3, 0.075),  # a loss at the end: all of it forgotten
+        ([0.84, 0.80, 0.60, 0.70], 0.10, (0.04 + 0.24 + 0.14) / 3),  # not 0.14: the start's
     ],
 )
 def test_forgetting_at_the_end_is_not_the_mean_drop(sts, forgetting, mean_drop):
-    """Chaudhry et al.'s forgetting (the best before the last stage, less the last) and the
-    run's mean drop below its best disagree either way on these two STS sequences."""
+    """Chaudhry et al.'s forgetting (the best trained model before the last stage, less the
+    last; the untouched model is not among them) and the run's mean drop below its best
+    (the untouched model included) disagree either way on these STS sequences."""
     rows = [{"sts": {"pearson": s}, "tasks": ["sts"] if k else []} for k, s in enumerate(sts)]
     m = E.forgetting(rows, ("sts",))["sts"]
     assert m["forgetting"] == pytest.approx(forgetting)
     assert m["mean_drop_below_best"] == pytest.approx(mean_drop)
+    assert m["final_minus_start"] == pytest.approx(sts[-1] - sts[0])
+    one_stage = E.forgetting(rows[:2], ("sts",))["sts"]  # nothing trained before the last
+    assert one_stage["forgetting"] is None and one_stage["backward_transfer"] is None
 
 
 def test_best_threshold_matches_a_scan_of_every_cut():

@@ -4,6 +4,7 @@ teacher, and the contract with the training loop (zero weights = a plain step)."
 import math
 from contextlib import nullcontext
 
+import mtdnn_smart
 import pytest
 import torch
 from torch import nn
@@ -221,6 +222,41 @@ def test_reference_ascent_matches_the_reference_codes_update(scale):
     assert r_s.item() == pytest.approx(((expected * w).sum(dim=(1, 2)) ** 2).mean().item())
     largest = expected.abs().amax(dim=-1)  # (B, T): far outside any ball of radius sigma
     assert torch.allclose(largest, torch.ones_like(largest), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["classification", "binary", "regression"])
+def test_reference_variant_is_the_reference_codes_computation(kind):
+    """R_s of --smart_variant reference and its gradient on every parameter of a tiny BERT
+    equal a step-by-step transcription of mt-dnn's SmartPerturbation (tests/mtdnn_smart.py):
+    its ascent on stable_kl, and its loss whose KL terms each detach their target (so the
+    gradient is half of a symmetric KL differentiated on both sides)."""
+    model = TinyClassifier(n_out=3 if kind == "classification" else 1).eval()
+    ids, mask = batch()
+
+    def ours(embeds):  # (B, 3) class logits, else (B,)
+        out = model.head_on(embeds, mask)
+        return out if kind == "classification" else out.squeeze(-1)
+
+    def theirs(embeds):  # mt-dnn's heads give a binary task two logits: (0, x)
+        out = ours(embeds)
+        return torch.stack([torch.zeros_like(out), out], -1) if kind == "binary" else out
+
+    cfg = SmartConfig(sigma=1e-3, eta=1e-3, dropout="independent", variant="reference")
+    grads = []
+    for compute in (
+        lambda e: reference_regularizer(ours, e, ours(e), kind, cfg),
+        lambda e: mtdnn_smart.smart_r_s(theirs, e, theirs(e), kind == "regression", 1e-3, 1e-3),
+    ):
+        model.zero_grad()
+        torch.manual_seed(7)  # the same noise
+        loss = compute(model.bert.embed(ids))
+        loss.backward()
+        grads.append((loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (a, ga), (b, gb) = grads
+    # about 1.6e-4, each KL a sum of near-equal float32 terms: 1e-7 is their rounding
+    assert a == pytest.approx(b, abs=1e-7) and a > 1e-5
+    for name, g in gb.items():
+        torch.testing.assert_close(ga[name], g, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_reference_variant_refuses_shared_masks_and_smart_loss_runs_it():

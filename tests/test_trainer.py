@@ -1,6 +1,7 @@
 """The training loop: stages, the step, resume, PCGrad and non-finite losses (tiny BERT)."""
 
 import json
+import math
 import sys
 
 import pytest
@@ -171,6 +172,7 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
     assert len(metrics) == 4 and steps[0]["tasks"] == "para" and steps[7]["tasks"] == "sts"
     for s in steps:
         assert s["lr"] == 1e-3 and s["grad_norm"] > 0 and s["examples_per_s"] > 0
+        assert s["clipped"] is False  # no --max_grad_norm
     sst = [s["loss"] for s in steps if s["stage"] == 2]
     assert json.loads(metrics[2])["train_loss"] == pytest.approx(sum(sst) / len(sst))
 
@@ -296,8 +298,8 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
 
 
 def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
-    """Gradients left by one multitask train_step (lr 0, eval mode: no dropout); under
-    float16 the scaler's step leaves them unscaled."""
+    """(loss, gradients, the norm it reports) of one multitask train_step (lr 0, eval mode:
+    no dropout); under float16 the scaler's step leaves the gradients unscaled."""
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
     stage = Stage(
@@ -307,16 +309,18 @@ def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
     optimizer = model.configure_optimizers(optim)
     rt = runtime.make_runtime("cpu", precision)
     generator = torch.Generator().manual_seed(3)
-    loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt, optim), generator)
+    loss, norm = trainer.train_step(
+        model, optimizer, stage, step, StepContext(rt, optim), generator
+    )
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert len(grads) > 20  # the encoder's and the heads' (the unused pooler has none)
-    return loss.item(), grads
+    return loss.item(), grads, norm.item()
 
 
 def test_accumulated_micro_batches_give_the_whole_batch_gradient(tiny_env):
-    loss, whole = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
+    loss, whole, _ = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
     for parts in (2, 3, 7):  # 7 = 3 + 3 + 1 for 3 parts: a short last micro-batch
-        micro_loss, micro = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, accumulate=parts))
+        micro_loss, micro, _ = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, accumulate=parts))
         assert micro_loss == pytest.approx(loss, rel=1e-6) and micro.keys() == whole.keys()
         # float32 sums in another order: 1e-6 of the largest gradient entry (the key bias's
         # gradient is 0 up to rounding, so no tolerance of its own would do)
@@ -325,10 +329,19 @@ def test_accumulated_micro_batches_give_the_whole_batch_gradient(tiny_env):
             torch.testing.assert_close(micro[name], g, rtol=1e-5, atol=atol, msg=name)
 
 
-def test_clipping_scales_the_gradient_to_the_norm(tiny_env):
-    _, free = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
-    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in free.values()])).item()
-    _, clipped = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, max_grad_norm=norm / 4))
+def test_the_step_log_keeps_the_norm_before_clipping(tiny_env, tmp_path):
+    run(tiny_env, tmp_path / "run", "--max_grad_norm", "1e-4")
+    steps = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    assert steps and all(s["clipped"] and s["grad_norm"] > 1e-3 for s in steps)
+
+
+def test_clipping_scales_the_gradient_to_the_norm_and_reports_the_norm_before(tiny_env):
+    _, free, reported = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
+    norm = math.sqrt(sum(g.double().pow(2).sum().item() for g in free.values()))  # by hand
+    assert reported == pytest.approx(norm, rel=1e-6)
+    cut = OptimConfig(lr=0.0, max_grad_norm=norm / 4)
+    _, clipped, reported = gradient_of_one_step(tiny_env, cut)
+    assert reported == pytest.approx(norm, rel=1e-6)  # what was cut, not the cut
     atol = 1e-6 * max(g.abs().max().item() for g in free.values())
     for name, g in free.items():
         torch.testing.assert_close(clipped[name], g / 4, rtol=1e-5, atol=atol, msg=name)
@@ -437,19 +450,21 @@ def relative_gap(a: dict, b: dict) -> float:
 
 @pytest.mark.parametrize("weighting", ["random", "pcgrad"])
 def test_a_float16_step_leaves_the_float32_gradient_unscaled(tiny_env, weighting):
-    loss32, g32 = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting)
-    loss16, g16 = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting, "fp16")
+    loss32, g32, _ = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting)
+    loss16, g16, _ = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), weighting, "fp16")
     assert loss16 == pytest.approx(loss32, rel=1e-2) and g16.keys() == g32.keys()
     assert relative_gap(g16, g32) < 2e-2  # float16's ~1e-3 rounding, not the scale 65536
 
 
 def test_float16_accumulation_and_clipping_see_the_unscaled_gradient(tiny_env):
-    _, whole = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), precision="fp16")
-    _, micro = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0, accumulate=3), precision="fp16")
+    _, whole, _ = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0), precision="fp16")
+    _, micro, _ = gradient_of_one_step(
+        tiny_env, OptimConfig(lr=0.0, accumulate=3), precision="fp16"
+    )
     assert relative_gap(micro, whole) < 2e-2
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in whole.values()])).item()
     clipped = OptimConfig(lr=0.0, max_grad_norm=norm / 4)  # clipped after unscaling
-    _, g = gradient_of_one_step(tiny_env, clipped, precision="fp16")
+    _, g, _ = gradient_of_one_step(tiny_env, clipped, precision="fp16")
     total = torch.linalg.vector_norm(torch.stack([x.norm() for x in g.values()])).item()
     assert total == pytest.approx(norm / 4, rel=1e-3)
 
@@ -461,7 +476,7 @@ def test_an_overflowing_float16_step_is_skipped_and_the_scale_falls(tiny_env):
     optimizer = model.configure_optimizers(OptimConfig(lr=1e-3))
     stage, step = Stage(("sst",), 1e-3, 8), [("sst", first_batch(task_data, "sst", 8))]
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    loss = trainer.train_step(model, optimizer, stage, step, StepContext(rt), torch.Generator())
+    loss, _ = trainer.train_step(model, optimizer, stage, step, StepContext(rt), torch.Generator())
     assert torch.isfinite(loss) and rt.scaler.get_scale() == 2.0**39  # halved, not stopped
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # skipped
     for _ in range(40):  # the run goes on: the scale falls until steps fit, then they train
@@ -501,7 +516,7 @@ def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
     before = [p.detach().clone() for p in model.parameters()]
     batch = [("sst", first_batch(task_data, "sst", 8))]
     for _ in range(4):  # each pass draws its own dropout masks: four different steps
-        loss = trainer.train_step(model, optimizer, stage, batch, ctx, torch.Generator())
+        loss, _ = trainer.train_step(model, optimizer, stage, batch, ctx, torch.Generator())
         assert torch.isfinite(loss)
     assert rt.scaler.get_scale() == 65536.0  # no overflow: every step was taken
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
