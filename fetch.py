@@ -117,11 +117,12 @@ def _snli_rows(archive: zipfile.ZipFile, member: str, limit: int | None):
                 yield premise, hypothesis, SNLI_LABELS[row["gold_label"]]
 
 
-def build_snli(zip_path: Path, folder: Path) -> None:
+def build_snli(zip_path: Path, folder: Path, whole: bool = False) -> None:
     """snli-train.csv and snli-dev.csv from the SNLI 1.0 release: train is the first
-    100,000 training rows, dev the test split, each without the rows that have no gold
-    label (data/README.md). The archive's CRCs are checked first; a failure leaves neither
-    file (a task with one file would never be fetched again)."""
+    100,000 training rows (whole: all 550,152, as the thesis trained on), dev the test
+    split, each without the rows that have no gold label (data/README.md). The archive's
+    CRCs are checked first; a failure leaves neither file (a task with one file would
+    never be fetched again)."""
     built = [task_file(folder, "snli", split) for split in SNLI_MEMBERS]
     try:
         with zipfile.ZipFile(zip_path) as archive:
@@ -131,7 +132,7 @@ def build_snli(zip_path: Path, folder: Path) -> None:
                     f"{zip_path}: {corrupt} fails its CRC check; delete it, fetch again"
                 )
             for split, member in SNLI_MEMBERS.items():
-                limit = SNLI_TRAIN_ROWS if split == "train" else None
+                limit = SNLI_TRAIN_ROWS if split == "train" and not whole else None
                 rows = _snli_rows(archive, member, limit)
                 _write_rows(
                     task_file(folder, "snli", split), ["premise", "hypothesis", "label"], rows
@@ -142,13 +143,14 @@ def build_snli(zip_path: Path, folder: Path) -> None:
         raise FetchError(f"{zip_path}: not the SNLI 1.0 release ({err})") from None
 
 
-def fetch_missing(folder: Path, timeout: float) -> list[str]:
+def fetch_missing(folder: Path, timeout: float, snli_all: bool = False) -> list[str]:
     """Download what is missing into folder; return the names still missing.
 
     A task's files are fetched only when ALL of them are missing, and placed only when all
     arrived: mixing sources would leak (a mirror's quora-train.csv is cut from the handout's
     quora-dev.csv), and a task left half there would never be fetched again. SNLI: the
-    release is downloaded beside them, both files are built from it, and it is deleted.
+    release is downloaded beside them, both files are built from it, and it is deleted;
+    snli_all builds them again from all of its training split, whatever is there.
     The first address that cannot be reached ends the fetching.
     """
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,6 +158,9 @@ def fetch_missing(folder: Path, timeout: float) -> list[str]:
         for task in FILE_STEMS:
             splits = SPLITS[:2] if task == "snli" else SPLITS
             names = [task_file(folder, task, s).name for s in splits]
+            if task == "snli" and snli_all:
+                fetch_snli(folder, timeout, whole=True)
+                continue
             if any((folder / name).is_file() for name in names):
                 continue
             if task == "snli":
@@ -216,13 +221,14 @@ def fetch_task(folder: Path, task: str, splits, timeout: float) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def fetch_snli(folder: Path, timeout: float) -> None:
-    """Both SNLI files, built from the release at MINBERT_SNLI_URL (about 90 MB)."""
+def fetch_snli(folder: Path, timeout: float, whole: bool = False) -> None:
+    """Both SNLI files, built from the release at MINBERT_SNLI_URL (about 90 MB); whole:
+    all of its training split (build_snli)."""
     url = source("MINBERT_SNLI_URL")
     archive = folder / ".snli-release.zip"  # never a data file's name, whatever the URL
     try:
         _download(url, archive, timeout)
-        build_snli(archive, folder)
+        build_snli(archive, folder, whole)
     except urllib.error.HTTPError as err:
         raise FetchError(f"SNLI: not at {url} (HTTP {err.code})") from None
     finally:
@@ -230,7 +236,7 @@ def fetch_snli(folder: Path, timeout: float) -> None:
     print(f"built snli-train.csv and snli-dev.csv from {url}")
 
 
-def main(argv=None) -> int:
+def command_line() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Fetch every data file the presets read that is missing (the CS224n "
         "handout's, and SNLI built from its 1.0 release), then check them all.",
@@ -248,6 +254,17 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait on the network"
     )
+    parser.add_argument(
+        "--snli_all",
+        action="store_true",
+        help="build snli-train.csv from all of SNLI 1.0's training split (550,152 rows, "
+        "the thesis's), not its first 100,000; replaces the file that is there",
+    )
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = command_line()
     args = parser.parse_args(argv)
     if not args.timeout > 0:
         parser.error(f"--timeout must be positive, got {args.timeout}")
@@ -256,10 +273,10 @@ def main(argv=None) -> int:
         parser.error(f"data folder {folder} is a file; expected a folder")
     missing = [n for n in expected_files() if not (folder / n).is_file()]
     references = [n for n in REFERENCES if not (folder / n).is_file()]
-    if args.quiet and not missing and not references:
+    if args.quiet and not missing and not references and not args.snli_all:
         return 0
-    if missing and not args.no_download:
-        missing = fetch_missing(folder, args.timeout)
+    if (missing or args.snli_all) and not args.no_download:
+        missing = fetch_missing(folder, args.timeout, args.snli_all)
     if references and not args.no_download:
         fetch_references(folder, args.timeout)
     check_files(folder)

@@ -310,6 +310,12 @@ def describe(stage: Stage, cfg: RunConfig) -> list[str]:
     return cells + [f"{stage.lr:g}", what, smart, distill]
 
 
+SNLI_NOTE = (
+    "SNLI: the triplets of snli-train.csv as fetched: the first 100,000 rows of SNLI 1.0's "
+    "training split, or all 550,152 (the thesis's) after python fetch.py --snli_all"
+)
+
+
 def show(cfg: RunConfig, preset) -> str:
     """The resolved settings and the stages of cfg's preset (a presets.Preset), as `--show`
     prints them."""
@@ -325,4 +331,7 @@ def show(cfg: RunConfig, preset) -> str:
             "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in rows
         ]
+    stages = [s for plan in preset.plans_of(cfg).values() for s in plan]
+    if any(s.contrastive and s.contrastive.simcse_data == "snli" for s in stages):
+        lines.append(SNLI_NOTE)
     return "\n".join(lines)

@@ -142,6 +142,11 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
     fetch.fetch_snli(tmp_path, timeout=5)
     train = D.read_snli(tmp_path / "snli-train.csv")
     assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"][:8]
+    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(tmp_path), "--snli_all"])
+    assert fetch.main() == 0  # the handout's files fetched, SNLI rebuilt from all of train
+    train = D.read_snli(tmp_path / "snli-train.csv")
+    assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"]
+    assert len(expected["train"]) > 8
 
 
 @pytest.mark.parametrize(
