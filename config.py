@@ -58,6 +58,12 @@ class DataConfig:
         False, "--train_size takes each training file's first rows, not a random sample"
     )
     dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
+    split_dev: bool = option(
+        False,
+        "also score each half of every dev set (cut by a hash of the ids) after each stage, "
+        "and print how much choosing the kept stage on dev flatters it: the stage chosen on "
+        "one half, scored on the other",
+    )
     max_length: int = option(128, "truncate sentences to this many tokens", minimum=3)
     eval_batch_size: int = option(128, "evaluation batch size", minimum=1)
     strict: bool = option(False, "stop at the first bad data row instead of skipping it")

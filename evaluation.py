@@ -13,6 +13,7 @@ says how each task turns raw outputs into predictions and which metrics it compu
 """
 
 import math
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,7 @@ class TaskResult:
     metrics: dict[str, float]  # empty for unlabeled (test) data
     ids: list[str] = field(default_factory=list)
     preds: list = field(default_factory=list)  # int classes, or float scores for sts
+    labels: list = field(default_factory=list)  # the gold labels, where labeled
 
 
 def to_device(batch: dict, device: torch.device | str) -> dict:
@@ -184,8 +186,22 @@ def _evaluate_task(model, task: str, loader: Iterable[dict], device) -> TaskResu
     if labels and len(labels) != len(preds):
         raise ValueError(f"{task}: some batches have labels and some do not")
     preds = torch.cat(preds).numpy() if preds else np.array([])
-    metrics = metrics_of(torch.cat(labels).numpy(), preds) if labels else {}
-    return TaskResult(metrics, ids, preds.tolist())
+    labels = torch.cat(labels).numpy() if labels else None
+    metrics = metrics_of(labels, preds) if labels is not None else {}
+    return TaskResult(metrics, ids, preds.tolist(), [] if labels is None else labels.tolist())
+
+
+def half_of(results: Mapping[str, TaskResult], which: int) -> dict[str, TaskResult]:
+    """Each task's results on one half of its examples (which: 0 or 1), the halves cut by a
+    hash of the example id (the same on every run and machine), metrics on that half."""
+    out = {}
+    for task, r in results.items():
+        keep = [i for i, id_ in enumerate(r.ids) if zlib.crc32(id_.encode()) % 2 == which]
+        preds, labels = np.array(r.preds)[keep], np.array(r.labels)[keep] if r.labels else None
+        metrics = RULES[TASKS[task].kind][1](labels, preds) if r.labels else {}
+        ids = [r.ids[i] for i in keep]
+        out[task] = TaskResult(metrics, ids, preds.tolist(), [] if labels is None else list(labels))
+    return out
 
 
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -298,6 +314,23 @@ def main_score(row: dict, task: str) -> float:
 def selection_score(row: dict, tasks) -> float:
     """Overall score when all three tasks are scored, else the one task's main metric."""
     return main_score(row, "overall" if "overall" in row else tasks[0])
+
+
+def selection_gap(rows: list[dict]) -> dict[str, float]:
+    """How much choosing the kept stage on dev flatters it, from rows scored on both halves
+    of dev ('halves', --split_dev): the stage chosen by one half's selection score, scored
+    on the other half ('held'), against the other half's own best ('chosen'), the mean of
+    the two ways round; 'gap' = chosen - held, what picking on the reported data adds."""
+    tasks = [t for t in TASKS if t in rows[0]]
+    stages = rows[1:]
+    held, chosen = [], []
+    for pick, report in ((0, 1), (1, 0)):
+        on = [selection_score(r["halves"][report], tasks) for r in stages]
+        best = kept_stage([rows[0]["halves"][pick], *(r["halves"][pick] for r in stages)])
+        held.append(on[best])
+        chosen.append(max(on))
+    held, chosen = float(np.mean(held)), float(np.mean(chosen))
+    return {"held": held, "chosen": chosen, "gap": chosen - held}
 
 
 def kept_stage(rows: list[dict]) -> int | None:

@@ -421,6 +421,7 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
     """The run of sub-plan `name`: the folder itself and all tasks for '', else a folder of
     its own scored on its one task (the individual preset)."""
     tasks = (name,) if name else MULTITASK
+    settings["split_dev"] = cfg.data.split_dev
     return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
 
 

@@ -44,6 +44,7 @@ class Run:
     stage_checkpoints: bool = True  # also one after every stage (off: see `due`)
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
+    split_dev: bool = False  # also score each half of dev (evaluation.selection_gap)
     tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
     board: checkpoint.TensorBoard | None = None
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
@@ -52,6 +53,9 @@ class Run:
     def evaluate(self, model, task_data, split="dev"):
         results = evaluate_split(model, task_data, split, self.eval_tasks, self)
         row = evaluation.score_row(results, self.eval_tasks)
+        if self.split_dev and split == "dev":  # what choosing on dev adds: selection_gap
+            halves = (evaluation.half_of(results, k) for k in (0, 1))
+            row["halves"] = [evaluation.score_row(h, self.eval_tasks) for h in halves]
         if data.HELDOUT in task_data and split == "dev":  # what the encoder brought along
             pairs = task_data[data.HELDOUT].dev
             row["heldout"] = evaluation.roc_auc(
@@ -204,6 +208,13 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
     if len(rows) > 1:
         measures = evaluation.forgetting(rows, run.eval_tasks)
         print(evaluation.format_forgetting(measures))
+        if "halves" in rows[0]:
+            gap = measures["selection"] = evaluation.selection_gap(rows)
+            print(
+                f"the kept stage chosen on one half of dev scores {gap['held']:.4f} on the "
+                f"other; the best stage of a half scores {gap['chosen']:.4f} on it: choosing "
+                f"on dev adds {gap['gap']:+.4f}"
+            )
         text = json.dumps(measures, indent=1) + "\n"
         checkpoint.atomic_write(text, run.run_dir / checkpoint.FORGETTING)
     if best["index"] is None:

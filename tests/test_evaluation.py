@@ -281,3 +281,37 @@ def test_roc_auc_matches_sklearn_with_ties():
         labels = np.arange(n) % 2
         assert E.roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores))
     assert math.isnan(E.roc_auc(np.array([0.1, 0.2]), np.array([1, 1])))
+
+
+def test_halves_of_dev_split_every_task_by_id_and_score_each_half():
+    rng = np.random.default_rng(3)
+    ids = [f"id{i}" for i in range(200)]
+    labels, preds = rng.integers(0, 5, 200), rng.integers(0, 5, 200)
+    scores, gold = rng.normal(size=200), rng.normal(size=200)
+    results = {
+        "sst": E.TaskResult({}, ids, preds.tolist(), labels.tolist()),
+        "sts": E.TaskResult({}, ids, scores.tolist(), gold.tolist()),
+    }
+    halves = [E.half_of(results, k) for k in (0, 1)]
+    for task in results:
+        a, b = (set(h[task].ids) for h in halves)
+        assert not a & b and a | b == set(ids) and 70 < len(a) < 130  # a split, near even
+    for h in halves:
+        keep = [ids.index(i) for i in h["sst"].ids]
+        assert h["sst"].metrics["accuracy"] == pytest.approx(np.mean(preds[keep] == labels[keep]))
+        r = np.corrcoef(scores[keep], gold[keep])[0, 1]
+        assert h["sts"].metrics["pearson"] == pytest.approx(r)
+    assert E.half_of(results, 0)["sst"].ids == halves[0]["sst"].ids  # the same every time
+
+
+def test_selection_gap_chooses_on_one_half_and_scores_the_other():
+    def row(a, b):  # overall on each half
+        return {"overall": (a + b) / 2, "halves": [{"overall": a}, {"overall": b}]}
+
+    rows = [row(0.5, 0.5), row(0.70, 0.60), row(0.65, 0.72), row(0.60, 0.66)]
+    gap = E.selection_gap(rows)
+    # half 0 picks stage 1 (0.70): half 1 scores it 0.60, its own best is 0.72;
+    # half 1 picks stage 2 (0.72): half 0 scores it 0.65, its own best is 0.70
+    assert gap["held"] == pytest.approx((0.60 + 0.65) / 2)
+    assert gap["chosen"] == pytest.approx((0.72 + 0.70) / 2)
+    assert gap["gap"] == pytest.approx((0.72 + 0.70 - 0.60 - 0.65) / 2)

@@ -335,6 +335,16 @@ def test_the_step_log_keeps_the_norm_before_clipping(tiny_env, tmp_path):
     assert steps and all(s["clipped"] and s["grad_norm"] > 1e-3 for s in steps)
 
 
+def test_split_dev_scores_both_halves_and_prints_what_choosing_on_dev_adds(
+    tiny_env, tmp_path, capsys
+):
+    rows = run(tiny_env, tmp_path / "run", "--split_dev")
+    assert all(len(row["halves"]) == 2 and "overall" in row["halves"][1] for row in rows)
+    measures = json.loads((tmp_path / "run" / "forgetting.json").read_text())
+    assert measures["selection"]["gap"] >= 0  # a half's own best is at least the other's pick
+    assert "choosing on dev adds" in capsys.readouterr().out
+
+
 def test_clipping_scales_the_gradient_to_the_norm_and_reports_the_norm_before(tiny_env):
     _, free, reported = gradient_of_one_step(tiny_env, OptimConfig(lr=0.0))
     norm = math.sqrt(sum(g.double().pow(2).sum().item() for g in free.values()))  # by hand
