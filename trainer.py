@@ -281,9 +281,8 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                 bar.update()
                 bar.set_postfix(loss=f"{running:.4f}")
                 if hooks.log:
-                    where = (epoch, step)
-                    record = step_record(optimizer, step_batches, where, loss, norm, t0)
-                    hooks.log(record | {"clipped": 0 < ctx.optim.max_grad_norm < norm.item()})
+                    cut, where = ctx.optim.max_grad_norm, (epoch, step)
+                    hooks.log(step_record(optimizer, step_batches, where, loss, norm, cut, t0))
                 within.after_step(step, total, running, teacher, rt)
             if hooks.after_epoch and step >= done:
                 hooks.after_epoch(epoch)
@@ -298,9 +297,10 @@ def prepare(model, stage: Stage):
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
-def step_record(optimizer, step_batches, where: tuple, loss, norm, t0: float) -> dict:
+def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: float, t0: float) -> dict:
     """One line of the step log; where: (epoch, step); norm: the gradient's before
-    clipping (what --max_grad_norm compares with its cut)."""
+    clipping, and whether it was clipped to --max_grad_norm's `cut` (0: never)."""
+    norm = norm.item()
     examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
     return {
         "epoch": where[0],
@@ -308,7 +308,8 @@ def step_record(optimizer, step_batches, where: tuple, loss, norm, t0: float) ->
         "tasks": "+".join(task for task, _ in step_batches),
         "loss": loss.item(),
         "lr": optimizer.param_groups[0]["lr"],  # the encoder's
-        "grad_norm": norm.item(),
+        "grad_norm": norm,
+        "clipped": 0 < cut < norm,
         "examples_per_s": examples / (time.perf_counter() - t0),
     }
 
