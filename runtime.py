@@ -106,7 +106,7 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         if device.type == "cuda":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            device = torch.device("cuda", local_gpu())
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             backend = "nccl" if device.type == "cuda" else "gloo"
@@ -120,6 +120,17 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
     # float16's narrow range needs the loss scaled so small gradients do not underflow
     scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
     return Runtime(device, AUTOCAST[name], scaler, rank, world, why)
+
+
+def local_gpu() -> int:
+    """This process's GPU under torchrun: LOCAL_RANK, which must name a GPU of the machine."""
+    local, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if local >= count:
+        raise SystemExit(
+            f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', local + 1)} processes on a "
+            f"machine with {count} GPU(s): use --nproc_per_node {count}, or --device cpu"
+        )
+    return local
 
 
 def leave_group() -> None:

@@ -42,6 +42,7 @@ def env(tmp_path, tiny_config):
 
 def argv(env, run_dir, *extra):
     flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --dropout 0 --max_length 64"
+    flags += " --device cpu"  # gloo on the CPU, also where a GPU is (two processes, one GPU)
     return tiny_flags(env, run_dir, flags + " --no_test_predictions", *extra)
 
 

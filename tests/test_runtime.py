@@ -90,6 +90,16 @@ def test_a_data_parallel_process_waits_for_the_others_only_so_long(monkeypatch):
     assert asked == {"b": "gloo", "t": timedelta(minutes=7)} and rt.world == 2 and rt.main
 
 
+def test_more_processes_than_gpus_stop_with_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    message = "torchrun started 2 processes on a machine with 1 GPU.s.: use --nproc_per_node 1"
+    with pytest.raises(SystemExit, match=message):
+        runtime.make_runtime("auto", "fp32")
+
+
 @pytest.mark.parametrize("B", [1, 2, 5, 7, 8, 12, 13])
 @pytest.mark.parametrize("world,accumulate", [(1, 1), (2, 1), (2, 2), (3, 2), (4, 1)])
 def test_even_parts_says_whether_every_process_gets_as_many_micro_batches(B, world, accumulate):

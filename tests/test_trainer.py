@@ -100,7 +100,7 @@ def test_simcse_stage_keeps_the_epoch_with_the_best_sts(tiny_env, tmp_path, monk
     real_after = trainer.BestEpoch.after_epoch
 
     def scripted(self, epoch):
-        kept[epoch] = {k: v.clone() for k, v in self.model.state_dict().items()}
+        kept[epoch] = {k: v.cpu().clone() for k, v in self.model.state_dict().items()}
         real = trainer.evaluate_split
         trainer.evaluate_split = lambda *a, **k: {
             "sts": evaluation.TaskResult({"pearson": next(scores)})
