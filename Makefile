@@ -8,7 +8,7 @@ STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench data reports clean clean-runs
+.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs
 
 venv: $(STAMP)
 
@@ -38,6 +38,12 @@ demo: venv
 
 bench: venv
 	$(PY) bench.py
+
+# On a machine with CUDA: the CUDA tests, the bench on the GPU and a reduced demo whose
+# scores are checked, in gpu-check/report.md (about 6 min on an H100); without CUDA, a dry
+# run at tiny sizes. `python gpu_check.py --pack DIR` packs it for a machine with no network.
+gpu-check: venv
+	$(PY) gpu_check.py
 
 # The three CS224n reports' tables, each row a preset, at their CPU scales (reports.py):
 # 77 min on a 2-core CPU; stopped, it goes on where it was.

@@ -223,6 +223,7 @@ def test_step_returns_the_closure_loss():
     assert p.item() == pytest.approx(1.9, abs=1e-6)  # first step moves lr * sign(g)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("foreach", [False, True])
 def test_adamw_on_cuda_matches_torch_adamw(foreach):
