@@ -47,7 +47,7 @@ class BertConfig:
     type_vocab_size: int = 2  # segment ids: sentence A = 0, sentence B = 1
     layer_norm_eps: float = 1e-12  # LayerNorm epsilon of the original checkpoints
     pad_token_id: int = 0  # id of [PAD]
-    attention: str = "manual"  # "manual": hand-written softmax attention; "sdpa": fused
+    attention: str = "manual"  # "manual": hand-written softmax; "sdpa": fused; "auto": sdpa on CUDA
 
     def __post_init__(self):
         for f in fields(self):  # a config.json may hold "384" where 384 is meant
@@ -60,8 +60,10 @@ class BertConfig:
                 f"hidden_size {self.hidden_size} is not a multiple of "
                 f"num_attention_heads {self.num_attention_heads}"
             )
-        if self.attention not in ("manual", "sdpa"):
-            raise ValueError(f"attention must be 'manual' or 'sdpa', got {self.attention!r}")
+        if self.attention not in ("manual", "sdpa", "auto"):
+            raise ValueError(
+                f"attention must be 'manual', 'sdpa' or 'auto', got {self.attention!r}"
+            )
         if self.hidden_act != "gelu":
             raise ValueError(f"only hidden_act='gelu' is implemented, got {self.hidden_act!r}")
 

@@ -77,7 +77,7 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(H, H)
         self.value = nn.Linear(H, H)
         self.dropout_p = config.attention_probs_dropout_prob
-        self.use_sdpa = config.attention == "sdpa"
+        self.kind = config.attention  # "auto": SDPA where the input is on a GPU, else manual
 
     def forward(self, x, mask):
         B, T, H = x.shape
@@ -88,7 +88,7 @@ class SelfAttention(nn.Module):
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
         p = self.dropout_p if self.training else 0.0
-        if self.use_sdpa:  # fused kernel, same math (tested equal to the manual path)
+        if self.kind == "sdpa" or self.kind == "auto" and x.is_cuda:  # fused, same math (tested)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
             out, _ = attention(q, k, v, mask, p, self.training)

@@ -89,7 +89,9 @@ class ModelConfig:
         0.1, "dropout on the sentence embedding before each head", minimum=0, maximum=1
     )
     attention: str = option(
-        "manual", "hand-written attention or torch's fused SDPA", choices=("manual", "sdpa")
+        "auto",
+        "hand-written attention, torch's fused SDPA, or auto: SDPA on a GPU, manual on the CPU",
+        choices=("auto", "manual", "sdpa"),
     )
     pair_head: str = option(
         "sbert",

@@ -71,6 +71,19 @@ def test_random_tiny_config_equals_hf(tiny_config):
     assert hidden <= ATOL and pooled <= ATOL, (hidden, pooled)
 
 
+def test_auto_attention_on_the_cpu_is_the_manual_one_bit_for_bit(tiny_config):
+    torch.manual_seed(0)
+    models = [
+        BertModel(BertConfig(**{**tiny_config.to_dict(), "attention": a})).eval()
+        for a in ("manual", "auto", "sdpa")
+    ]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    ids, mask, types = batch(tiny_config.vocab_size)
+    manual, auto, sdpa = (m(ids, mask, types)["last_hidden_state"] for m in models)
+    assert torch.equal(auto, manual) and not torch.equal(sdpa, manual)  # (test_cuda: auto is sdpa)
+
+
 @pytest.mark.parametrize("training", [False, True])
 def test_sdpa_path_equals_manual(tiny_config, training):
     torch.manual_seed(0)

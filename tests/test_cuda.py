@@ -42,6 +42,18 @@ def test_sdpa_equals_the_manual_attention_on_cuda(tiny_config):
             assert (a - b)[keep].abs().max().item() <= atol, dtype
 
 
+def test_auto_attention_is_sdpa_on_cuda_and_manual_on_the_cpu(tiny_config):
+    manual, auto = twin_berts(tiny_config, attention="auto")
+    sdpa = twin_berts(tiny_config, attention="sdpa")[1]
+    batch = sentence_batch(B=4, T=9, vocab=tiny_config.vocab_size)
+    with torch.no_grad():
+        on_gpu = [m(*(batch[k].cuda() for k in INPUTS))["last_hidden_state"] for m in (auto, sdpa)]
+        auto_cpu, manual_cpu = (
+            m.cpu()(*batch.values())["last_hidden_state"] for m in (auto, manual)
+        )
+    assert torch.equal(on_gpu[0], on_gpu[1]) and torch.equal(auto_cpu, manual_cpu)
+
+
 def test_the_cuda_forward_equals_the_cpu_forward(tiny_config):
     torch.manual_seed(0)
     model = BertModel(tiny_config).eval()
