@@ -198,7 +198,8 @@ def report(steps: list[Step], problems: list[str], cuda: bool, out: Path) -> str
         result = "pass" if s.rc == 0 else "**FAIL**"
         lines.append(f"| {s.name} | {result} | {s.seconds:.0f} | {'; '.join(s.notes)} |")
     total = sum(s.seconds for s in steps)
-    lines += ["", f"Total {total / 60:.1f} min. Logs: `{out}/<step>.log`.", ""]
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out  # as a reader finds it
+    lines += ["", f"Total {total / 60:.1f} min. Logs: `{shown}/<step>.log`.", ""]
     lines += [f"- **{p}**" for p in problems] + ([""] if problems else [])
     for s in steps:
         if s.run_dir and (s.run_dir / "metrics.jsonl").exists():
