@@ -44,6 +44,7 @@ DEMO = {"gpu": "--train_size 3000 --dev_size 1000 --heldout_size 1000", "dry": "
 DEMO["dry"] = "--train_size 24 --dev_size 24 --heldout_size 24 --max_length 32 --batch_size 8"
 MIN_GAIN = 0.05  # the kept model's overall over the untouched model's, on the GPU
 TOLERANCE = {"overall": 0.02, "start STS r": 0.005}  # a mixed precision against float32
+LIMIT = 900  # seconds a step may take before it counts as hung (an H100 needs at most 135)
 
 
 @dataclass
@@ -70,7 +71,9 @@ def plan(cuda: bool, out: Path) -> list[Step]:
     """The steps of the check, as commands: on the GPU at full size, else the dry run."""
     py, device = sys.executable, "cuda" if cuda else "cpu"
     bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
-    steps = [Step("CUDA tests", [py, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider"], 300)]
+    steps = [
+        Step("CUDA tests", [py, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider"], LIMIT)
+    ]
     bench = [py, "bench.py", "--device", device]
     if cuda:
         base = [("bf16", []), ("fp16", ["--only", "train", "memory"])] if bf16 else []
@@ -83,7 +86,7 @@ def plan(cuda: bool, out: Path) -> list[Step]:
                 "--out",
                 str(out / f"bench-{precision}"),
             ]
-            steps.append(Step(f"bench, bert-base shape, {precision}", what, 300))
+            steps.append(Step(f"bench, bert-base shape, {precision}", what, LIMIT))
         minilm = [
             "--model",
             "minilm",
@@ -93,13 +96,13 @@ def plan(cuda: bool, out: Path) -> list[Step]:
             "--out",
             str(out / "bench-minilm"),
         ]
-        steps.append(Step("bench, MiniLM", bench + minilm, 200))
+        steps.append(Step("bench, MiniLM", bench + minilm, LIMIT))
     else:
         tiny = (
             "--model minilm --batch_sizes 2 --length 16 --repeats 1 --warmup 0 --only forward train"
         )
         steps.append(
-            Step("bench, MiniLM, tiny", bench + tiny.split() + ["--out", str(out / "bench")], 300)
+            Step("bench, MiniLM, tiny", bench + tiny.split() + ["--out", str(out / "bench")], LIMIT)
         )
     for precision in ("fp32", "bf16", "fp16") if bf16 or not cuda else ("fp32", "fp16"):
         run_dir = out / f"demo-{precision}"
@@ -110,7 +113,7 @@ def plan(cuda: bool, out: Path) -> list[Step]:
             *flags.split(),
             *DEMO["gpu" if cuda else "dry"].split(),
         ]
-        steps.append(Step(f"demo, {precision}", argv + ["--run_dir", str(run_dir)], 300, run_dir))
+        steps.append(Step(f"demo, {precision}", argv + ["--run_dir", str(run_dir)], LIMIT, run_dir))
     return steps
 
 
@@ -230,7 +233,8 @@ def check(cfg: GpuCheckConfig) -> int:
     problems = check_demos(steps, cuda)
     text = report(steps, problems, cuda, out)
     (out / "report.md").write_text(text)
-    print(*problems, sep="\n") if problems else None
+    for problem in problems:
+        print(problem)
     print(text.splitlines()[0], f"(report: {out / 'report.md'})")
     return 0 if text.startswith("# GPU check: pass") else 1
 
