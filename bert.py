@@ -88,7 +88,7 @@ class SelfAttention(nn.Module):
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
         p = self.dropout_p if self.training else 0.0
-        if self.kind == "sdpa" or self.kind == "auto" and x.is_cuda:  # fused, same math (tested)
+        if self.kind == "sdpa" or (self.kind == "auto" and x.is_cuda):  # fused, same math (tested)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
             out, _ = attention(q, k, v, mask, p, self.training)

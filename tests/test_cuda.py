@@ -71,7 +71,7 @@ def test_dropout_on_cuda_keeps_the_expectation():
     torch.testing.assert_close(y[y != 0], x[y != 0] / 0.9)
 
 
-def fp16_step(model, batch, rt) -> torch.Tensor:
+def one_step(model, batch, rt) -> torch.Tensor:
     optimizer = AdamW(model.parameters(), lr=1e-3)
     with torch.autocast("cuda", dtype=rt.amp_dtype or torch.float32, enabled=bool(rt.amp_dtype)):
         loss = model(*batch)["pooler_output"].float().pow(2).mean()
@@ -85,7 +85,7 @@ def test_fp16_with_the_scaler_steps_like_float32(tiny_config):
     rt16, rt32 = make_runtime("cuda", "fp16"), make_runtime("cuda", "fp32")
     assert rt16.scaler is not None and rt16.amp_dtype == torch.float16 and rt32.scaler is None
     scale = rt16.scaler.get_scale()
-    norms = fp16_step(fp16, batch, rt16), fp16_step(fp32, batch, rt32)
+    norms = one_step(fp16, batch, rt16), one_step(fp32, batch, rt32)
     assert rt16.scaler.get_scale() == scale  # no overflow: the step was taken
     torch.testing.assert_close(norms[0], norms[1], rtol=2e-2, atol=0)  # unscaled before the norm
     for p, q in zip(fp16.parameters(), fp32.parameters(), strict=True):

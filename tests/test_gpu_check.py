@@ -47,12 +47,12 @@ def test_the_pack_carries_the_check_and_its_dry_run_passes_there(tmp_path, data_
 
 def test_a_demo_that_gains_too_little_or_drifts_from_float32_fails(tmp_path):
     def finished(name, start, kept):  # a run folder whose table has these overall scores
-        run_dir = tmp_path / name
+        run_dir = tmp_path / f"demo-{name}"
         run_dir.mkdir()
         rows = [{"stage": "start", "overall": start, "sts": {"pearson": 0.8}}]
         rows.append({"stage": "loop 1: SST", "overall": kept, "sts": {"pearson": 0.8}})
         (run_dir / "metrics.jsonl").write_text("".join(f"{json.dumps(r)}\n" for r in rows))
-        return gpu_check.Step(f"demo, {name}", [], 1, run_dir, rc=0)
+        return gpu_check.Step(f"demo, {name}", [], run_dir, rc=0)
 
     steps = [
         finished("fp32", 0.55, 0.70),
@@ -65,3 +65,10 @@ def test_a_demo_that_gains_too_little_or_drifts_from_float32_fails(tmp_path):
         "demo, fp16: overall -0.1200 from fp32's (> 0.02)",
     ]
     assert gpu_check.check_demos(steps, cuda=False) == []  # the dry run checks no scores
+
+
+def test_a_pack_without_the_data_stops_before_writing_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINBERT_DATA", str(tmp_path / "empty"))
+    with pytest.raises(SystemExit, match=r"has no ids-sst-train.csv, .*`make data`"):
+        gpu_check.pack(tmp_path / "pack")
+    assert not (tmp_path / "pack").exists()
