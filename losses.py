@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import evaluation
 import simcse
 from evaluation import TASKS
-from smart import SameDropout, SmartConfig, below_resolution, smart_loss
+from smart import SameDropout, SmartConfig, passes_in_float32, smart_loss
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a batch
 
@@ -173,36 +173,40 @@ def loss_help(task: str) -> str:
     return f"{TASKS[task].title} loss: {items[0]}, the default; or " + ", ".join(items[1:])
 
 
+def smart_autocast(rt, smart: SmartConfig):
+    """The autocast of a batch's passes: the runtime's, or none (float32) where SMART's
+    passes need it (smart.passes_in_float32); then the clean pass, whose graph R_s and D_Breg
+    share with the task loss, runs in float32 too, and no pass runs twice."""
+    if passes_in_float32(smart, rt.amp_dtype):
+        return torch.autocast(rt.device.type, enabled=False)
+    return rt.autocast()
+
+
 def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx, masks):
     """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task.
 
-    masks: (before the embedding, after it) SameDropout states, so that the perturbed and
-    the teacher's passes draw the clean pass's dropout masks; None: masks of their own.
-    A perturbation below autocast's resolution (bf16 ~8e-3, fp16 ~1e-3; the paper's is 1e-5)
-    would be rounded away: then the clean, perturbed and teacher passes all run in float32,
-    so each divergence compares passes of one precision (0 for a teacher equal to the model).
+    embeds, out: the clean pass's embedding output and task output, whose graphs R_s and
+    D_Breg share with the task loss. masks: (before the embedding, after it) SameDropout
+    states, so that the perturbed and the teacher's passes draw the clean pass's dropout
+    masks; None: masks of their own. Every pass runs in the caller's precision
+    (smart_autocast).
     """
-    rt = ctx.rt
-    exact = below_resolution(min(smart.sigma, smart.epsilon), rt.amp_dtype)
     same_embed, same = masks or (None, None)
 
     def replayed(state):
         return state.replay() if state else nullcontext()
 
-    def precision():
-        return torch.autocast(rt.device.type, enabled=False) if exact else nullcontext()
-
     def from_embeddings(e):  # (N, T, H) embedding output -> the task's output
-        with replayed(same), precision():
-            return model(task, batch, e.float() if exact else e).float()
+        with replayed(same):
+            return model(task, batch, e).float()
 
-    clean = from_embeddings(embeds) if exact else out.float()
     teacher_out = None
     if ctx.teacher:
-        with replayed(same_embed), precision():
+        with replayed(same_embed):
             teacher_out = ctx.teacher.forward(model, task, batch).float()
     mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
-    return smart_loss(from_embeddings, embeds, clean, TASKS[task].kind, teacher_out, smart, mask)
+    kind = TASKS[task].kind
+    return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
 
 
 def distillation(z, batch, masks: SameDropout, training: bool, ctx):
@@ -231,7 +235,7 @@ def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
     shared = smart.active and smart.dropout == "shared"
     distill = 0.0 if stage.freeze_encoder else ctx.optim.distill
     same_embed = SameDropout(ctx.rt.device) if shared or distill > 0 else None
-    with ctx.rt.autocast():
+    with smart_autocast(ctx.rt, smart if not loss_fn.pair else SmartConfig.off()):
         if loss_fn.pair:  # a loss of the two sentence embeddings, no head
             z = model.sentences(batch)  # (2B, H)
             u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each

@@ -262,6 +262,20 @@ def below_resolution(epsilon: float, dtype: torch.dtype | None) -> bool:
     return dtype in (torch.bfloat16, torch.float16) and epsilon < torch.finfo(dtype).eps
 
 
+def passes_in_float32(cfg: SmartConfig, dtype: torch.dtype | None) -> bool:
+    """Whether a SMART step under autocast to `dtype` runs its passes (clean, ascent,
+    perturbed, teacher) in float32 rather than in `dtype`; None: no autocast, nothing to do.
+
+    Only where R_s measures the perturbation and dtype cannot resolve it: the paper's ascent
+    with shared masks, whose R_s (~1e-9 at epsilon 1e-5) autocast would round to nothing.
+    With own masks R_s is dropout's difference (~4e-3; the perturbation's share ~1e-9), and
+    the reference ascent's perturbation is near 1 per token: both keep the step's precision
+    (docs/precision.md measures what bf16 changes in them).
+    """
+    shared = cfg.active and cfg.variant == "paper" and cfg.dropout == "shared"
+    return shared and below_resolution(min(cfg.sigma, cfg.epsilon), dtype)
+
+
 class SameDropout:
     """The random generators as they are now, to be replayed: every forward run under
     `replay()` draws the dropout masks of the first forward made after this was created

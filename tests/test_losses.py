@@ -2,6 +2,7 @@
 inputs, SMART's term as the step builds it, the distillation and SimCSE terms."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import losses
 import multitask_classifier as mt
 import runtime
 import simcse
+import smart
 import trainer
 from base_bert import BertConfig
 from bert import BertModel
@@ -25,7 +27,7 @@ from trainer import StepContext
 def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
     """losses.smart_term on one batch, its passes set up as batch_loss sets them up."""
     torch.manual_seed(0)
-    with rt.autocast():
+    with losses.smart_autocast(rt, cfg):
         shared = cfg.dropout == "shared"
         same_embed = SameDropout(rt.device) if shared else None
         embeds = model.embed(batch)
@@ -35,42 +37,75 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
         return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, masks).item()
 
 
-@pytest.mark.parametrize("dropout", ["shared", "independent"])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision, dropout):
-    """bf16 resolves ~8e-3, fp16 ~1e-3: unless SMART's passes run in float32 a 1e-5
-    perturbation is rounded away. Own masks (independent) are compared without dropout,
-    which would otherwise be all R_s measures."""
+def test_r_s_responds_to_the_perturbation_under_autocast(tiny_env, precision):
+    """bf16 resolves ~8e-3, fp16 ~1e-3: with shared masks R_s measures the perturbation
+    alone, so its passes run in float32 and a 1e-5 perturbation is not rounded away."""
     model, task_data = tiny_model_and_data(tiny_env)
-    model.train(dropout == "shared")
+    model.train()
     batch = first_batch(task_data, "sst", 8)
     rt = runtime.make_runtime("cpu", precision)
 
-    def r_s(eps, dropout=dropout):
+    def r_s(eps, dropout="shared"):
         cfg = SmartConfig(lambda_s=1, mu=0, sigma=eps, eta=100 * eps, epsilon=eps, dropout=dropout)
         return smart_value(model, batch, cfg, rt)
 
     r = {eps: r_s(eps) for eps in (1e-9, 1e-5, 1e-4)}
     assert r[1e-9] < 1e-3 * r[1e-5]
     assert 30 < r[1e-4] / r[1e-5] < 300  # ~quadratic, as in float32
-    if dropout == "shared":
-        assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
+    assert r_s(1e-9, "independent") > 1e3 * r[1e-5]  # R-Drop: its own dropout noise
 
 
+@pytest.mark.parametrize("variant", ["paper", "reference"])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_the_reference_ascent_runs_in_float32_under_autocast(tiny_env, precision):
-    """The reference code's ascent starts from noise of sigma = 1e-5 too: under autocast its
-    passes run in float32, so R_s is the float32 value (no dropout: the same masks)."""
+def test_own_masks_keep_the_step_precision_and_what_r_s_measures(tiny_env, precision, variant):
+    """With own masks R_s is dropout's difference (the paper's ascent) or a perturbation near
+    1 per token (the reference's): both well above bf16's resolution, so the passes keep
+    the step's precision, and R_s is float32's to a percent."""
     model, task_data = tiny_model_and_data(tiny_env)
-    model.eval()
     batch = first_batch(task_data, "sst", 8)
-    cfg = SmartConfig(lambda_s=1, mu=0, dropout="independent", variant="reference")
+    cfg = SmartConfig(lambda_s=1, mu=0, dropout="independent", variant=variant)
+    rt = runtime.make_runtime("cpu", precision)
+    assert not smart.passes_in_float32(cfg, rt.amp_dtype)
+    assert smart.passes_in_float32(replace(cfg, variant="paper", dropout="shared"), rt.amp_dtype)
+    model.train(variant == "paper")  # the reference's R_s without dropout: its perturbation's
     r = {
         p: smart_value(model, batch, cfg, runtime.make_runtime("cpu", p))
         for p in ("fp32", precision)
     }
-    assert r["fp32"] > 0
-    assert r[precision] == pytest.approx(r["fp32"], rel=1e-4)
+    assert r["fp32"] > 1e-4
+    assert r[precision] != r["fp32"]  # the passes did run at the step's precision
+    assert r[precision] == pytest.approx(r["fp32"], rel=0.01)  # 0.2% on this model
+
+
+def test_a_float32_smart_step_under_autocast_runs_each_pass_once(tiny_env):
+    """Where SMART's passes need float32 (shared masks under bf16), the clean pass runs in
+    float32 too and serves the task loss, R_s and D_Breg: four encoder passes (clean,
+    ascent, perturbed, teacher), no bf16 clean pass beside a float32 one, and the
+    gradients of a float32 step."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch = first_batch(task_data, "sst", 8)
+    stage = Stage(("sst",), 1e-5, 8, smart=SmartConfig(lambda_s=10, mu=1))
+    teacher = EMATeacher(model)
+    for p in teacher.params.values():  # a teacher some steps behind: D_Breg is not 0
+        p.add_(1e-3 * torch.randn_like(p))
+    passes, grads = [], {}
+    layer = model.bert.encoder["layer"][0]
+    hook = layer.register_forward_hook(lambda *_: passes.append(torch.is_autocast_enabled("cpu")))
+    for precision in ("fp32", "bf16"):
+        passes.clear()
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout masks in both steps
+        ctx = StepContext(runtime.make_runtime("cpu", precision), teacher=teacher)
+        losses.batch_loss(model, "sst", batch, stage, ctx).backward()
+        grads[precision] = torch.cat(
+            [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+        )
+        assert passes == [False] * 4
+    hook.remove()
+    assert grads["fp32"].abs().max() > 0
+    torch.testing.assert_close(grads["bf16"], grads["fp32"], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("dropout", ["shared", "independent"])

@@ -522,13 +522,15 @@ def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
     smart = SmartConfig(lambda_s=10.0, mu=1.0, dropout=dropout)
     stage = Stage(("sst",), 1e-3, 8, smart=smart)
     optimizer = model.configure_optimizers(OptimConfig(lr=1e-3))
-    ctx = StepContext(rt, teacher=EMATeacher(model, smart, 4))
+    ctx = StepContext(rt, teacher=EMATeacher(model, smart, 8))
     before = [p.detach().clone() for p in model.parameters()]
     batch = [("sst", first_batch(task_data, "sst", 8))]
-    for _ in range(4):  # each pass draws its own dropout masks: four different steps
+    for _ in range(8):  # each pass draws its own dropout masks: eight different steps
         loss, _ = trainer.train_step(model, optimizer, stage, batch, ctx, torch.Generator())
         assert torch.isfinite(loss)
-    assert rt.scaler.get_scale() == 65536.0  # no overflow: every step was taken
+    # shared masks: float32 passes, no overflow; own masks: fp16 passes, whose gradient at
+    # the scaler's first scale of 2^16 overflows once (the third step) before it settles
+    assert rt.scaler.get_scale() == 65536.0 / (1 if dropout == "shared" else 2)
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
 
 

@@ -50,7 +50,7 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
     smart_loss, losses.smart_loss = losses.smart_loss, recording
     try:
         torch.manual_seed(0)
-        with rt.autocast():
+        with losses.smart_autocast(rt, cfg):  # as batch_loss runs the passes
             shared = cfg.dropout == "shared"
             same_embed = SameDropout(rt.device) if shared else None
             embeds = model.embed(batch)  # (B, T, H)
