@@ -115,6 +115,7 @@ def kill_after_a_checkpoint_inside_a_stage(proc, run_dir: Path):
     """SIGKILL the kernel's process group (the VM reset: nothing is saved) once steps were
     trained past a checkpoint inside a stage; returns that checkpoint's (stage, step)."""
     while proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGSTOP)  # held still: no checkpoint between look and kill
         position = saved_position(run_dir / checkpoint.STATE)
         if position and (run_dir / checkpoint.STEPS).exists():
             steps = [
@@ -124,6 +125,7 @@ def kill_after_a_checkpoint_inside_a_stage(proc, run_dir: Path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 return position
+        os.killpg(proc.pid, signal.SIGCONT)
         time.sleep(0.01)
     pytest.fail("the run ended before a checkpoint inside a stage")
 
