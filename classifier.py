@@ -29,7 +29,7 @@ from config import (
 )
 from plans import Stage
 from runfolder import Run, finish
-from runtime import make_runtime
+from runtime import check_compile, make_runtime
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -72,6 +72,7 @@ def main(argv=None):
     run_dir = Path(cfg.run_dir or f"runs/{cfg.task}-{cfg.option}-{stamp}")
     torch.manual_seed(cfg.seed)
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    check_compile(cfg.device.compile, rt.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     tasks = (cfg.task,)
     task_data = data.load_task_data(cfg.data, tokenizer, tasks, cfg.seed)

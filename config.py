@@ -311,7 +311,7 @@ class DeviceConfig:
         choices=PRECISIONS,
     )
     amp: bool = option(True, "the same as --precision fp32 (an older flag)", flag="--no_amp")
-    compile: bool = option(False, "torch.compile the encoder layers")
+    compile: bool = option(False, "torch.compile the encoder layers (CUDA only: slower on a CPU)")
     dist_timeout: float = option(
         30.0,
         "under torchrun: minutes a process waits for the others (a crashed or stalled one) "

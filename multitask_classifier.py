@@ -55,7 +55,7 @@ from optimizer import AdamW
 from plans import Stage, check_plans, loss_choices, show
 from presets import PRESETS, check_settings
 from runfolder import Run, finish
-from runtime import from_main, make_runtime, out_of_memory
+from runtime import check_compile, from_main, make_runtime, out_of_memory
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -452,6 +452,7 @@ def main(argv=None):
         presets.check_model(cfg)
         presets.check_tensorboard(cfg)
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    check_compile(cfg.device.compile, rt.device)
     if folders["show"]:
         check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg))
         return print(show(cfg, PRESETS[cfg.preset]))

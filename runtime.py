@@ -97,6 +97,17 @@ def pick_precision(device: torch.device, precision: str) -> tuple[str, str]:
     return "fp32", "auto: this CPU has no native bf16 dot products"
 
 
+def check_compile(compile: bool, device: torch.device) -> None:
+    """--compile is for GPUs (the H100's compiled step took 0.94 of eager's). On this
+    project's CPU compiled layers trained slower than eager, 1.04 x without dropout and
+    1.05-1.13 x with it (docs/precision.md), so there it stops before anything runs."""
+    if compile and device.type != "cuda":
+        raise SystemExit(
+            "--compile: on the CPU compiled layers train slower than eager (docs/precision.md); "
+            "use it with --device cuda, or leave it out"
+        )
+
+
 def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0) -> Runtime:
     """The device and precision (pick_precision); under torchrun (WORLD_SIZE > 1) also
     joins the process group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU;

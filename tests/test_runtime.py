@@ -7,7 +7,7 @@ import torch
 
 import runtime
 from config import DeviceConfig
-from helpers import sentence_batch
+from helpers import run, sentence_batch
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -128,3 +128,13 @@ def test_every_process_but_the_main_one_draws_its_own_masks():
     ranks = [draws(r) for r in range(3)]
     assert all(not torch.equal(ranks[i], ranks[j]) for i in range(3) for j in range(i))
     assert torch.equal(draws(2), ranks[2])  # the same again after a resume to that state
+
+
+def test_compile_on_the_cpu_stops_before_a_run_folder_is_made(tiny_env, tmp_path):
+    """Compiled layers train slower than eager on the CPU (docs/precision.md): --compile
+    stops there with one line, before anything is written; on CUDA it passes."""
+    with pytest.raises(SystemExit, match=r"^--compile: on the CPU .* --device cuda"):
+        run(tiny_env, tmp_path / "run", "--compile")
+    assert not (tmp_path / "run").exists()
+    runtime.check_compile(True, torch.device("cuda", 0))
+    runtime.check_compile(False, torch.device("cpu"))
