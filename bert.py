@@ -79,7 +79,9 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
         self.kind = config.attention  # "auto": SDPA where the input is on a GPU, else manual
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, probs: list | None = None):
+        """probs: a list to append this layer's attention probabilities (B, nh, T, T) to;
+        the hand-written attention then runs whatever self.kind says (SDPA returns none)."""
         B, T, H = x.shape
         hs = H // self.n_head
 
@@ -88,10 +90,13 @@ class SelfAttention(nn.Module):
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
         p = self.dropout_p if self.training else 0.0
-        if self.kind == "sdpa" or (self.kind == "auto" and x.is_cuda):  # fused, same math (tested)
+        fused = self.kind == "sdpa" or (self.kind == "auto" and x.is_cuda)
+        if fused and probs is None:  # fused, same math (tested)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
-            out, _ = attention(q, k, v, mask, p, self.training)
+            out, a = attention(q, k, v, mask, p, self.training)
+            if probs is not None:
+                probs.append(a.detach())
         return out.transpose(1, 2).reshape(B, T, H)  # (B, nh, T, hs) -> (B, T, H)
 
 
@@ -124,8 +129,8 @@ class BertLayer(nn.Module):
         self.intermediate = nn.ModuleDict({"dense": nn.Linear(H, inner)})
         self.output = AddNorm(inner, config)
 
-    def forward(self, x, mask):
-        a = self.attention["output"](self.attention["self"](x, mask), x)  # (B, T, H)
+    def forward(self, x, mask, probs: list | None = None):
+        a = self.attention["output"](self.attention["self"](x, mask, probs), x)  # (B, T, H)
         h = F.gelu(self.intermediate["dense"](a))  # (B, T, I), exact erf GELU
         return self.output(h, a)  # (B, T, H)
 
@@ -204,8 +209,12 @@ class BertModel(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         return self.embeddings(input_ids, token_type_ids)
 
-    def encode(self, embeds, attention_mask):
-        """(B, T, H) embedding output and (B, T) mask -> last hidden states and pooled [CLS]."""
+    def encode(self, embeds, attention_mask, output_attentions=False):
+        """(B, T, H) embedding output and (B, T) mask -> last hidden states and pooled [CLS];
+        with output_attentions also 'attentions', one (B, nh, T, T) tensor of probabilities
+        per layer, detached: a padded key gets 0, a padded query's row means nothing. They
+        come from the hand-written attention, so where that is the model's (the CPU's) the
+        other outputs are bit for bit those without them."""
         dtype = (
             embeds.dtype
             if not torch.is_autocast_enabled(embeds.device.type)
@@ -213,11 +222,12 @@ class BertModel(nn.Module):
         )
         # (B, T) 1/0 -> (B, 1, 1, T) additive mask: 0 where attended, dtype min where padded
         mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-        x = embeds
+        x, probs = embeds, [] if output_attentions else None
         for layer in self.encoder["layer"]:
-            x = layer(x, mask)
+            x = layer(x, mask, probs)
         pooled = torch.tanh(self.pooler["dense"](x[:, 0]))  # (B, H) from the [CLS] position
-        return {"last_hidden_state": x, "pooler_output": pooled}
+        out = {"last_hidden_state": x, "pooler_output": pooled}
+        return out if probs is None else out | {"attentions": probs}
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         if attention_mask is None:

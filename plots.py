@@ -225,6 +225,29 @@ def draw_loss(steps: list[dict], path: Path, title: str) -> Path:
     return path
 
 
+def attention_figure(tokens: list[str], maps: dict, layer: int, per_row: int = 6) -> Figure:
+    """Heatmaps of one layer's heads, per_row heads to a row, a block of rows per model
+    ({name: (L, nh, n, n) probabilities of one sequence, padding left out}): row i of a map
+    is where token i looks."""
+    n_heads, n = next(iter(maps.values())).shape[1], len(tokens)
+    cols, rows_per = min(n_heads, per_row), -(-n_heads // per_row)  # ceil(nh / per_row)
+    size = max(2.2, 0.16 * n + 0.8)
+    fig = Figure(figsize=(size * cols, size * rows_per * len(maps) + 0.4), layout="constrained")
+    axes = fig.subplots(rows_per * len(maps), cols, squeeze=False)  # (rows, cols)
+    for m, (name, probs) in enumerate(maps.items()):
+        for h in range(rows_per * cols):
+            ax = axes[m * rows_per + h // cols, h % cols]
+            if h >= n_heads:
+                ax.set_axis_off()
+                continue
+            ax.imshow(probs[layer, h], cmap="Blues", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(n), tokens, rotation=90, fontsize=6)
+            ax.set_yticks(range(n), tokens if h % cols == 0 else [], fontsize=6)
+            ax.set_title(f"{name}: head {h + 1}", fontsize=8)
+    fig.suptitle(f"attention of layer {layer + 1} (row: the token that looks)", fontsize=9)
+    return fig
+
+
 def plot_run(run_dir: Path, out: Path, title: str) -> list[Path]:
     """Write forgetting.png and, when the run logged its steps, loss.png; returns their paths."""
     rows, steps = read_rows(run_dir), read_steps(run_dir)

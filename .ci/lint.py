@@ -24,7 +24,7 @@ LAYERS = [
     {"plans"},
     {"presets", "trainer", "predict"},
     {"multitask_classifier", "plots", "reports", "sanity_check", "fetch"},  # the commands
-    {"classifier", "bench", "ensemble", "gpu_check"},  # auxiliary commands built on the main one
+    {"classifier", "bench", "ensemble", "gpu_check", "explore"},  # built on the main command
 ]
 
 

@@ -112,6 +112,60 @@ def test_sdpa_path_equals_manual(tiny_config, training):
             assert torch.allclose(p.grad, q.grad, atol=ATOL), n
 
 
+@pytest.mark.parametrize("kind", ["manual", "sdpa"])
+def test_attention_probabilities_equal_a_hand_computation_and_change_nothing(tiny_config, kind):
+    """Each layer's probabilities, head by head, from its query and key weights on the real
+    tokens alone (1e-6); padded keys get 0. The outputs are bit for bit those without them
+    (manual: the same computation, in train mode too; sdpa: they come from the manual path)."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**{**tiny_config.to_dict(), "attention": kind}))
+    ids, mask, types = batch(tiny_config.vocab_size)
+    nh = tiny_config.num_attention_heads
+    hs = tiny_config.hidden_size // nh
+    for training in (False, True):
+        model.train(training)
+        outs = []
+        for keep in (False, True):
+            torch.manual_seed(1)  # the same dropout masks both times
+            with torch.no_grad():
+                outs.append(model.encode(model.embed(ids, types), mask, output_attentions=keep))
+        if kind == "manual":
+            assert torch.equal(outs[0]["last_hidden_state"], outs[1]["last_hidden_state"])
+            assert torch.equal(outs[0]["pooler_output"], outs[1]["pooler_output"])
+        assert "attentions" not in outs[0]
+    model.eval()
+    with torch.no_grad():
+        x = model.embed(ids, types)  # (B, T, H)
+        probs = model.encode(x, mask, output_attentions=True)["attentions"]
+        additive = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        assert len(probs) == tiny_config.num_hidden_layers
+        for layer, got in zip(model.encoder["layer"], probs, strict=True):
+            sa = layer.attention["self"]
+            assert got.shape == (len(ids), nh, ids.size(1), ids.size(1))
+            for b in range(len(ids)):
+                n = int(mask[b].sum())  # its real tokens come first
+                for h in range(nh):
+                    cols = slice(h * hs, (h + 1) * hs)
+                    q = x[b, :n] @ sa.query.weight[cols].T + sa.query.bias[cols]  # (n, hs)
+                    k = x[b, :n] @ sa.key.weight[cols].T + sa.key.bias[cols]  # (n, hs)
+                    expected = torch.softmax(q @ k.T / hs**0.5, dim=-1)  # (n, n)
+                    assert (got[b, h, :n, :n] - expected).abs().max() <= 1e-6
+                    assert torch.all(got[b, h, :, n:] == 0)  # padded keys
+            x = layer(x, additive)
+
+
+def test_attention_probabilities_equal_hf(minilm_pair):
+    ours, ref = minilm_pair
+    ids, mask, types = batch(ours.config.vocab_size)
+    with torch.no_grad():
+        a = ours.encode(ours.embed(ids, types), mask, output_attentions=True)["attentions"]
+        b = ref(ids, mask, types, output_attentions=True).attentions
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b, strict=True):
+        keep = mask.bool()[:, None, :, None]  # (B, 1, T, 1): real queries' rows
+        assert ((x - y) * keep).abs().max() <= ATOL  # the hidden states differ by ~1e-6 too
+
+
 def test_sdpa_equals_manual_on_embedded_checkpoint(minilm_pair):
     ours, _ = minilm_pair
     sdpa = BertModel.from_pretrained("minilm", attention="sdpa").eval()
