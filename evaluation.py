@@ -65,6 +65,22 @@ def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(dx * dy) / denom) if denom > 0 else float("nan")
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of x's values, ties sharing the mean of the ranks they span."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    values, inverse = np.unique(x, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks, minlength=len(values))
+    return (sums / np.bincount(inverse))[inverse]  # each tie group's mean rank
+
+
+def spearman_rho(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson r of the average ranks (MTEB's STS score)."""
+    return pearson_r(average_ranks(x), average_ranks(y))
+
+
 def overall_score(sst_acc: float, para_acc: float, sts_r: float) -> float:
     """The CS224n leaderboard score: Pearson r in [-1, 1] is mapped to [0, 1] first."""
     return (sst_acc + para_acc + (sts_r + 1) / 2) / 3

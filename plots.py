@@ -113,6 +113,12 @@ def spaced(positions: list[float], gap: float) -> list[int]:
 
 def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
     """Each scored task's dev score over the stages; the start dashed, the kept stage shaded."""
+    forgetting_figure(rows, title).savefig(path, dpi=110)
+    return path
+
+
+def forgetting_figure(rows: list[dict], title: str) -> Figure:
+    """draw_forgetting's picture."""
     names = [row["stage"] for row in rows[1:]]
     x = np.arange(len(names))
     fig = Figure(figsize=(max(6.0, 0.45 * len(names) + 3.5), 4.2), layout="constrained")
@@ -128,8 +134,19 @@ def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
     ax.set(ylabel="dev score", title=f"{title}: dev scores after each stage")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
+
+
+def sts_scatter_figure(gold: list[float], pred: list[float], title: str) -> Figure:
+    """Predicted against gold STS scores, the diagonal dashed."""
+    fig = Figure(figsize=(4.6, 4.2), layout="constrained")
+    ax = fig.subplots()
+    ax.scatter(gold, pred, s=6, alpha=0.35, color=COLORS["sts"])
+    low, high = min(min(gold), min(pred)), max(max(gold), max(pred))
+    ax.plot([low, high], [low, high], color="gray", ls="--", lw=1)
+    ax.set(xlabel="gold similarity (0-5)", ylabel="predicted", title=title)
+    ax.grid(alpha=0.3)
+    return fig
 
 
 def aligned(stages: list[str], axis: list[str]) -> list[int]:

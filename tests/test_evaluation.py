@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.stats import pearsonr
+from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
 import evaluation as E
@@ -50,6 +50,21 @@ def test_pearson_matches_scipy_and_numpy(seed):
     assert abs(E.pearson_r(x, y) - np.corrcoef(x, y)[0, 1]) < TOL
     assert abs(E.pearson_r(x, -x) + 1) < TOL
     assert np.isnan(E.pearson_r(x, np.ones_like(x)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_spearman_with_ties_matches_scipy_and_a_loop(seed):
+    """STS gold scores repeat (0.2 steps) and so may predictions: ties take mean ranks."""
+    rng = np.random.default_rng(seed)
+    gold = np.round(rng.uniform(0, 5, 200) * 5) / 5  # many ties
+    pred = np.round(gold + rng.normal(0, 1, 200), 1)
+
+    def ranks_by_loop(v):  # rank of v[i]: 1 + how many are smaller + half of its other ties
+        return [1 + sum(w < a for w in v) + (sum(w == a for w in v) - 1) / 2 for a in v]
+
+    assert E.average_ranks(gold).tolist() == ranks_by_loop(gold.tolist())
+    assert abs(E.spearman_rho(gold, pred) - spearmanr(gold, pred).statistic) < TOL
+    assert abs(E.spearman_rho(gold, gold**3) - 1) < TOL  # any increasing map: 1
 
 
 def test_overall_score_by_hand():

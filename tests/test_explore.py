@@ -1,10 +1,16 @@
 """explore.py: a run's attention, the untouched model beside the kept one."""
 
+import re
+
+import numpy as np
 import pytest
 import torch
 from matplotlib.image import imread
+from scipy.stats import spearmanr
 
+import evaluation
 import explore
+from datasets import read_task
 from helpers import run
 
 
@@ -23,7 +29,7 @@ def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_pat
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
     assert (maps["kept"] - maps["untouched"]).abs().max() > 1e-4  # training moved them
 
-    out = explore.main([str(tmp_path / "run"), "a fine film", "--pair", "a good one"])
+    out = explore.main(["attention", str(tmp_path / "run"), "a fine film", "--pair", "a good one"])
     assert out == tmp_path / "run" / f"attention-layer{cfg.num_hidden_layers}.png"
     pixels = imread(out)[..., :3]  # (height, width, RGB) in [0, 1]
     assert pixels.std() > 0.05  # heatmaps and labels drawn, not a blank page
@@ -31,9 +37,37 @@ def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_pat
 
 def test_explore_says_what_it_needs(tiny_env, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        explore.main([str(tmp_path), "a sentence"])
+        explore.main(["report", str(tmp_path)])
     assert "no best.safetensors there" in capsys.readouterr().err
     run(tiny_env, tmp_path / "run")
     with pytest.raises(SystemExit):
-        explore.main([str(tmp_path / "run"), "a sentence", "--layer", "9"])
+        explore.main(["attention", str(tmp_path / "run"), "a sentence", "--layer", "9"])
     assert "--layer 9: this model has layers 1 to" in capsys.readouterr().err
+
+
+def test_the_report_page_of_a_run(tiny_env, tmp_path):
+    """One self-contained file: the stage figure and table, SST's confusion counted as a
+    loop counts it, STS's Spearman as scipy's, the worst errors as text."""
+    run_dir = tmp_path / "run"
+    run(tiny_env, run_dir)
+    out = explore.main(["report", str(run_dir)])
+    page = out.read_text()
+    assert out == run_dir / "report.html"
+    assert not re.findall(r'(?:src|href)="(?!data:)', page)  # nothing fetched from anywhere
+    assert page.count('<img alt="" src="data:image/png;base64,') == 2
+    assert "loop 1: SST" in page and "start (no training)" in page
+
+    def dev(task):
+        ids, preds = evaluation.read_predictions(run_dir / "predictions" / f"{task}-dev-output.csv")
+        gold = {e.id: e.label for e in read_task(tiny_env[1], task, "dev")}
+        return [gold[i] for i in ids], preds
+
+    gold, pred = dev("sst")
+    counts = np.zeros((5, 5), dtype=int)
+    for g, p in zip(gold, pred, strict=True):
+        counts[g][p] += 1
+    cells = [int(n) for n in re.findall(r"<td[^>]*>(\d+)</td>", page)[:25]]
+    assert cells == counts.flatten().tolist() and sum(cells) == len(gold)
+    gold, pred = dev("sts")
+    assert f"Spearman {spearmanr(gold, pred).statistic:.3f}" in page
+    assert page.count("<li>gold ") == 2 * min(explore.WORST, len(gold))
