@@ -29,12 +29,14 @@ check: venv
 
 # The thesis schedule defended against forgetting, on the embedded MiniLM (the `demo`
 # preset: `python multitask_classifier.py --preset demo --show` prints what it trains),
-# after fetching any data file that is missing. DEMO_FLAGS adds flags, e.g. a smaller run:
-# make demo DEMO_FLAGS="--train_size 500 --dev_size 200"
+# after fetching any data file that is missing; then its report page (explore.py report).
+# DEMO_FLAGS adds flags, e.g. a smaller run: make demo DEMO_FLAGS="--train_size 500 --dev_size 200"
 DEMO_FLAGS ?=
+DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 demo: venv
 	$(PY) fetch.py --quiet
-	$(PY) multitask_classifier.py --preset demo $(DEMO_FLAGS)
+	$(PY) multitask_classifier.py --preset demo --run_dir=$(DEMO_DIR) $(DEMO_FLAGS)
+	$(PY) explore.py report $(DEMO_DIR)
 
 bench: venv
 	$(PY) bench.py

@@ -8,16 +8,20 @@ last), a heatmap of the attention probabilities over the sentence's word pieces 
 pair's, encoded together as [CLS] a [SEP] b [SEP]), the model the run started from above
 the model it kept. Row i of a heatmap says where token i looks; each row sums to 1.
 
-report writes RUN_DIR/report.html, one file with its pictures inline (no network): the dev
-scores after every stage with the kept stage marked, the kept model's SST-5 confusion
-matrix, its STS predictions against gold (Pearson and Spearman), and the dev examples it
-got most wrong, read from the run's predictions/ and the dev files.
+report writes RUN_DIR/report.html, one file with its pictures and script inline (no
+network): the dev scores after every stage with the kept stage marked; from the run's
+dev predictions, the kept model's SST-5 confusion matrix, its STS predictions against gold
+(Pearson and Spearman) and the examples furthest from gold; from the models themselves,
+QQP's outputs by gold label with the cut, a PCA map of the SST dev sentences' embeddings
+(untouched beside kept: forgetting you can see), and an attention explorer over a few
+dev examples of each task (pick the example, the layer and the head).
 """
 
 import argparse
 import base64
 import html
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +33,13 @@ import multitask_classifier as mt
 import plots
 from bert import BertModel
 from checkpoint import BEST, atomic_write
-from datasets import data_dir, read_task
+from datasets import PairDataset, SentenceDataset, data_dir, make_loader, read_task
 from runtime import make_runtime
 from tokenizer import BertTokenizer
 
 WORST = 8  # errors listed per task
+EXPLORED = 8  # dev examples per task in the attention explorer
+EXPLORED_TOKENS = 32  # the longest sequence it shows (attention grows with its square)
 
 
 def attention_maps(bert: BertModel, tokenizer, text: str, pair: str | None = None):
@@ -87,6 +93,95 @@ def dev_predictions(run_dir: Path) -> dict[str, list[tuple]]:
     return out
 
 
+def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
+    """{'ids', 'out': the task's raw output, 'z': the first sentences' pooled embeddings}
+    of every dev example, in eval mode, in the dataset's order of ids."""
+    columns = {"ids": [], "out": [], "z": []}
+    with torch.no_grad():
+        for batch in make_loader(dataset, 64, shuffle=False):
+            B = len(batch["ids"])
+            columns["ids"] += batch["ids"]
+            columns["out"].append(model.predict(task, batch).float())
+            columns["z"].append(model.sentences(batch)[:B].float())  # (B, H)
+    order = np.argsort(columns["ids"])  # batches come bucketed by length
+    return {
+        "ids": np.asarray(columns["ids"])[order],
+        "out": torch.cat(columns["out"]).numpy()[order],
+        "z": torch.cat(columns["z"]).numpy()[order],
+    }
+
+
+def model_views(run_dir: Path, sample: int = 2000) -> dict:
+    """What the report computes with the models: QQP's outputs of the kept model with gold
+    labels, and SST sentence embeddings (PCA, 2-D) of the untouched and the kept model."""
+    cfg = mt.load_run_config(str(run_dir))
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    folder, length = data_dir(cfg.data.data_dir), cfg.data.max_length
+    kept, _ = mt.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
+    untouched = mt.run_model(cfg)().eval()  # the loaded encoder; its heads are unused
+    para = read_task(folder, "para", "dev")[:sample]
+    cross = "para" in cfg.multitask.cross_encode
+    qqp = outputs(kept, "para", PairDataset(para, tokenizer, length, cross_encode=cross))
+    sst = read_task(folder, "sst", "dev")[:sample]
+    dataset = SentenceDataset(sst, tokenizer, length)
+    gold = {e.id: e.label for e in para} | {e.id: e.label for e in sst}
+    maps = {
+        name: pca_2d(outputs(m, "sst", dataset)["z"])
+        for name, m in (("untouched", untouched), ("kept", kept))
+    }
+    cosine = "para" in kept.cosine  # a cut on a similarity, not a logit
+    return {
+        "qqp": (
+            qqp["out"] if cosine else 1 / (1 + np.exp(-qqp["out"])),
+            [gold[i] for i in qqp["ids"]],
+            0.0 if cosine else 0.5,
+        ),
+        "sst": (maps, [gold[i] for i in sorted(e.id for e in sst)]),
+    }
+
+
+def pca_2d(z: np.ndarray) -> np.ndarray:
+    """(N, H) -> (N, 2): the centred embeddings on their two main directions."""
+    centred = z - z.mean(axis=0)
+    _, _, directions = np.linalg.svd(centred, full_matrices=False)  # (H, H), rows by variance
+    return centred @ directions[:2].T
+
+
+def explorer_data(run_dir: Path) -> dict:
+    """The attention explorer's examples: the first EXPLORED dev examples of each task that
+    fit EXPLORED_TOKENS word pieces, their tokens, and both models' attention as bytes
+    (probability x 255, base64), (L, nh, n, n) in row-major order."""
+    cfg = mt.load_run_config(str(run_dir))
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    models = untouched_and_kept(run_dir)
+    examples = []
+    for task in evaluation.MULTITASK:
+        chosen = 0
+        for e in read_task(data_dir(cfg.data.data_dir), task, "dev"):
+            texts = (e.sentence, None) if task == "sst" else (e.sentence1, e.sentence2)
+            if (
+                chosen == EXPLORED
+                or len(tokenizer(*texts, return_tensors=None)["input_ids"]) > EXPLORED_TOKENS
+            ):
+                continue
+            chosen += 1
+            shown = {
+                "task": evaluation.TASKS[task].title,
+                "text": " | ".join(t for t in texts if t),
+            }
+            for name, bert in models.items():
+                tokens, probs = attention_maps(bert, tokenizer, *texts)
+                levels = (probs * 255).round().to(torch.uint8).numpy().tobytes()
+                shown[name] = base64.b64encode(levels).decode()
+            examples.append(shown | {"tokens": tokens})
+    config_ = models["kept"].config
+    return {
+        "layers": config_.num_hidden_layers,
+        "heads": config_.num_attention_heads,
+        "examples": examples,
+    }
+
+
 def picture(fig) -> str:
     """A matplotlib Figure as an inline <img>."""
     buffer = io.BytesIO()
@@ -127,45 +222,119 @@ def worst(task: str, pairs: list[tuple]) -> str:
     return f"<ol>{''.join(items)}</ol>"
 
 
-def report(run_dir: Path, out: Path | None = None) -> Path:
-    """Write the report page of a finished run; returns its path."""
+def stage_sections(run_dir: Path) -> list[str]:
+    """The dev scores after every stage: the figure and the table, the kept stage marked."""
     rows = plots.scored_rows(run_dir)
-    parts = [
-        f"<h1>{html.escape(run_dir.resolve().name)}</h1>",
-        "<h2>Dev scores after every stage</h2>",
-        picture(plots.forgetting_figure(rows, run_dir.resolve().name)),
-    ]
     tasks = [t for t in evaluation.MULTITASK if t in rows[0]]
     table = evaluation.format_table(rows, tasks, evaluation.kept_stage(rows))
-    parts.append(f"<pre>{html.escape(table)}</pre>")
-    predicted = dev_predictions(run_dir)
+    return [
+        "<h2>Dev scores after every stage</h2>",
+        picture(plots.forgetting_figure(rows, run_dir.resolve().name)),
+        f"<pre>{html.escape(table)}</pre>",
+    ]
+
+
+def prediction_sections(predicted: dict) -> list[str]:
+    """SST's confusion and STS's scatter, from the kept model's dev predictions."""
+    parts = []
     if "sst" in predicted:
         parts += ["<h2>SST-5: the kept model's confusion</h2>", confusion_table(predicted["sst"])]
     if "sts" in predicted:
-        gold = [e.label for e, _ in predicted["sts"]]
-        pred = [p for _, p in predicted["sts"]]
+        gold, pred = zip(*((e.label, p) for e, p in predicted["sts"]), strict=True)
         r, rho = evaluation.pearson_r(gold, pred), evaluation.spearman_rho(gold, pred)
         title = f"Pearson {r:.3f}, Spearman {rho:.3f}"
         parts += [
             "<h2>STS: predicted against gold</h2>",
-            picture(plots.sts_scatter_figure(gold, pred, title)),
+            picture(plots.sts_scatter_figure(list(gold), list(pred), title)),
             f"<p>{title} over {len(gold)} dev pairs. The overall score uses Pearson, as CS224n "
             "does; MTEB and sentence-transformers report Spearman.</p>",
         ]
+    return parts
+
+
+def model_sections(run_dir: Path) -> list[str]:
+    """What the models compute: QQP's outputs, the SST map, the attention explorer."""
+    views = model_views(run_dir)
+    scores, labels, cut = views["qqp"]
+    maps, sst_labels = views["sst"]
+    data = json.dumps(explorer_data(run_dir)).replace("</", "<\\/")  # no early </script>
+    return [
+        f"<h2>QQP: the kept model's output on {len(labels)} dev pairs, by gold label</h2>",
+        picture(plots.by_label_figure(scores, labels, cut)),
+        "<h2>SST dev sentences, untouched and kept (PCA)</h2>",
+        picture(plots.embedding_maps_figure(maps, sst_labels)),
+        "<h2>Attention explorer: untouched (left) and kept (right)</h2>",
+        EXPLORER,
+        f'<script id="attention" type="application/json">{data}</script>',
+        f"<script>{EXPLORER_JS}</script>",
+    ]
+
+
+def report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the report page of a finished run; returns its path."""
+    name = html.escape(run_dir.resolve().name)
+    predicted = dev_predictions(run_dir)
+    parts = [f"<h1>{name}</h1>", *stage_sections(run_dir), *prediction_sections(predicted)]
+    parts += model_sections(run_dir)
     for task in ("sst", "sts"):
         if task in predicted:
-            parts += [
-                f"<h2>{evaluation.TASKS[task].title}: furthest from gold</h2>",
-                worst(task, predicted[task]),
-            ]
+            title = evaluation.TASKS[task].title
+            parts += [f"<h2>{title}: furthest from gold</h2>", worst(task, predicted[task])]
+    head = f'<meta charset="utf-8"><title>{name}</title><style>{STYLE}</style>'
     body = "\n".join(parts)
-    page = f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(run_dir.name)}</title><style>{STYLE}</style></head><body>{body}</body></html>'
     out = out or run_dir / "report.html"
-    atomic_write(page, out)
+    atomic_write(f"<!doctype html><html><head>{head}</head><body>{body}</body></html>", out)
     return out
 
 
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:auto} img{max-width:100%} td,th{padding:.2em .6em;text-align:right}"
+
+
+EXPLORER = """<p><label>example <select id="example"></select></label>
+<label>layer <select id="layer"></select></label> <label>head <select id="head"></select></label></p>
+<p id="text"></p><canvas id="untouched" width="420" height="420"></canvas>
+<canvas id="kept" width="420" height="420"></canvas>"""
+
+EXPLORER_JS = """
+const data = JSON.parse(document.getElementById("attention").textContent);
+const pick = (id) => document.getElementById(id);
+function fill(id, labels) {
+  labels.forEach((label, i) => pick(id).add(new Option(label, i)));
+}
+fill("example", data.examples.map((e, i) => `${i + 1}. ${e.task}: ${e.text.slice(0, 60)}`));
+fill("layer", [...Array(data.layers).keys()].map((i) => i + 1));
+fill("head", [...Array(data.heads).keys()].map((i) => i + 1));
+pick("layer").value = data.layers - 1;
+function draw() {
+  const e = data.examples[pick("example").value], n = e.tokens.length;
+  const layer = +pick("layer").value, head = +pick("head").value;
+  pick("text").textContent = e.text;
+  for (const name of ["untouched", "kept"]) {
+    const bytes = Uint8Array.from(atob(e[name]), (c) => c.charCodeAt(0));
+    const start = (layer * data.heads + head) * n * n;  // (L, nh, n, n), row-major
+    const ctx = pick(name).getContext("2d"), margin = 90, cell = (420 - margin) / n;
+    ctx.clearRect(0, 0, 420, 420);
+    ctx.font = `${Math.min(11, cell)}px sans-serif`;
+    for (let i = 0; i < n; i++) {
+      ctx.fillStyle = "black";
+      ctx.textAlign = "right";
+      ctx.fillText(e.tokens[i], margin - 4, margin + (i + 0.8) * cell);
+      ctx.save();
+      ctx.translate(margin + (i + 0.8) * cell, margin - 4);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      ctx.fillText(e.tokens[i], 0, 0);
+      ctx.restore();
+      for (let j = 0; j < n; j++) {  // row i: where token i looks
+        ctx.fillStyle = `rgba(31, 119, 180, ${bytes[start + i * n + j] / 255})`;
+        ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
+      }
+    }
+  }
+}
+for (const id of ["example", "layer", "head"]) pick(id).addEventListener("change", draw);
+draw();
+"""
 
 
 def main(argv=None) -> Path:

@@ -149,6 +149,33 @@ def sts_scatter_figure(gold: list[float], pred: list[float], title: str) -> Figu
     return fig
 
 
+def by_label_figure(scores, labels, cut: float) -> Figure:
+    """Histograms of a binary task's outputs, one per gold label, the decision cut marked."""
+    scores, labels = np.asarray(scores), np.asarray(labels)
+    fig = Figure(figsize=(5.0, 3.2), layout="constrained")
+    ax = fig.subplots()
+    bins = np.linspace(scores.min(), scores.max(), 41)
+    for label, name in ((0, "not a paraphrase"), (1, "paraphrase")):
+        ax.hist(scores[labels == label], bins=bins, alpha=0.55, label=f"gold: {name}")
+    ax.axvline(cut, color="black", ls="--", lw=1, label=f"cut {cut:g}")
+    ax.set(xlabel="the model's output", ylabel="dev pairs")
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def embedding_maps_figure(maps: dict, labels) -> Figure:
+    """A scatter per model of 2-D sentence embeddings ({name: (N, 2)}), coloured by label."""
+    labels = np.asarray(labels)
+    fig = Figure(figsize=(4.2 * len(maps), 4.0), layout="constrained")
+    for ax, (name, points) in zip(
+        fig.subplots(1, len(maps), squeeze=False)[0], maps.items(), strict=True
+    ):
+        spots = ax.scatter(points[:, 0], points[:, 1], c=labels, cmap="coolwarm", s=5, alpha=0.7)
+        ax.set(title=name, xticks=[], yticks=[])
+    fig.colorbar(spots, ax=fig.axes, label="SST label (0 very negative, 4 very positive)")
+    return fig
+
+
 def aligned(stages: list[str], axis: list[str]) -> list[int]:
     """Where a run's stages sit on the axis (the longest run's stage names): each under the
     axis's next stage of the same name, so runs with and without a first SimCSE stage line

@@ -1,6 +1,8 @@
 """explore.py: a run's attention, the untouched model beside the kept one."""
 
+import io
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from scipy.stats import spearmanr
 import evaluation
 import explore
 from datasets import read_task
-from helpers import run
+from helpers import run, tiny_model_and_data
 
 
 def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_path):
@@ -54,7 +56,7 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
     page = out.read_text()
     assert out == run_dir / "report.html"
     assert not re.findall(r'(?:src|href)="(?!data:)', page)  # nothing fetched from anywhere
-    assert page.count('<img alt="" src="data:image/png;base64,') == 2
+    assert page.count('<img alt="" src="data:image/png;base64,') == 4
     assert "loop 1: SST" in page and "start (no training)" in page
 
     def dev(task):
@@ -71,3 +73,69 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
     gold, pred = dev("sts")
     assert f"Spearman {spearmanr(gold, pred).statistic:.3f}" in page
     assert page.count("<li>gold ") == 2 * min(explore.WORST, len(gold))
+
+
+def test_pca_2d_is_sklearns_up_to_sign():
+    from sklearn.decomposition import PCA
+
+    z = np.random.default_rng(0).normal(size=(50, 8)) * np.arange(1, 9)  # (N, H)
+    ours, ref = explore.pca_2d(z), PCA(n_components=2).fit_transform(z)
+    for k in range(2):
+        sign = np.sign(ours[:, k] @ ref[:, k])
+        np.testing.assert_allclose(sign * ours[:, k], ref[:, k], atol=1e-9)
+
+
+def test_outputs_follow_the_ids_whatever_the_batching(tiny_env):
+    """Scoring batches come bucketed by length: each row must still be its id's."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.eval()
+    dataset = task_data["sst"].dev
+    got = explore.outputs(model, "sst", dataset)
+    for k in (0, 5, len(dataset) - 1):
+        i = list(dataset.ids).index(got["ids"][k])
+        with torch.no_grad():
+            one = model.predict("sst", dataset.collate([i]))[0]
+        torch.testing.assert_close(torch.from_numpy(got["out"][k]), one, atol=1e-5, rtol=0)
+
+
+def chromium():
+    """Debian's chromium driven by its chromedriver, headless; skips where they are absent."""
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (binary and driver):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,3000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def test_the_report_works_in_a_real_browser(tiny_env, tmp_path):
+    """No console errors; another layer and head redraw the kept model's heatmap; the page
+    is not blank."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run_dir = tmp_path / "run"
+    run(tiny_env, run_dir)
+    page = explore.main(["report", str(run_dir)])
+    browser = chromium()
+    try:
+        browser.get(page.as_uri())
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not severe
+        script = 'return document.getElementById("kept").toDataURL()'
+        before = browser.execute_script(script)
+        Select(browser.find_element(By.ID, "layer")).select_by_index(0)  # the first, not the last
+        Select(browser.find_element(By.ID, "head")).select_by_index(1)
+        after = browser.execute_script(script)
+        assert after != before
+        shot = imread(io.BytesIO(browser.get_screenshot_as_png()))[..., :3]
+        assert shot.std() > 0.05
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        browser.quit()
