@@ -222,15 +222,21 @@ def worst(task: str, pairs: list[tuple]) -> str:
     return f"<ol>{''.join(items)}</ol>"
 
 
+def section(name: str, title: str, *content: str) -> str:
+    """One part of the page, id'd so that a link or a screenshot can find it."""
+    return f'<section id="{name}"><h2>{title}</h2>{"".join(content)}</section>'
+
+
 def stage_sections(run_dir: Path) -> list[str]:
     """The dev scores after every stage: the figure and the table, the kept stage marked."""
     rows = plots.scored_rows(run_dir)
     tasks = [t for t in evaluation.MULTITASK if t in rows[0]]
     table = evaluation.format_table(rows, tasks, evaluation.kept_stage(rows))
+    figure = picture(plots.forgetting_figure(rows, run_dir.resolve().name))
     return [
-        "<h2>Dev scores after every stage</h2>",
-        picture(plots.forgetting_figure(rows, run_dir.resolve().name)),
-        f"<pre>{html.escape(table)}</pre>",
+        section(
+            "stages", "Dev scores after every stage", figure, f"<pre>{html.escape(table)}</pre>"
+        )
     ]
 
 
@@ -238,17 +244,18 @@ def prediction_sections(predicted: dict) -> list[str]:
     """SST's confusion and STS's scatter, from the kept model's dev predictions."""
     parts = []
     if "sst" in predicted:
-        parts += ["<h2>SST-5: the kept model's confusion</h2>", confusion_table(predicted["sst"])]
+        title = "SST-5: the kept model's confusion"
+        parts.append(section("confusion", title, confusion_table(predicted["sst"])))
     if "sts" in predicted:
         gold, pred = zip(*((e.label, p) for e, p in predicted["sts"]), strict=True)
         r, rho = evaluation.pearson_r(gold, pred), evaluation.spearman_rho(gold, pred)
         title = f"Pearson {r:.3f}, Spearman {rho:.3f}"
-        parts += [
-            "<h2>STS: predicted against gold</h2>",
-            picture(plots.sts_scatter_figure(list(gold), list(pred), title)),
+        note = (
             f"<p>{title} over {len(gold)} dev pairs. The overall score uses Pearson, as CS224n "
-            "does; MTEB and sentence-transformers report Spearman.</p>",
-        ]
+            "does; MTEB and sentence-transformers report Spearman.</p>"
+        )
+        figure = picture(plots.sts_scatter_figure(list(gold), list(pred), title))
+        parts.append(section("sts", "STS: predicted against gold", figure, note))
     return parts
 
 
@@ -259,14 +266,23 @@ def model_sections(run_dir: Path) -> list[str]:
     maps, sst_labels = views["sst"]
     data = json.dumps(explorer_data(run_dir)).replace("</", "<\\/")  # no early </script>
     return [
-        f"<h2>QQP: the kept model's output on {len(labels)} dev pairs, by gold label</h2>",
-        picture(plots.by_label_figure(scores, labels, cut)),
-        "<h2>SST dev sentences, untouched and kept (PCA)</h2>",
-        picture(plots.embedding_maps_figure(maps, sst_labels)),
-        "<h2>Attention explorer: untouched (left) and kept (right)</h2>",
-        EXPLORER,
-        f'<script id="attention" type="application/json">{data}</script>',
-        f"<script>{EXPLORER_JS}</script>",
+        section(
+            "qqp",
+            f"QQP: the kept model's output on {len(labels)} dev pairs, by gold label",
+            picture(plots.by_label_figure(scores, labels, cut)),
+        ),
+        section(
+            "embeddings",
+            "SST dev sentences, untouched and kept (PCA)",
+            picture(plots.embedding_maps_figure(maps, sst_labels)),
+        ),
+        section(
+            "explorer",
+            "Attention explorer: untouched (left) and kept (right)",
+            EXPLORER,
+            f'<script id="attention" type="application/json">{data}</script>',
+            f"<script>{EXPLORER_JS}</script>",
+        ),
     ]
 
 
@@ -278,8 +294,8 @@ def report(run_dir: Path, out: Path | None = None) -> Path:
     parts += model_sections(run_dir)
     for task in ("sst", "sts"):
         if task in predicted:
-            title = evaluation.TASKS[task].title
-            parts += [f"<h2>{title}: furthest from gold</h2>", worst(task, predicted[task])]
+            title = f"{evaluation.TASKS[task].title}: furthest from gold"
+            parts.append(section(f"worst-{task}", title, worst(task, predicted[task])))
     head = f'<meta charset="utf-8"><title>{name}</title><style>{STYLE}</style>'
     body = "\n".join(parts)
     out = out or run_dir / "report.html"
