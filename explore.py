@@ -22,6 +22,7 @@ import base64
 import html
 import io
 import json
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -52,25 +53,26 @@ def attention_maps(bert: BertModel, tokenizer, text: str, pair: str | None = Non
     return tokenizer.convert_ids_to_tokens(ids[0].tolist()), probs.float()
 
 
-def untouched_and_kept(run_dir: Path) -> dict[str, BertModel]:
-    """The encoder a run started from and the one it kept (best.safetensors), in eval mode
-    with the hand-written attention (the one that returns its probabilities)."""
+def load(run_dir: Path) -> tuple:
+    """(the run's config, its tokenizer, {'untouched': the model it started from, 'kept':
+    the one it kept}): MultitaskBERTs in eval mode on the CPU, with the run's attention
+    (the hand-written one there; it returns its probabilities). The untouched model's heads
+    are fresh, and nothing here reads them."""
     cfg = mt.load_run_config(str(run_dir))
-    model, _ = mt.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
-    untouched = BertModel.from_pretrained(cfg.model.bert).eval()
-    return {"untouched": untouched, "kept": model.bert.eval()}
+    kept, _ = mt.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
+    models = {"untouched": mt.run_model(cfg)().eval(), "kept": kept}
+    return cfg, BertTokenizer.from_pretrained(cfg.model.bert), models
 
 
 def draw_attention(args, parser) -> Path:
-    models = untouched_and_kept(args.run_dir)
-    layers = models["kept"].config.num_hidden_layers
+    _, tokenizer, models = load(args.run_dir)
+    layers = models["kept"].bert.config.num_hidden_layers
     layer = args.layer or layers
     if not 1 <= layer <= layers:
         parser.error(f"--layer {layer}: this model has layers 1 to {layers}")
-    tokenizer = BertTokenizer.from_pretrained(mt.load_run_config(str(args.run_dir)).model.bert)
     maps = {}
-    for name, bert in models.items():
-        tokens, maps[name] = attention_maps(bert, tokenizer, args.text, args.pair)
+    for name, model in models.items():
+        tokens, maps[name] = attention_maps(model.bert, tokenizer, args.text, args.pair)
     out = args.out or args.run_dir / f"attention-layer{layer}.png"
     plots.attention_figure(tokens, maps, layer - 1).savefig(out, dpi=110)
     return out
@@ -111,24 +113,19 @@ def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
     }
 
 
-def model_views(run_dir: Path, sample: int = 2000) -> dict:
-    """What the report computes with the models: QQP's outputs of the kept model with gold
-    labels, and SST sentence embeddings (PCA, 2-D) of the untouched and the kept model."""
-    cfg = mt.load_run_config(str(run_dir))
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+def model_views(cfg, tokenizer, models: dict, sample: int = 2000) -> dict:
+    """What the report computes with the models (load's): the kept model's QQP outputs with
+    their gold labels and cut, and both models' SST sentence embeddings in 2-D (PCA), on at
+    most `sample` dev examples of each."""
     folder, length = data_dir(cfg.data.data_dir), cfg.data.max_length
-    kept, _ = mt.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
-    untouched = mt.run_model(cfg)().eval()  # the loaded encoder; its heads are unused
     para = read_task(folder, "para", "dev")[:sample]
     cross = "para" in cfg.multitask.cross_encode
+    kept = models["kept"]
     qqp = outputs(kept, "para", PairDataset(para, tokenizer, length, cross_encode=cross))
     sst = read_task(folder, "sst", "dev")[:sample]
     dataset = SentenceDataset(sst, tokenizer, length)
     gold = {e.id: e.label for e in para} | {e.id: e.label for e in sst}
-    maps = {
-        name: pca_2d(outputs(m, "sst", dataset)["z"])
-        for name, m in (("untouched", untouched), ("kept", kept))
-    }
+    maps = {name: pca_2d(outputs(m, "sst", dataset)["z"]) for name, m in models.items()}
     cosine = "para" in kept.cosine  # a cut on a similarity, not a logit
     return {
         "qqp": (
@@ -147,37 +144,35 @@ def pca_2d(z: np.ndarray) -> np.ndarray:
     return centred @ directions[:2].T
 
 
-def explorer_data(run_dir: Path) -> dict:
+def explorer_data(cfg, tokenizer, models: dict) -> dict:
     """The attention explorer's examples: the first EXPLORED dev examples of each task that
     fit EXPLORED_TOKENS word pieces, their tokens, and both models' attention as bytes
     (probability x 255, base64), (L, nh, n, n) in row-major order."""
-    cfg = mt.load_run_config(str(run_dir))
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    models = untouched_and_kept(run_dir)
     examples = []
     for task in evaluation.MULTITASK:
-        chosen = 0
-        for e in read_task(data_dir(cfg.data.data_dir), task, "dev"):
-            texts = (e.sentence, None) if task == "sst" else (e.sentence1, e.sentence2)
-            if (
-                chosen == EXPLORED
-                or len(tokenizer(*texts, return_tensors=None)["input_ids"]) > EXPLORED_TOKENS
-            ):
-                continue
-            chosen += 1
+        pairs = [
+            (e.sentence, None) if task == "sst" else (e.sentence1, e.sentence2)
+            for e in read_task(data_dir(cfg.data.data_dir), task, "dev")
+        ]
+        fits = (
+            t
+            for t in pairs
+            if len(tokenizer(*t, return_tensors=None)["input_ids"]) <= EXPLORED_TOKENS
+        )
+        for texts in islice(fits, EXPLORED):
             shown = {
                 "task": evaluation.TASKS[task].title,
                 "text": " | ".join(t for t in texts if t),
             }
-            for name, bert in models.items():
-                tokens, probs = attention_maps(bert, tokenizer, *texts)
+            for name, model in models.items():
+                tokens, probs = attention_maps(model.bert, tokenizer, *texts)
                 levels = (probs * 255).round().to(torch.uint8).numpy().tobytes()
                 shown[name] = base64.b64encode(levels).decode()
             examples.append(shown | {"tokens": tokens})
-    config_ = models["kept"].config
+    bert = models["kept"].bert.config
     return {
-        "layers": config_.num_hidden_layers,
-        "heads": config_.num_attention_heads,
+        "layers": bert.num_hidden_layers,
+        "heads": bert.num_attention_heads,
         "examples": examples,
     }
 
@@ -261,10 +256,11 @@ def prediction_sections(predicted: dict) -> list[str]:
 
 def model_sections(run_dir: Path) -> list[str]:
     """What the models compute: QQP's outputs, the SST map, the attention explorer."""
-    views = model_views(run_dir)
+    cfg, tokenizer, models = load(run_dir)
+    views = model_views(cfg, tokenizer, models)
     scores, labels, cut = views["qqp"]
     maps, sst_labels = views["sst"]
-    data = json.dumps(explorer_data(run_dir)).replace("</", "<\\/")  # no early </script>
+    data = json.dumps(explorer_data(cfg, tokenizer, models)).replace("</", "<\\/")  # no </script>
     return [
         section(
             "qqp",

@@ -18,14 +18,14 @@ from helpers import run, tiny_model_and_data
 
 def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_path):
     run(tiny_env, tmp_path / "run")
-    models = explore.untouched_and_kept(tmp_path / "run")
-    tokenizer = explore.BertTokenizer.from_pretrained(str(tiny_env[0]))
+    _, tokenizer, models = explore.load(tmp_path / "run")
     maps = {}
-    for name, bert in models.items():
-        tokens, maps[name] = explore.attention_maps(bert, tokenizer, "a fine film", "a good one")
+    for name, model in models.items():
+        texts = ("a fine film", "a good one")
+        tokens, maps[name] = explore.attention_maps(model.bert, tokenizer, *texts)
     n = len(tokens)
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2
-    cfg = models["kept"].config
+    cfg = models["kept"].bert.config
     assert maps["kept"].shape == (cfg.num_hidden_layers, cfg.num_attention_heads, n, n)
     for probs in maps.values():  # every row a distribution over the sequence
         torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
