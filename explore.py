@@ -82,14 +82,20 @@ def draw_attention(args, parser) -> Path:
 # The report page
 
 
-def dev_predictions(run_dir: Path) -> dict[str, list[tuple]]:
-    """{task: [(dev example, the kept model's prediction), ...]} from RUN_DIR/predictions."""
-    cfg = mt.load_run_config(str(run_dir))
+def dev_examples(cfg) -> dict[str, list]:
+    """Each task's dev examples, read once for the whole page."""
+    folder = data_dir(cfg.data.data_dir)
+    return {task: read_task(folder, task, "dev") for task in evaluation.MULTITASK}
+
+
+def dev_predictions(run_dir: Path, dev: dict) -> dict[str, list[tuple]]:
+    """{task: [(dev example, the kept model's prediction), ...]} of SST and STS, from the
+    run's predictions/ (what the page's confusion, scatter and worst errors read)."""
     out = {}
-    for task in evaluation.MULTITASK:
+    for task in ("sst", "sts"):
         path = evaluation.prediction_path(run_dir / "predictions", task, "dev")
         if path.is_file():
-            gold = {e.id: e for e in read_task(data_dir(cfg.data.data_dir), task, "dev")}
+            gold = {e.id: e for e in dev[task]}
             ids, preds = evaluation.read_predictions(path)
             out[task] = [(gold[i], p) for i, p in zip(ids, preds, strict=True) if i in gold]
     return out
@@ -97,14 +103,14 @@ def dev_predictions(run_dir: Path) -> dict[str, list[tuple]]:
 
 def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
     """{'ids', 'out': the task's raw output, 'z': the first sentences' pooled embeddings}
-    of every dev example, in eval mode, in the dataset's order of ids."""
+    of every example, one forward each, in eval mode, sorted by id."""
     columns = {"ids": [], "out": [], "z": []}
     with torch.no_grad():
         for batch in make_loader(dataset, 64, shuffle=False):
-            B = len(batch["ids"])
+            z = model.sentences(batch)  # (N, H): N = B, or 2B for siamese pairs
             columns["ids"] += batch["ids"]
-            columns["out"].append(model.predict(task, batch).float())
-            columns["z"].append(model.sentences(batch)[:B].float())  # (B, H)
+            columns["out"].append(model.readout(task, batch, z).float())  # model.predict's
+            columns["z"].append(z[: len(batch["ids"])].float())  # (B, H)
     order = np.argsort(columns["ids"])  # batches come bucketed by length
     return {
         "ids": np.asarray(columns["ids"])[order],
@@ -113,19 +119,17 @@ def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
     }
 
 
-def model_views(cfg, tokenizer, models: dict, sample: int = 2000) -> dict:
+def model_views(cfg, tokenizer, models: dict, dev: dict, sample: int = 2000) -> dict:
     """What the report computes with the models (load's): the kept model's QQP outputs with
     their gold labels and cut, and both models' SST sentence embeddings in 2-D (PCA), on at
     most `sample` dev examples of each."""
-    folder, length = data_dir(cfg.data.data_dir), cfg.data.max_length
-    para = read_task(folder, "para", "dev")[:sample]
+    length, kept = cfg.data.max_length, models["kept"]
     cross = "para" in cfg.multitask.cross_encode
-    kept = models["kept"]
-    qqp = outputs(kept, "para", PairDataset(para, tokenizer, length, cross_encode=cross))
-    sst = read_task(folder, "sst", "dev")[:sample]
-    dataset = SentenceDataset(sst, tokenizer, length)
-    gold = {e.id: e.label for e in para} | {e.id: e.label for e in sst}
-    maps = {name: pca_2d(outputs(m, "sst", dataset)["z"]) for name, m in models.items()}
+    para = PairDataset(dev["para"][:sample], tokenizer, length, cross_encode=cross)
+    qqp = outputs(kept, "para", para)
+    sst = SentenceDataset(dev["sst"][:sample], tokenizer, length)
+    embedded = {name: outputs(m, "sst", sst) for name, m in models.items()}
+    gold = {e.id: e.label for task in ("para", "sst") for e in dev[task]}
     cosine = "para" in kept.cosine  # a cut on a similarity, not a logit
     return {
         "qqp": (
@@ -133,7 +137,10 @@ def model_views(cfg, tokenizer, models: dict, sample: int = 2000) -> dict:
             [gold[i] for i in qqp["ids"]],
             0.0 if cosine else 0.5,
         ),
-        "sst": (maps, [gold[i] for i in sorted(e.id for e in sst)]),
+        "sst": (
+            {name: pca_2d(o["z"]) for name, o in embedded.items()},
+            [gold[i] for i in embedded["kept"]["ids"]],
+        ),
     }
 
 
@@ -144,15 +151,14 @@ def pca_2d(z: np.ndarray) -> np.ndarray:
     return centred @ directions[:2].T
 
 
-def explorer_data(cfg, tokenizer, models: dict) -> dict:
+def explorer_data(tokenizer, models: dict, dev: dict) -> dict:
     """The attention explorer's examples: the first EXPLORED dev examples of each task that
     fit EXPLORED_TOKENS word pieces, their tokens, and both models' attention as bytes
     (probability x 255, base64), (L, nh, n, n) in row-major order."""
     examples = []
     for task in evaluation.MULTITASK:
         pairs = [
-            (e.sentence, None) if task == "sst" else (e.sentence1, e.sentence2)
-            for e in read_task(data_dir(cfg.data.data_dir), task, "dev")
+            (e.sentence, None) if task == "sst" else (e.sentence1, e.sentence2) for e in dev[task]
         ]
         fits = (
             t
@@ -208,12 +214,8 @@ def worst(task: str, pairs: list[tuple]) -> str:
     items = []
     for example, pred in far:
         text = example.sentence if task == "sst" else f"{example.sentence1} | {example.sentence2}"
-        said = (
-            f"gold {example.label:g}, predicted {pred:.2f}"
-            if task == "sts"
-            else (f"gold {example.label}, predicted {pred}")
-        )
-        items.append(f"<li>{said}: {html.escape(text)}</li>")
+        shown = f"{pred:.2f}" if task == "sts" else pred  # a score, or a class
+        items.append(f"<li>gold {example.label:g}, predicted {shown}: {html.escape(text)}</li>")
     return f"<ol>{''.join(items)}</ol>"
 
 
@@ -254,13 +256,12 @@ def prediction_sections(predicted: dict) -> list[str]:
     return parts
 
 
-def model_sections(run_dir: Path) -> list[str]:
+def model_sections(cfg, tokenizer, models: dict, dev: dict) -> list[str]:
     """What the models compute: QQP's outputs, the SST map, the attention explorer."""
-    cfg, tokenizer, models = load(run_dir)
-    views = model_views(cfg, tokenizer, models)
+    views = model_views(cfg, tokenizer, models, dev)
     scores, labels, cut = views["qqp"]
     maps, sst_labels = views["sst"]
-    data = json.dumps(explorer_data(cfg, tokenizer, models)).replace("</", "<\\/")  # no </script>
+    data = json.dumps(explorer_data(tokenizer, models, dev)).replace("</", "<\\/")  # no </script>
     return [
         section(
             "qqp",
@@ -285,9 +286,11 @@ def model_sections(run_dir: Path) -> list[str]:
 def report(run_dir: Path, out: Path | None = None) -> Path:
     """Write the report page of a finished run; returns its path."""
     name = html.escape(run_dir.resolve().name)
-    predicted = dev_predictions(run_dir)
+    cfg, tokenizer, models = load(run_dir)
+    dev = dev_examples(cfg)
+    predicted = dev_predictions(run_dir, dev)
     parts = [f"<h1>{name}</h1>", *stage_sections(run_dir), *prediction_sections(predicted)]
-    parts += model_sections(run_dir)
+    parts += model_sections(cfg, tokenizer, models, dev)
     for task in ("sst", "sts"):
         if task in predicted:
             title = f"{evaluation.TASKS[task].title}: furthest from gold"

@@ -21,6 +21,8 @@ model's score dashed.
 stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
 
 For the individual preset, give the run folder: each task's sub-run gets its own pictures.
+explore.py draws its attention picture and the report page's figures with the
+`*_figure` functions here, which return a Figure instead of writing a file.
 Only this file imports matplotlib, and only its Figure class (drawn with the Agg canvas,
 no pyplot state, no display needed); training never imports it.
 """
@@ -112,13 +114,13 @@ def spaced(positions: list[float], gap: float) -> list[int]:
 
 
 def draw_forgetting(rows: list[dict], path: Path, title: str) -> Path:
-    """Each scored task's dev score over the stages; the start dashed, the kept stage shaded."""
+    """forgetting_figure, written to path."""
     forgetting_figure(rows, title).savefig(path, dpi=110)
     return path
 
 
 def forgetting_figure(rows: list[dict], title: str) -> Figure:
-    """draw_forgetting's picture."""
+    """Each scored task's dev score over the stages; the start dashed, the kept stage shaded."""
     names = [row["stage"] for row in rows[1:]]
     x = np.arange(len(names))
     fig = Figure(figsize=(max(6.0, 0.45 * len(names) + 3.5), 4.2), layout="constrained")

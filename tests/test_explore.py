@@ -85,17 +85,21 @@ def test_pca_2d_is_sklearns_up_to_sign():
         np.testing.assert_allclose(sign * ours[:, k], ref[:, k], atol=1e-9)
 
 
-def test_outputs_follow_the_ids_whatever_the_batching(tiny_env):
-    """Scoring batches come bucketed by length: each row must still be its id's."""
+@pytest.mark.parametrize("task", ["sst", "para"])
+def test_outputs_follow_the_ids_whatever_the_batching(tiny_env, task):
+    """Scoring batches come bucketed by length: each row must still be its id's, its output
+    model.predict's and its embedding the first sentence's (a siamese pair has two)."""
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
-    dataset = task_data["sst"].dev
-    got = explore.outputs(model, "sst", dataset)
+    dataset = task_data[task].dev
+    got = explore.outputs(model, task, dataset)
     for k in (0, 5, len(dataset) - 1):
         i = list(dataset.ids).index(got["ids"][k])
         with torch.no_grad():
-            one = model.predict("sst", dataset.collate([i]))[0]
-        torch.testing.assert_close(torch.from_numpy(got["out"][k]), one, atol=1e-5, rtol=0)
+            one = model.predict(task, dataset.collate([i]))[0]
+            z = model.sentences(dataset.collate([i]))[0]  # (H,): the first sentence
+        torch.testing.assert_close(torch.as_tensor(got["out"][k]), one, atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.from_numpy(got["z"][k]), z, atol=1e-5, rtol=0)
 
 
 def chromium():
