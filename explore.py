@@ -302,6 +302,13 @@ def report(run_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
+def inline(page: Path, height: int = 900) -> str:
+    """The report page as a notebook's output shows it (IPython.display.HTML): in a frame of
+    its own, so that its ids and script stay apart from the notebook's."""
+    frame = f"width:100%;height:{height}px;border:0"
+    return f'<iframe srcdoc="{html.escape(page.read_text())}" style="{frame}"></iframe>'
+
+
 STYLE = "body{font-family:sans-serif;max-width:60em;margin:auto} img{max-width:100%} td,th{padding:.2em .6em;text-align:right}"
 
 
@@ -368,6 +375,10 @@ def main(argv=None) -> Path:
     page.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
     args = parser.parse_args(argv)
     if not (args.run_dir / BEST).is_file():
+        if any(args.run_dir.glob(f"*/{BEST}")):  # the individual preset: a model per task
+            parser.error(
+                f"{args.run_dir}: a model per task (the individual preset); this reads one"
+            )
         parser.error(f"{args.run_dir}: no {BEST} there; is it a finished run folder?")
     out = (
         draw_attention(args, look)

@@ -41,6 +41,11 @@ def test_explore_says_what_it_needs(tiny_env, tmp_path, capsys):
     with pytest.raises(SystemExit):
         explore.main(["report", str(tmp_path)])
     assert "no best.safetensors there" in capsys.readouterr().err
+    (tmp_path / "sst").mkdir()
+    (tmp_path / "sst" / "best.safetensors").touch()  # the individual preset's sub-run
+    with pytest.raises(SystemExit):
+        explore.main(["report", str(tmp_path)])
+    assert "a model per task (the individual preset); this reads one" in capsys.readouterr().err
     run(tiny_env, tmp_path / "run")
     with pytest.raises(SystemExit):
         explore.main(["attention", str(tmp_path / "run"), "a sentence", "--layer", "9"])
@@ -118,28 +123,39 @@ def chromium():
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
-def test_the_report_works_in_a_real_browser(tiny_env, tmp_path):
-    """No console errors; another layer and head redraw the kept model's heatmap; the page
-    is not blank."""
+def redraws(browser) -> bool:
+    """Whether picking the first layer and the second head redraws the kept model's heatmap."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
+
+    script = 'return document.getElementById("kept").toDataURL()'
+    before = browser.execute_script(script)
+    Select(browser.find_element(By.ID, "layer")).select_by_index(0)  # the first, not the last
+    Select(browser.find_element(By.ID, "head")).select_by_index(1)
+    return browser.execute_script(script) != before
+
+
+def test_the_report_works_in_a_real_browser(tiny_env, tmp_path):
+    """No console errors; another layer and head redraw the kept model's heatmap; the page
+    is not blank; the same inside the frame a notebook shows it in."""
+    from selenium.webdriver.common.by import By
 
     run_dir = tmp_path / "run"
     run(tiny_env, run_dir)
     page = explore.main(["report", str(run_dir)])
+    notebook = tmp_path / "notebook.html"
+    notebook.write_text(f"<!doctype html><p>a notebook's cell</p>{explore.inline(page)}")
     browser = chromium()
     try:
         browser.get(page.as_uri())
-        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-        assert not severe
-        script = 'return document.getElementById("kept").toDataURL()'
-        before = browser.execute_script(script)
-        Select(browser.find_element(By.ID, "layer")).select_by_index(0)  # the first, not the last
-        Select(browser.find_element(By.ID, "head")).select_by_index(1)
-        after = browser.execute_script(script)
-        assert after != before
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert redraws(browser)
         shot = imread(io.BytesIO(browser.get_screenshot_as_png()))[..., :3]
         assert shot.std() > 0.05
+        browser.get(notebook.as_uri())
+        browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
+        assert "loop 1: SST" in browser.find_element(By.TAG_NAME, "body").text
+        assert redraws(browser)
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         browser.quit()

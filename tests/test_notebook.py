@@ -68,8 +68,13 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
         "loop 1: QQP 3%",
     ]
     assert all(row["stage"] in out for row in rows)  # the forgetting table, printed
-    for name in ("config.json", "best.safetensors", "forgetting.png", "loss.png"):
+    for name in ("config.json", "best.safetensors", "forgetting.png", "loss.png", "report.html"):
         assert (run_dir / name).is_file(), name
+    labels = [
+        line.split("\t") for line in out.splitlines() if line.startswith(("sentiment", "para"))
+    ]
+    assert [line[-1] for line in labels] == [s.split("\t")[-1] for s in namespace["SENTENCES"]]
+    assert [len(line) for line in labels] == [2, 2, 4]  # the pair: paraphrase, similarity
     predictions = sorted(p.name for p in (run_dir / "predictions").iterdir())
     assert len(predictions) == 6  # dev and test for three tasks
     with zipfile.ZipFile(run_dir / "predictions.zip") as archive:
