@@ -1,6 +1,7 @@
 """explore.py: a run's attention, the untouched model beside the kept one."""
 
 import io
+import os
 import re
 import shutil
 
@@ -108,16 +109,24 @@ def test_outputs_follow_the_ids_whatever_the_batching(tiny_env, task):
 
 
 def chromium():
-    """Debian's chromium driven by its chromedriver, headless; skips where they are absent."""
+    """Debian's chromium driven by its chromedriver, headless; skips where they are absent,
+    unless MINBERT_BROWSER_REQUIRED is set (.ci/run sets it: there the test must run)."""
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (binary and driver):
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
+        missing = "needs Debian's chromium and chromium-driver (apt-get install them)"
+        if os.environ.get("MINBERT_BROWSER_REQUIRED"):
+            pytest.fail(f"MINBERT_BROWSER_REQUIRED: {missing}")
+        pytest.skip(missing)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,3000"):
+    flags = "--headless=new --no-sandbox --disable-gpu --window-size=1000,3000 --no-first-run"
+    offline = "--disable-background-networking --disable-component-update --disable-sync"
+    for (
+        flag
+    ) in f"{flags} {offline}".split():  # offline: no calls home that a closed network refuses
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=options)
