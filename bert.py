@@ -60,10 +60,12 @@ def attention(q, k, v, mask, dropout_p=0.0, training=False):
 
     q, k, v: (B, nh, T, hs); mask: (B, 1, 1, T) additive (0 keep, very negative drop).
     """
+    # BEGIN EXERCISE attention: softmax(q k^T / sqrt(hs) + mask) over the keys; dropout, then times v; return (out, probs)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
     probs = F.softmax(scores + mask, dim=-1)  # (B, nh, T, T), each row sums to 1
     out = dropout(probs, dropout_p, training) @ v  # (B, nh, T, hs)
     return out, probs
+    # END EXERCISE attention
 
 
 class SelfAttention(nn.Module):
@@ -110,7 +112,9 @@ class AddNorm(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x, residual):
+        # BEGIN EXERCISE layer: dense, dropout, add the residual, LayerNorm (post-LN)
         return self.LayerNorm(residual + self.dropout(self.dense(x)))
+        # END EXERCISE layer
 
 
 class BertLayer(nn.Module):
@@ -130,9 +134,11 @@ class BertLayer(nn.Module):
         self.output = AddNorm(inner, config)
 
     def forward(self, x, mask, probs: list | None = None):
+        # BEGIN EXERCISE layer: self-attention then its AddNorm; GELU feed-forward (intermediate) then its AddNorm
         a = self.attention["output"](self.attention["self"](x, mask, probs), x)  # (B, T, H)
         h = F.gelu(self.intermediate["dense"](a))  # (B, T, I), exact erf GELU
         return self.output(h, a)  # (B, T, H)
+        # END EXERCISE layer
 
 
 class BertEmbeddings(nn.Module):
@@ -148,6 +154,7 @@ class BertEmbeddings(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids):
+        # BEGIN EXERCISE embeddings: word + position (0..T-1) + token type embeddings, then LayerNorm, then dropout
         T = input_ids.size(1)
         pos = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
         x = (
@@ -156,6 +163,7 @@ class BertEmbeddings(nn.Module):
             + self.token_type_embeddings(token_type_ids)  # (B, T, H)
         )
         return self.dropout(self.LayerNorm(x))
+        # END EXERCISE embeddings
 
 
 class BertModel(nn.Module):
@@ -264,8 +272,10 @@ def mean_pool(hidden, attention_mask):
 
     hidden: (B, T, H); attention_mask: (B, T) -> (B, H).
     """
+    # BEGIN EXERCISE mean_pool: the average of the token vectors whose mask is 1
     m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    # END EXERCISE mean_pool
 
 
 def train_step_flops(config: BertConfig, B: int, T: int) -> float:

@@ -60,9 +60,11 @@ def weighted_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
     """Pearson correlation; nan when either input is constant."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    # BEGIN EXERCISE pearson: covariance over the product of the standard deviations; nan when either is constant
     dx, dy = x - x.mean(), y - y.mean()
     denom = np.sqrt(np.sum(dx * dx) * np.sum(dy * dy))
     return float(np.sum(dx * dy) / denom) if denom > 0 else float("nan")
+    # END EXERCISE pearson
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
@@ -227,6 +229,7 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     n_pos, n_neg = labels.sum(), (~labels).sum()
     if n_pos == 0 or n_neg == 0:
         return float("nan")
+    # BEGIN EXERCISE auc: rank the scores (ties: their mean rank); U = positives' rank sum - n_pos(n_pos + 1)/2
     order = np.argsort(scores, kind="stable")
     sorted_ranks = np.arange(1, len(scores) + 1, dtype=float)
     _, first, count = np.unique(scores[order], return_index=True, return_counts=True)
@@ -235,6 +238,7 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     ranks = np.empty(len(scores))
     ranks[order] = sorted_ranks
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    # END EXERCISE auc
 
 
 def best_threshold(scores: np.ndarray, labels: np.ndarray) -> float:

@@ -174,10 +174,12 @@ class MultitaskBERT(nn.Module):
             return cosine_to_score(F.cosine_similarity(u, v, dim=-1))  # (B,) in [0, 5]
         if task in self.cosine:  # > 0: a paraphrase
             return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
+        # BEGIN EXERCISE pair_head: the head on [u, v, |u - v|] and on [v, u, |u - v|], averaged: (B,)
         head, d = self.heads[task], (u - v).abs()
         # A paraphrase is symmetric, so average both orders: W_u and W_v then act alike.
         both = head(torch.cat([u, v, d], -1)) + head(torch.cat([v, u, d], -1))  # (B, 1)
         return both.squeeze(-1) / 2  # (B,)
+        # END EXERCISE pair_head
 
     def similarity(self, u, v):
         """(B,) the pair score a threshold cuts: the cosine, or (siamese='euclidean') Auslin

@@ -139,6 +139,7 @@ class AdamW(torch.optim.Optimizer):
             state["step"] += 1
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
 
+            # BEGIN EXERCISE adamw: update m and v in place; decay p by lr * weight_decay; p -= lr * m_hat / (sqrt(v_hat) + eps)
             # m_t = beta1 * m_{t-1} + (1 - beta1) * g, i.e. m moves toward g by (1 - beta1)
             exp_avg.lerp_(grad, 1.0 - beta1)
             # v_t = beta2 * v_{t-1} + (1 - beta2) * g^2
@@ -159,6 +160,7 @@ class AdamW(torch.optim.Optimizer):
             root2 = math.sqrt(bias2)
             denom = torch.sqrt(exp_avg_sq, out=self._scratch(p)).add_(eps * root2)
             p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)
+            # END EXERCISE adamw
 
     def _scratch(self, p: torch.Tensor) -> torch.Tensor:
         """A buffer shaped like p, a view of one flat tensor that every parameter of its
@@ -184,6 +186,7 @@ class AdamW(torch.optim.Optimizer):
         # so the bias corrections are per tensor.
         biases = [self._bias_corrections(group, s["step"]) for s in states]
 
+        # BEGIN EXERCISE adamw_foreach: the loop's update, one torch._foreach_* call per line of math
         torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
@@ -196,6 +199,7 @@ class AdamW(torch.optim.Optimizer):
         torch._foreach_add_(denoms, [eps * root2 for root2 in roots2])
         steps = [-lr * root2 / bias1 for root2, (bias1, _) in zip(roots2, biases, strict=True)]
         torch._foreach_addcdiv_(params, exp_avgs, denoms, steps)
+        # END EXERCISE adamw_foreach
 
 
 def project_conflicting(
@@ -222,6 +226,7 @@ def project_conflicting(
                 f"pcgrad: every task gradient must be a flat vector of the same shape (P,); "
                 f"task 0 has shape {tuple(shape)}, task {t} has shape {tuple(g.shape)}"
             )
+    # BEGIN EXERCISE pcgrad: per task, a copy of g_i projected off each conflicting g_j, j in torch.randperm(T, generator) order
     num_tasks = len(grads)
     projected = []
     for i in range(num_tasks):
@@ -237,6 +242,7 @@ def project_conflicting(
                 g_i.sub_(g_j, alpha=(dot / torch.dot(g_j, g_j)).item())
         projected.append(g_i)
     return projected
+    # END EXERCISE pcgrad
 
 
 def pcgrad(grads: list[torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:

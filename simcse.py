@@ -55,9 +55,11 @@ def in_batch_negatives_loss(
             f"need anchors (B, H) and candidates (N >= B, H), got {tuple(anchors.shape)} "
             f"and {tuple(candidates.shape)}"
         )
+    # BEGIN EXERCISE simcse: cross-entropy over cos(anchor i, every candidate) / temperature; the answer is candidate i
     scores = cos_sim(anchors, candidates) / temperature  # (B, N)
     target = torch.arange(anchors.size(0), device=anchors.device)  # (B,): the diagonal
     return F.cross_entropy(scores, target)
+    # END EXERCISE simcse
 
 
 def multiple_negatives_ranking_loss(
@@ -84,7 +86,9 @@ def sup_simcse_loss(
     """Supervised SimCSE (Gao et al. 2021, Eq. 5): anchors (B, H) vs every positive and every
     hard negative of the batch, logits (B, 2B) = cos(anchor_i, [pos; neg]_j) / temperature."""
     _check_pairs(anchors=anchors, positives=positives, negatives=negatives)
+    # BEGIN EXERCISE simcse: every positive and every hard negative of the batch are the anchors' candidates
     return in_batch_negatives_loss(anchors, torch.cat([positives, negatives]), temperature)
+    # END EXERCISE simcse
 
 
 def triplet_simcse_loss(
@@ -164,8 +168,10 @@ def similarity_distillation(z: torch.Tensor, reference: torch.Tensor) -> torch.T
     N = z.size(0)
     if N < 2:
         return z.sum() * 0.0
+    # BEGIN EXERCISE distillation: mean over pairs i != j of (cos(z_i, z_j) - cos(ref_i, ref_j))^2, the reference constant
     off = ~torch.eye(N, dtype=torch.bool, device=z.device)  # (N, N): the pairs i != j
     return (cos_sim(z, z) - cos_sim(reference, reference).detach())[off].pow(2).mean()
+    # END EXERCISE distillation
 
 
 def align_uniform(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -117,9 +117,11 @@ def divergence(p: torch.Tensor, q: torch.Tensor, kind: str) -> torch.Tensor:
     p, q = _check_outputs(p, q, kind)
     if kind == "regression":
         return (p - q).pow(2).mean()
+    # BEGIN EXERCISE symmetric_kl: KL(P||Q) + KL(Q||P) of the distributions _log_probs gives, summed over classes, batch mean
     lp, lq = _log_probs(p, kind), _log_probs(q, kind)  # (B, C)
     # KL(P||Q) + KL(Q||P) = sum_c (P_c - Q_c)(log P_c - log Q_c), one term per class
     return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()
+    # END EXERCISE symmetric_kl
 
 
 def _token_mask(embeds: torch.Tensor, attention_mask: torch.Tensor | None):
@@ -162,6 +164,7 @@ def adversarial_regularizer(
         noise = noise.clamp(-epsilon, epsilon)
         return noise if keep is None else noise * keep
 
+    # BEGIN EXERCISE smart_ascent: noise = project(randn_like(embeds) * sigma); steps: noise += eta * grad / max|grad| per example
     noise = project(torch.randn_like(embeds) * sigma)
     # the ascent needs the gradient w.r.t. the noise only: detached inputs keep the graph
     # out of the embedding layer, and autograd.grad leaves every parameter's .grad alone
@@ -169,10 +172,9 @@ def adversarial_regularizer(
     for _ in range(cfg.steps):
         noise.requires_grad_(True)
         adv = divergence(f(base + noise), target, kind)
-        # only the direction of the gradient is used (the step is normalized below), so the
-        # divergence is divided by its own value: the backward then carries numbers near 1
-        # whether adv is ~epsilon^2 (shared masks) or ~1 (R-Drop), and float16 can neither
-        # underflow nor overflow (a 1/epsilon scale would multiply R-Drop's by 1e5)
+        # only the gradient's direction is used (the step is normalized below), so adv is
+        # divided by its own value: the backward carries numbers near 1 whether adv is
+        # ~epsilon^2 (shared masks) or ~1 (R-Drop): float16 neither underflows nor overflows
         # autocast off: under the step's autocast the backward's matmuls would be cast to
         # float16 too, where this gradient (~1/perturbation at the output) overflows
         with torch.autocast(embeds.device.type, enabled=False):
@@ -186,6 +188,7 @@ def adversarial_regularizer(
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))
     return divergence(f(embeds + noise.detach()), clean, kind)
+    # END EXERCISE smart_ascent
 
 
 def stable_kl(logits: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
@@ -347,11 +350,13 @@ class EMATeacher:
         if student.keys() != self.params.keys():
             missing = sorted(self.params.keys() ^ student.keys())[:5]
             raise ValueError(f"model parameters differ from the teacher's, e.g. {missing}")
+        # BEGIN EXERCISE momentum_teacher: every teacher tensor <- beta * itself + (1 - beta) * the model's, in place
         names = list(self.params)
         # lerp_(end, w) computes self + w * (end - self) = (1 - w) * self + w * end
         torch._foreach_lerp_(
             [self.params[n] for n in names], [student[n].detach() for n in names], 1.0 - beta
         )
+        # END EXERCISE momentum_teacher
 
     @torch.no_grad()
     def forward(self, model: nn.Module, *args, **kwargs):

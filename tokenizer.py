@@ -227,6 +227,7 @@ class BertTokenizer:
         """Step 6: greedy longest-match-first pieces of one basic token, as ids."""
         if len(word) > MAX_CHARS_PER_WORD:
             return [self.unk_token_id]
+        # BEGIN EXERCISE wordpiece: from each start, the longest piece in the vocab ('##' inside a word); none: [UNK] for the word
         ids, start = [], 0
         while start < len(word):
             end = min(len(word), start + self.max_piece_chars)
@@ -241,6 +242,7 @@ class BertTokenizer:
             ids.append(piece_id)
             start = end
         return ids
+        # END EXERCISE wordpiece
 
     def _word_ids(self, word: str) -> list[int]:
         """Ids of one whitespace-separated word of the raw text (cache miss)."""

@@ -23,7 +23,7 @@ LAYERS = [
     {"config", "runfolder"},
     {"plans"},
     {"presets", "trainer", "predict"},
-    {"multitask_classifier", "plots", "reports", "sanity_check", "fetch"},  # the commands
+    {"multitask_classifier", "plots", "reports", "sanity_check", "fetch", "exercises"},  # commands
     {"classifier", "bench", "ensemble", "gpu_check", "explore"},  # built on the main command
 ]
 

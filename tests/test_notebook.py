@@ -60,6 +60,7 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
 
     assert namespace["RUN_DIR"] == str(run_dir) and not namespace["ON_COLAB"]
     assert "--preset thesis" in out and "best stage:" in out  # the run's own output, streamed
+    assert "2/2 exercises pass" in out  # GRADE: exercises.py check pearson auc
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["stage"] for row in rows[1:]] == [
         "QQP",
