@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import config
+import cli
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool, train_step_flops
@@ -492,7 +492,7 @@ class BenchConfig:
 def main(argv=None) -> int:
     import transformers
 
-    args, _, _ = config.parse(BenchConfig(), argv, __doc__)
+    args, _, _ = cli.parse(BenchConfig(), argv, __doc__)
     rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -533,4 +533,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(config.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -182,8 +182,9 @@ def write_best(weights: dict, config: dict, row: dict, path: Path):
 
 def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None, rng=None):
     """The run after a finished stage, or inside one. progress: best, rows, next_stage
-    (and `within`: the position inside that stage); extra: more tensors by name; rng: the
-    generators' states (rng_state()) to keep instead of the present ones."""
+    (and `within`: the position inside that stage; `stopped`: the stage after which
+    --patience ended the run); extra: more tensors by name; rng: the generators' states
+    (rng_state()) to keep instead of the present ones."""
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors |= {f"extra.{k}": v for k, v in (extra or {}).items()}
     opt = optimizer.state_dict()
@@ -219,7 +220,8 @@ def load_state(model, optimizer, scaler, path: Path) -> tuple[dict, dict, tuple]
     )
     if scaler and info.get("scaler"):
         scaler.load_state_dict(info["scaler"])
-    progress = {k: info[k] for k in ("best", "rows", "next_stage", "within") if k in info}
+    keys = ("best", "rows", "next_stage", "within", "stopped")
+    progress = {k: info[k] for k in keys if k in info}
     return progress, split(tensors, "extra."), (split(tensors, "rng."), info["rng"])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+import cli
 import config
 import datasets as data
 import multitask_classifier as mt
@@ -62,7 +63,7 @@ def frozen_lr(typed: dict) -> dict:
 
 
 def main(argv=None):
-    cfg, _, _ = config.parse(
+    cfg, _, _ = cli.parse(
         ClassifierConfig(),
         argv,
         "Sentiment classification with a frozen or fine-tuned BERT.",
@@ -93,4 +94,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    config.run_cli(main)
+    cli.run_cli(main)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-import config
+import cli
 import datasets as data
 import evaluation
 import multitask_classifier as mt
@@ -136,4 +136,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(config.run_cli(main))
+    raise SystemExit(cli.run_cli(main))

@@ -97,7 +97,9 @@ def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, 
 
 
 def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
-    return {"pearson": pearson_r(y_true, y_pred)}
+    """Pearson r (CS224n's score: the overall score and the forgetting measures read it)
+    and Spearman's rho (sentence-transformers' and MTEB's STS score), side by side."""
+    return {"pearson": pearson_r(y_true, y_pred), "spearman": spearman_rho(y_true, y_pred)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,8 +368,9 @@ def format_row(name: str, row: dict, tasks) -> str:
     cells = [f"{name:<20s}"]
     for t in tasks:
         m = row.get(t)
-        if TASKS[t].kind == "regression":
-            cells.append(f"{m['pearson']:>7.3f}" if m else f"{'':>7s}")
+        if TASKS[t].kind == "regression":  # a row saved before Spearman was scored: blank
+            rho = f"{m['spearman']:>6.3f}" if m and "spearman" in m else f"{'':>6s}"
+            cells.append(f"{m['pearson']:>7.3f} {rho}" if m else f"{'':>14s}")
         else:
             cells.append(f"{m['accuracy']:>7.3f} {m['weighted_f1']:>6.3f}" if m else f"{'':>14s}")
     if "overall" in row:
@@ -393,7 +396,7 @@ def table_header(tasks) -> str:
     for t in tasks:
         title = TASKS[t].title
         cells.append(
-            f"{title + ' r':>7s}"
+            f"{title + ' r':>7s} {'rho':>6s}"
             if TASKS[t].kind == "regression"
             else f"{title + ' acc':>7s} {'F1w':>6s}"
         )

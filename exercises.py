@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from config import run_cli
+from cli import run_cli
 
 HERE = Path(__file__).resolve().parent
 CHECKS = Path("tests") / "exercise_checks.py"

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import config
+import cli
 import evaluation
 import multitask_classifier as mt
 import plots
@@ -390,4 +390,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    config.run_cli(main)
+    cli.run_cli(main)

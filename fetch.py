@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from config import run_cli
+from cli import run_cli
 from datasets import (
     FILE_STEMS,
     SPLITS,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-import config
+import cli
 import datasets as data
 from base_bert import embedded_model_dir
 from config import option
@@ -265,7 +265,7 @@ def pack_minilm(package: Path) -> None:
 
 
 def main(argv=None) -> int:
-    cfg, _, _ = config.parse(GpuCheckConfig(), argv, __doc__)
+    cfg, _, _ = cli.parse(GpuCheckConfig(), argv, __doc__)
     if cfg.pack:
         size = pack(Path(cfg.pack))
         print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python gpu_check.py")
@@ -274,4 +274,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(config.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import checkpoint
+import cli
 import config
 import datasets as data
 import predict
@@ -50,9 +51,9 @@ from bert import BertModel, Dropout, mean_pool
 from config import ModelConfig, OptimConfig, RunConfig
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
-from losses import cosine_to_score, loss_of
+from losses import cosine_to_score
 from optimizer import AdamW
-from plans import Stage, check_plans, loss_choices, show
+from plans import Stage, check_plans, concat_tasks, cosine_tasks, show
 from presets import PRESETS, check_settings
 from runfolder import Run, finish
 from runtime import check_compile, from_main, make_runtime, out_of_memory
@@ -230,34 +231,6 @@ def model_factory(
     return make
 
 
-# ---------------------------------------------------------------------------------------
-# Which heads a run's losses need
-
-
-def cosine_tasks(cfg: RunConfig) -> tuple:
-    """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
-    out by a cosine threshold, not by a head that loss would never train."""
-    return tuple(
-        t
-        for t, loss in loss_choices(cfg).items()
-        if loss_of(t, loss).pair and TASKS[t].kind == "binary"
-    )
-
-
-def concat_tasks(cfg: RunConfig) -> tuple:
-    """Siamese pair tasks that get a Linear on [u, v] (--pair_head concat): those whose loss
-    trains a head's output."""
-    if cfg.model.pair_head != "concat":
-        return ()
-    chosen = loss_choices(cfg)
-    return tuple(
-        t
-        for t in ("para", "sts")
-        if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
-        and t not in cfg.multitask.cross_encode
-    )
-
-
 def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
     """model_factory for a run: its model settings, cross-encoded, thresholded and
     concatenation-head tasks."""
@@ -320,7 +293,7 @@ def load_run_config(run_dir: str) -> RunConfig:
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None,
     'show' | 'estimate': True or None})."""
-    cfg, typed, folders = config.parse(
+    cfg, typed, folders = cli.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
@@ -339,7 +312,7 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
             raise SystemExit(f"--{name} takes no --{more[0][0]}; give one run folder flag")
         saved = load_run_config(folder)
         cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in MACHINE})
-        if changed := config.changed_flags(saved, typed, MACHINE):  # the same ones may stay
+        if changed := cli.changed_flags(saved, typed, MACHINE):  # the same ones may stay
             raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
     check_settings(cfg)
     return cfg, folders
@@ -423,7 +396,7 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
     """The run of sub-plan `name`: the folder itself and all tasks for '', else a folder of
     its own scored on its one task (the individual preset)."""
     tasks = (name,) if name else MULTITASK
-    settings["split_dev"] = cfg.data.split_dev
+    settings |= {"split_dev": cfg.data.split_dev, "patience": cfg.schedule.patience}
     return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
 
 
@@ -491,4 +464,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    config.run_cli(main)
+    cli.run_cli(main)

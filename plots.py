@@ -36,7 +36,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 import checkpoint
-import config
+import cli
 from checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
 
@@ -365,4 +365,4 @@ def main(argv=None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    config.run_cli(main)
+    cli.run_cli(main)

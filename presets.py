@@ -396,7 +396,7 @@ PRESETS = {
 
 
 def overrides(typed: dict) -> dict:
-    """The settings of the preset the user typed (or the default one), for config.parse."""
+    """The settings of the preset the user typed (or the default one), for cli.parse."""
     name = typed.get("preset", RunConfig().preset)
     if name not in PRESETS:
         raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")

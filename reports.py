@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import checkpoint
-import config
+import cli
 import evaluation
 from evaluation import MULTITASK
 from presets import PRESETS
@@ -219,4 +219,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    config.run_cli(main)
+    cli.run_cli(main)

@@ -45,6 +45,7 @@ class Run:
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
     split_dev: bool = False  # also score each half of dev (evaluation.selection_gap)
+    patience: int = 0  # stop after this many stages without a new best (0: never)
     tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
     board: checkpoint.TensorBoard | None = None
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
@@ -155,6 +156,8 @@ def start(model, optimizer, task_data, run: Run) -> dict:
             checkpoint.set_rng_state(*rng)
         k, n = progress["next_stage"], run.plan_length
         where = f"at stage {k + 1}/{n}" if k < n else f"after all {n} stages: best rescored"
+        if "stopped" in progress:  # --patience ended it: a finished run
+            where = f"stopped after stage {progress['stopped']}/{n} (--patience): best rescored"
         print(f"resuming {run.run_dir} {where}")
     run.keep_steps(progress)  # the step log and the table of what the state holds
     run.write_rows(progress["rows"])

@@ -26,7 +26,7 @@ import torch
 import datasets as data
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
-from config import run_cli
+from cli import run_cli
 from optimizer import AdamW
 from tokenizer import BertTokenizer
 

@@ -426,9 +426,19 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             run.save_best(model, row)
         run.show(row, mark=best["index"] == k)
         progress = {"best": best, "rows": rows, "next_stage": k + 1}
-        if run.stage_checkpoints or run.due() or k + 1 == len(plan):
+        if patience_ran_out(run.patience, k, best["index"]) and k + 1 < len(plan):
+            print(f"no new best in {run.patience} stages: the run stops here (--patience)")
+            progress |= {"next_stage": len(plan), "stopped": k + 1}
+        if run.stage_checkpoints or run.due() or progress["next_stage"] == len(plan):
             run.save(model, optimizer, progress)
+        if "stopped" in progress:
+            break
     return model, rows, best
+
+
+def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:
+    """Whether stage k is the patience-th in a row without a new best (never at 0)."""
+    return patience > 0 and k - (-1 if best_index is None else best_index) >= patience
 
 
 def _within(progress: dict) -> dict:

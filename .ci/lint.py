@@ -21,7 +21,7 @@ LAYERS = [
     {"tokenizer", "datasets"},
     {"bert", "runtime", "losses"},
     {"config", "runfolder"},
-    {"plans"},
+    {"plans", "cli"},
     {"presets", "trainer", "predict"},
     {"multitask_classifier", "plots", "reports", "sanity_check", "fetch", "exercises"},  # commands
     {"classifier", "bench", "ensemble", "gpu_check", "explore"},  # built on the main command

@@ -22,7 +22,7 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
-    parse = classifier.config.parse
+    parse = classifier.cli.parse
     frozen = ["--option", "last-linear-layer"]
     assert (
         parse(classifier.ClassifierConfig(), frozen, overrides=classifier.frozen_lr)[0].optim.lr

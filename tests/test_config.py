@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import cli
 import config
 import multitask_classifier as mt
 import plans
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_defaults_come_from_the_dataclasses():
-    cfg, typed, extras = config.parse(RunConfig(), [])
+    cfg, typed, extras = cli.parse(RunConfig(), [])
     assert cfg == RunConfig() and typed == {} and extras == {}
     assert cfg.optim.lr == 1e-5 and cfg.smart.lambda_sst == 10.0 and cfg.device.amp
 
@@ -38,7 +39,7 @@ def test_a_preset_sets_values_under_the_flags_the_user_typed():
 
 
 def test_switches_and_lists_parse():
-    cfg, typed, _ = config.parse(
+    cfg, typed, _ = cli.parse(
         RunConfig(),
         [
             "--no_amp",
@@ -80,7 +81,7 @@ def test_switches_and_lists_parse():
 )
 def test_out_of_range_values_name_the_flag(argv, message):
     with pytest.raises(SystemExit, match=message):
-        config.parse(RunConfig(), argv)
+        cli.parse(RunConfig(), argv)
 
 
 def test_json_round_trip_and_settings_added_since():

@@ -67,6 +67,25 @@ def test_spearman_with_ties_matches_scipy_and_a_loop(seed):
     assert abs(E.spearman_rho(gold, gold**3) - 1) < TOL  # any increasing map: 1
 
 
+def test_sts_is_scored_by_pearson_and_spearman_and_the_table_shows_both():
+    """A row saved before Spearman was scored shows a blank in its place."""
+    rng = np.random.default_rng(0)
+    gold, pred = rng.uniform(0, 5, 50), rng.uniform(0, 5, 50)
+    metrics = E.regression_metrics(gold, pred)
+    assert abs(metrics["spearman"] - spearmanr(gold, pred).statistic) < TOL
+    assert abs(metrics["pearson"] - pearsonr(gold, pred).statistic) < TOL
+    rows = [
+        {"stage": "now", "sts": {"pearson": 0.81, "spearman": 0.79}},
+        {"stage": "older", "sts": {"pearson": 0.8}},
+    ]
+    lines = E.format_table(rows, ("sts",)).splitlines()
+    assert [line.split("|")[1].split() for line in (lines[0], lines[2], lines[3])] == [
+        ["STS", "r", "rho"],
+        ["0.810", "0.790"],
+        ["0.800"],
+    ]
+
+
 def test_overall_score_by_hand():
     assert abs(E.overall_score(0.5, 0.8, 0.6) - 0.7) < TOL  # (0.5 + 0.8 + 0.8) / 3
     assert abs(E.overall_score(0.3, 0.6, -1.0) - 0.3) < TOL  # r = -1 counts as 0

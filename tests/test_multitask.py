@@ -28,7 +28,7 @@ from helpers import (
     tiny_flags,
     weights,
 )
-from plans import Stage
+from plans import Stage, concat_tasks, cosine_tasks
 from smart import SmartConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext
@@ -373,7 +373,7 @@ def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, mon
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
-    from config import run_cli
+    from cli import run_cli
 
     config_json = tiny_env[0] / "config.json"
     config_json.write_text(config_json.read_text()[:-3])
@@ -389,7 +389,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     import os
 
     import evaluation
-    from config import run_cli
+    from cli import run_cli
 
     def full(*a, **k):  # the predictions, written after the last stage's checkpoint
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -570,7 +570,7 @@ def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
     import io
     import os
 
-    from config import run_cli
+    from cli import run_cli
 
     run(tiny_env, tmp_path / "run", "--loops", "0")
     strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes
@@ -733,13 +733,13 @@ def test_the_euclidean_output_is_the_distance_of_the_embeddings_not_of_dropped_o
 )
 def test_each_task_is_read_out_by_what_its_loss_trains(preset, cosine, concat, cross):
     cfg, _ = mt.parse_args(["--preset", preset])
-    assert mt.cosine_tasks(cfg) == cosine and mt.concat_tasks(cfg) == concat
+    assert cosine_tasks(cfg) == cosine and concat_tasks(cfg) == concat
     assert tuple(cfg.multitask.cross_encode) == cross
 
 
 def test_the_sentence_bert_sts_target_keeps_the_cosine_under_concat_heads():
     cfg, _ = mt.parse_args(["--preset", "broadhurst-2", "--sts_loss", "cosine_sbert"])
-    assert mt.concat_tasks(cfg) == ("para",)
+    assert concat_tasks(cfg) == ("para",)
 
 
 @pytest.mark.slow

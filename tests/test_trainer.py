@@ -608,3 +608,33 @@ def test_tensorboard_without_its_package_says_how_to_install_it(tiny_env, tmp_pa
     ):
         run(tiny_env, tmp_path / "run", "--tensorboard")
     assert not (tmp_path / "run").exists()
+
+
+def test_patience_stops_the_schedule_and_the_stopped_run_is_finished(
+    tiny_env, tmp_path, monkeypatch, capsys
+):
+    """Selection scores 0.5, 0.6, 0.55, 0.58 with --patience 2: the fourth stage is the
+    second in a row without a new best, so the run stops there. It is a finished run: the
+    kept model is the second stage's, its predictions are written, and --resume trains
+    nothing more."""
+    scores = [0.5, 0.6, 0.55, 0.58]
+    monkeypatch.setattr(runfolder.Run, "select", lambda self, row: scores[row["index"]])
+    rows = run(tiny_env, tmp_path / "run", "--loops", "2", "--patience", "2")
+    assert [r["stage"] for r in rows] == ["QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%"]
+    out = capsys.readouterr().out
+    assert "no new best in 2 stages: the run stops here (--patience)" in out
+    assert "best stage: loop 1: STS" in out
+    kept = checkpoint.read_tensors(tmp_path / "run" / checkpoint.BEST)[1]["row"]
+    assert kept["stage"] == "loop 1: STS"
+    assert (tmp_path / "run" / "predictions" / "sst-dev-output.csv").is_file()
+    mt.main(["--resume", str(tmp_path / "run")])
+    assert "stopped after stage 4/7 (--patience): best rescored" in capsys.readouterr().out
+    after = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(after) == 5  # the start row and the four stages: nothing trained again
+
+
+def test_patience_counts_stages_since_the_best():
+    ran_out = [trainer.patience_ran_out(2, k, best) for k, best in ((0, None), (1, 0), (2, 0))]
+    assert ran_out == [False, False, True]
+    assert not trainer.patience_ran_out(0, 30, 0)  # 0: every stage runs
+    assert trainer.patience_ran_out(1, 0, None)  # a first stage that is not a number
