@@ -24,7 +24,7 @@ LAYERS = [
     {"plans", "cli"},
     {"presets", "trainer", "predict"},
     {"multitask_classifier", "plots", "reports", "sanity_check", "fetch", "exercises"},  # commands
-    {"classifier", "bench", "ensemble", "gpu_check", "explore"},  # built on the main command
+    {"classifier", "bench", "ensemble", "gpu_check", "explore", "sweep"},  # on the main command
 ]
 
 

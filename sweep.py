@@ -1,0 +1,313 @@
+"""Search a preset's settings with Optuna: every trial a run folder, the study in SQLite.
+
+    python sweep.py SWEEP_DIR --preset demo --trials 8 --search lr=1e-5:1e-4:log distill=0.3:3:log
+    python sweep.py SWEEP_DIR --resume          continue a stopped sweep where it was
+    python sweep.py SWEEP_DIR --preset demo ... -- --train_size 3000   flags for every trial
+
+--search takes a run flag (without its dashes) and its range: `low:high` (`:log` for a
+log scale; an int flag draws ints) or choices `a,b,c`. Trial 0 runs the preset's own
+settings, the baseline the search has to beat; --enqueue adds more fixed trials. Each
+trial is `multitask_classifier.py` in SWEEP_DIR/trial-NNN: a normal run folder that
+resumes. After every stage its dev score (--objective: the overall score, or the held-out
+AUC) goes to Optuna's median pruner, which stops a trial whose score falls below the
+median of the finished trials' at that stage. A finished trial's value is its kept
+model's score.
+
+The study lives in SWEEP_DIR/study.db: a sweep stopped by Ctrl-C, a kill or a lost
+session continues with --resume, its unfinished trial from that trial's last checkpoint,
+so no trial runs twice. Before a new sweep, `--estimate` times the preset to say how
+long the trials will take. At the end, summary.md (a table of the trials), history.png
+and importance.png (Optuna's plots) are written to SWEEP_DIR. Optuna is optional:
+`pip install optuna`.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cli
+import config
+import evaluation
+import multitask_classifier as mt
+from checkpoint import METRICS, STATE, atomic_write
+from config import RunConfig
+
+HERE = Path(__file__).resolve().parent
+SETTINGS = "sweep.json"  # the sweep's own arguments, for --resume
+STUDY = "study.db"
+OBJECTIVES = ("overall", "heldout")
+
+
+def need_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise SystemExit("sweep.py needs Optuna, an optional package: pip install optuna") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def parse_search(specs: list[str]) -> dict[str, dict]:
+    """{flag name: {'kind': float | int | choice, ...}} from 'lr=1e-5:1e-4:log' and 'x=a,b'."""
+    fields = {f.name: (f, value) for _, f, value in config.leaves(RunConfig())}
+    out = {}
+    for spec in specs:
+        name, _, rng = spec.partition("=")
+        if name not in fields or not rng:
+            raise SystemExit(f"--search {spec}: expected FLAG=LOW:HIGH[:log] or FLAG=A,B,..")
+        default = fields[name][1]
+        if "," in rng or not isinstance(default, int | float) or isinstance(default, bool):
+            out[name] = {"kind": "choice", "choices": rng.split(",")}
+            continue
+        low, high, *log = rng.split(":")
+        kind = int if isinstance(default, int) else float
+        try:
+            bounds = kind(low), kind(high)
+        except ValueError:
+            raise SystemExit(
+                f"--search {spec}: {low} and {high} must be {kind.__name__}s"
+            ) from None
+        if not bounds[0] < bounds[1] or log not in ([], ["log"]) or (log and bounds[0] <= 0):
+            raise SystemExit(f"--search {spec}: expected LOW < HIGH (both > 0 with :log)")
+        out[name] = {"kind": kind.__name__, "low": bounds[0], "high": bounds[1], "log": bool(log)}
+    return out
+
+
+def suggest(trial, search: dict) -> dict:
+    """The trial's value of every searched flag (stored ones when it runs again)."""
+    values = {}
+    for name, s in search.items():
+        if s["kind"] == "choice":
+            values[name] = trial.suggest_categorical(name, s["choices"])
+        elif s["kind"] == "int":
+            values[name] = trial.suggest_int(name, s["low"], s["high"], log=s["log"])
+        else:
+            values[name] = trial.suggest_float(name, s["low"], s["high"], log=s["log"])
+    return values
+
+
+def trial_flags(settings: dict, values: dict) -> list[str]:
+    flags = ["--preset", settings["preset"], *settings["flags"]]
+    for name, value in values.items():
+        flags += [f"--{name}", str(value)]
+    return flags
+
+
+def objective_of(row: dict, objective: str) -> float:
+    return row["heldout"] if objective == "heldout" else row["overall"]
+
+
+def read_rows(folder: Path) -> list[dict]:
+    path = folder / METRICS
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
+    """Train one trial (or continue it from its folder), reporting each stage's score to
+    the pruner; tell the study how it ended."""
+    folder = sweep_dir / f"trial-{trial.number:03d}"
+    values = suggest(trial, settings["search"])
+    flags = trial_flags(settings, values)
+    again = (folder / STATE).is_file()
+    argv = ["--resume", str(folder), *flags] if again else [*flags, "--run_dir", str(folder)]
+    print(f"trial {trial.number}: {' '.join(f'--{k} {v}' for k, v in values.items())}")
+    reported = set(study.trials[trial.number].intermediate_values)  # before a restart
+    with open(sweep_dir / f"trial-{trial.number:03d}.log", "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "multitask_classifier.py"), *argv], stdout=log, stderr=log
+        )
+        while proc.poll() is None:
+            time.sleep(1)
+            for row in read_rows(folder)[1:]:  # after the start row: one per stage
+                if row["index"] not in reported:
+                    trial.report(objective_of(row, settings["objective"]), row["index"])
+                    reported.add(row["index"])
+                    if trial.should_prune():
+                        proc.terminate()  # the run saves and stops between two steps
+                        proc.wait()
+                        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                        return print(f"trial {trial.number}: pruned after stage {row['index'] + 1}")
+    rows = read_rows(folder)
+    kept = evaluation.kept_stage(rows) if rows else None
+    if proc.returncode or kept is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return print(f"trial {trial.number}: failed (exit {proc.returncode}); see {log.name}")
+    value = objective_of(rows[1 + kept], settings["objective"])
+    study.tell(trial, value)
+    print(f"trial {trial.number}: {settings['objective']} {value:.4f} ({rows[1 + kept]['stage']})")
+
+
+def estimate(settings: dict) -> None:
+    """The preset timed by `multitask_classifier.py --estimate`, times the trials."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "multitask_classifier.py"),
+            *trial_flags(settings, {}),
+            "--estimate",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r"whole run: about ([\d.]+) minutes", done.stdout)
+    if done.returncode or not found:
+        raise SystemExit(f"--estimate failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    minutes = float(found[1]) * settings["trials"]
+    print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
+
+
+def summary(optuna, study, sweep_dir: Path, objective: str) -> str:
+    """summary.md: one row per trial, the best first; and Optuna's two plots."""
+    trials = sorted(study.trials, key=lambda t: -(t.value if t.value is not None else -1))
+    names = sorted({k for t in trials for k in t.params})
+    head = ["trial", "state", objective, *names, "kept stage", "minutes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for t in trials:
+        rows = read_rows(sweep_dir / f"trial-{t.number:03d}")
+        kept = evaluation.kept_stage(rows) if rows else None
+        stage = rows[1 + kept]["stage"] if kept is not None else ""
+        took = (
+            (t.datetime_complete - t.datetime_start).total_seconds() / 60
+            if t.datetime_complete
+            else 0
+        )
+        value = f"{t.value:.4f}" if t.value is not None else ""
+        cells = [
+            str(t.number),
+            t.state.name.lower(),
+            value,
+            *(f"{t.params.get(n, '')}" for n in names),
+        ]
+        lines.append("| " + " | ".join([*cells, stage, f"{took:.1f}"]) + " |")
+    table = "\n".join(lines)
+    atomic_write(f"# Sweep: {sweep_dir.name}\n\n{table}\n", sweep_dir / "summary.md")
+    plots(optuna, study, sweep_dir)
+    return table
+
+
+def plots(optuna, study, sweep_dir: Path) -> None:
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from optuna.visualization import matplotlib as draw
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+    for name, plot in (
+        ("history", draw.plot_optimization_history),
+        ("importance", draw.plot_param_importances),
+    ):
+        try:
+            plot(study).figure.savefig(sweep_dir / f"{name}.png", dpi=110, bbox_inches="tight")
+        except (ValueError, RuntimeError) as e:  # e.g. importance needs two finished trials
+            print(f"no {name}.png: {e}")
+
+
+def load_settings(args, parser) -> dict:
+    """The sweep's settings: typed (a new sweep) or saved in SWEEP_DIR (--resume)."""
+    saved = args.sweep_dir / SETTINGS
+    if args.resume:
+        if not saved.is_file():
+            parser.error(f"{args.sweep_dir}: no {SETTINGS}; is it a sweep folder?")
+        return json.loads(saved.read_text())
+    if saved.is_file():
+        parser.error(f"{args.sweep_dir} already holds a sweep: --resume it, or give another folder")
+    if not args.search:
+        parser.error("--search: name at least one flag to search")
+    settings = {"preset": args.preset, "trials": args.trials, "objective": args.objective}
+    settings |= {"search": parse_search(args.search), "flags": args.flags, "enqueue": args.enqueue}
+    settings["seed"] = args.seed
+    for values in (baseline(settings), *enqueued(settings)):  # bad flags stop here
+        mt.parse_args(trial_flags(settings, values))
+    return settings
+
+
+def baseline(settings: dict) -> dict:
+    """The searched flags' values in the preset itself (with the typed flags): trial 0."""
+    cfg, _ = mt.parse_args(trial_flags(settings, {}))
+    values = {f.name: v for _, f, v in config.leaves(cfg)}
+    return {name: values[name] for name in settings["search"]}
+
+
+def enqueued(settings: dict) -> list[dict]:
+    """--enqueue 'lr=1e-5,distill=1': more fixed trials, typed as their searches."""
+    out = []
+    for spec in settings["enqueue"]:
+        values = dict(item.partition("=")[::2] for item in spec.split(","))
+        unknown = sorted(set(values) - set(settings["search"]))
+        if unknown:
+            raise SystemExit(f"--enqueue {spec}: {', '.join(unknown)} not searched")
+        kinds = {"float": float, "int": int, "choice": str}
+        out.append({k: kinds[settings["search"][k]["kind"]](v) for k, v in values.items()})
+    return out
+
+
+def open_study(optuna, sweep_dir: Path, settings: dict):
+    """The sweep's study in SWEEP_DIR/study.db; a new one gets trial 0 (the preset's own
+    settings) and the --enqueue'd trials first."""
+    study = optuna.create_study(
+        storage=f"sqlite:///{(sweep_dir / STUDY).resolve()}",
+        study_name="sweep",
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=settings["seed"]),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
+    )
+    if not study.trials:
+        for values in (baseline(settings), *enqueued(settings)):
+            study.enqueue_trial(values)
+    return study
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("sweep_dir", type=Path, help="the sweep's folder (a new one, or --resume)")
+    parser.add_argument("--preset", default="demo", help="the preset every trial runs")
+    parser.add_argument("--trials", type=int, default=8, help="trials in all, trial 0 included")
+    parser.add_argument(
+        "--search", nargs="+", default=[], metavar="FLAG=RANGE", help="what to search"
+    )
+    parser.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="overall",
+        help="the kept model's score to maximise",
+    )
+    parser.add_argument(
+        "--enqueue", action="append", default=[], metavar="FLAG=VALUE,...", help="a fixed trial"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed")
+    parser.add_argument(
+        "--no_estimate", action="store_true", help="start without timing the preset"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the sweep in SWEEP_DIR")
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.flags = argv[cut + 1 :]
+    optuna = need_optuna()
+    settings = load_settings(args, parser)
+    if not args.resume and not args.no_estimate:
+        estimate(settings)
+    args.sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(json.dumps(settings, indent=1), args.sweep_dir / SETTINGS)
+    study = open_study(optuna, args.sweep_dir, settings)
+    for frozen in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+        run_trial(
+            optuna, study, optuna.trial.Trial(study, frozen._trial_id), args.sweep_dir, settings
+        )
+    while sum(t.state.is_finished() for t in study.trials) < settings["trials"]:
+        run_trial(optuna, study, study.ask(), args.sweep_dir, settings)
+    print(summary(optuna, study, args.sweep_dir, settings["objective"]))
+
+
+if __name__ == "__main__":
+    cli.run_cli(main)
