@@ -73,8 +73,10 @@ def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=
         default=argparse.SUPPRESS if suppress else False,
         help="show the Python traceback of an error instead of one line",
     )
-    for flag, help, *switch in extra:  # with the first group, what to run
-        kind = {"action": "store_true"} if switch else {"metavar": "RUN_DIR"}
+    for flag, help, *how in extra:  # with the first group, what to run
+        kind = (
+            {"action": "store_true"} if how == ["switch"] else {"metavar": (how or ["RUN_DIR"])[0]}
+        )
         default = argparse.SUPPRESS if suppress else None
         groups[""].add_argument(flag, default=default, help=help, **kind)
     return parser

@@ -258,6 +258,11 @@ EXPORT = (
     "--export",
     "write the best model of this run folder as a Hugging Face folder, RUN/export",
 )
+PUSH = (
+    "--push_to_hub",
+    "with --export: upload the export to this Hub repository (private; made if missing)",
+    "REPO",
+)
 LABEL = (
     "--label",
     "label the lines of standard input with this run's best model: a sentence gets a "
@@ -299,12 +304,14 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         DESCRIPTION,
         presets.epilog(),
         presets.overrides,
-        extra=[RESUME, PREDICT, EXPORT, LABEL, SHOW, ESTIMATE],
+        extra=[RESUME, PREDICT, EXPORT, PUSH, LABEL, SHOW, ESTIMATE],
     )
+    if folders["push_to_hub"] and not folders["export"]:
+        raise SystemExit("--push_to_hub uploads an export: give it with --export RUN_DIR")
     chosen = [
         (name, folder)
         for name, folder in folders.items()
-        if folder and name not in ("show", "estimate")
+        if folder and name not in ("show", "estimate", "push_to_hub")
     ]
     if chosen:  # the run's own config; only the machine's settings may differ
         (name, folder), *more = chosen
@@ -418,7 +425,9 @@ def use_run(cfg: RunConfig, run_dir: Path, rt, folders: dict):
     model, info = best_model(cfg, run_dir, rt)
     if folders["label"]:
         return predict.label(cfg, model, rt, data.input_lines(sys.stdin))
-    return predict.export(cfg, run_dir, model, info)
+    out = predict.export(cfg, run_dir, model, info)
+    if folders["push_to_hub"]:
+        print(f"uploaded: {predict.push(out, folders['push_to_hub'])}")
 
 
 def main(argv=None):

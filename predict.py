@@ -4,7 +4,8 @@
   prediction files in the handout's format;
 - `label` (--label RUN): labels for sentences typed or piped in, one per line;
 - `export` (--export RUN): the model as a Hugging Face and sentence-transformers folder
-  (checkpoint.export_model_folder) with a model card holding its forgetting table.
+  (checkpoint.export_model_folder) with a model card holding its forgetting table and its
+  scores in the Hub's model-index format; `push` (--push_to_hub REPO) uploads it.
 
 multitask_classifier.py loads the models and calls these.
 """
@@ -44,6 +45,55 @@ def export(cfg: RunConfig, run_dir: Path, model, info: dict):
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     checkpoint.export_model_folder(model, tokenizer, out, card, cfg.data.max_length)
     print(f"exported {out}: load it with --bert {out}")
+    return out
+
+
+# Each task's Hub dataset, card title and pipeline; the scores are on the CS224n dev splits
+HUB_TASKS = {
+    "sst": ("SetFit/sst5", "SST-5", "text-classification", {"accuracy": "accuracy"}),
+    "para": (
+        "nyu-mll/glue",
+        "Quora Question Pairs",
+        "text-classification",
+        {"accuracy": "accuracy"},
+    ),
+    "sts": (
+        "sentence-transformers/stsb",
+        "STS-B",
+        "sentence-similarity",
+        {"pearson": "pearsonr", "spearman": "spearmanr"},
+    ),
+}
+HUB_BASES = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def card_metadata(cfg: RunConfig, name: str, rows: list, best: dict) -> str:
+    """The card's YAML header: licence, datasets, base model and the kept model's dev
+    scores in the Hub's model-index format (what the Hub shows as evaluation results)."""
+    base = HUB_BASES.get(cfg.model.bert, cfg.model.bert)
+    datasets = [hub for hub, *_ in HUB_TASKS.values()]
+    if any(r.get("kind") == "contrastive" for r in rows):
+        datasets.append("stanfordnlp/snli")
+    lines = ["library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
+    lines += [] if Path(base).exists() else [f"base_model: {base}"]  # a local folder: none
+    lines += ["language: en", "license: apache-2.0", "datasets:", *(f"- {d}" for d in datasets)]
+    lines += ["tags:", "- sentence-transformers", "- sentence-similarity", "- minbert"]
+    lines += ["model-index:", f"- name: {name}", "  results:"]
+    for task, (hub, title, kind, metrics) in HUB_TASKS.items():
+        if task not in best:
+            continue
+        lines += ["  - task:", f"      type: {kind}", f"      name: {title}", "    dataset:"]
+        lines += [f"      name: {title} (CS224n dev)", f"      type: {hub}", "      split: dev"]
+        lines.append("    metrics:")
+        for ours, theirs in metrics.items():
+            if ours in best[task]:
+                value = round(float(best[task][ours]), 4)
+                lines += [
+                    f"    - type: {theirs}",
+                    f"      value: {value}",
+                    f"      name: dev {ours}",
+                ]
+    return "---\n" + "\n".join(lines) + "\n---\n\n"
 
 
 def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) -> str:
@@ -52,14 +102,13 @@ def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) 
     if pooling == "mean":
         loaders = f"SentenceTransformer('{out}')  # mean-pooled embeddings\n" + loaders
     scores = {t: best[t] for t in MULTITASK if t in best}
+    name = f"{cfg.preset}-{Path(cfg.run_dir).name}"
     return (
-        "---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\n"
-        f"base_model: {cfg.model.bert}\nlanguage: en\ntags:\n- sentence-transformers\n"
-        "- sentence-similarity\n- minbert\n---\n\n"
-        f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
+        card_metadata(cfg, name, rows, best) + f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
         f"Trained from `{cfg.model.bert}` with `--preset {cfg.preset}` (torch "
         f"{torch.__version__}) on SST-5, Quora and STS-B. Kept stage: {best['stage']}, "
-        f"dev overall {best['overall']:.4f}: `{json.dumps(scores)}`.\n\n"
+        f"dev overall {best['overall']:.4f}: `{json.dumps(scores)}`. STS is scored by "
+        "Pearson r, as CS224n's overall score is, and by Spearman's rho.\n\n"
         f"## Loading it\n\n```python\n{loaders}\n```\n\nHere: `--bert {out}`; the task "
         "heads are in `heads.safetensors`.\n\n## Every stage's dev scores\n\n```\n"
         + evaluation.format_table(rows, MULTITASK, best["index"])
@@ -67,6 +116,24 @@ def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) 
         + json.dumps(config.to_dict(cfg), indent=1)
         + "\n```\n"
     )
+
+
+def push(folder: Path, repo: str) -> str:
+    """--push_to_hub: upload an export folder to a private Hub repository (made if it is
+    missing) with huggingface_hub; the token from the usual places (HF_TOKEN, `hf auth
+    login`), the Hub from HF_ENDPOINT if set. Returns the commit's address."""
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not get_token():
+        raise SystemExit("--push_to_hub: no Hugging Face token; `hf auth login` or set HF_TOKEN")
+    api = HfApi()
+    try:
+        api.create_repo(repo, private=True, exist_ok=True)
+        done = api.upload_folder(repo_id=repo, folder_path=folder, commit_message="minBERT export")
+    except (HfHubHTTPError, ValueError) as e:  # ValueError: the Hub refused the card
+        raise SystemExit(f"--push_to_hub {repo}: the Hub said {e}") from None
+    return done.commit_url
 
 
 def label(cfg: RunConfig, model, rt, lines):

@@ -290,6 +290,7 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
         "resume": str(tmp_path / "run"),
         "predict": None,
         "export": None,
+        "push_to_hub": None,
         "label": None,
         "show": None,
         "estimate": None,
