@@ -237,7 +237,7 @@ class StageHooks:
     desc: str = ""  # the progress bar's label
     seed: int = 0  # a step's own draws (loss weights, PCGrad's order) come from (seed, step)
     log: Callable[[dict], None] | None = None  # gets one record per step
-    after_epoch: Callable[[int], None] | None = None  # e.g. SimCSE's best-epoch choice
+    after_epoch: Callable[[int], bool] | None = None  # best epoch; True: stop the stage
     within: InStage = field(default_factory=InStage)
 
 
@@ -284,8 +284,8 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                     cut, where = ctx.optim.max_grad_norm, (epoch, step)
                     hooks.log(step_record(optimizer, step_batches, where, loss, norm, cut, t0))
                 within.after_step(step, total, running, teacher, rt)
-            if hooks.after_epoch and step >= done:
-                hooks.after_epoch(epoch)
+            if hooks.after_epoch and step >= done and hooks.after_epoch(epoch):
+                break  # --patience: the stage's later epochs would not be kept
         if within.stop:  # asked during the last epoch's evaluation
             within.save_end()
     model.bert.requires_grad_(True)
@@ -315,22 +315,37 @@ def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: float, t
 
 
 class BestEpoch:
-    """Score STS dev after each epoch and keep the best epoch's weights (SimCSE's choice)."""
+    """Score dev after each epoch of a stage and keep the best epoch's weights: by STS for
+    SimCSE (select_by_sts), else by the run's selection score, and then the stage stops
+    after run.patience epochs without a new best (--patience)."""
 
-    def __init__(self, model, task_data, run: Run):
-        self.model, self.task_data, self.run = model, task_data, run
-        self.r, self.state = -math.inf, None
+    def __init__(self, model, task_data, run: Run, by_sts: bool = True):
+        self.model, self.task_data, self.run, self.by_sts = model, task_data, run, by_sts
+        self.r, self.state, self.epoch = -math.inf, None, -1
 
-    def after_epoch(self, epoch: int):
+    def score(self) -> float:
+        if self.by_sts:
+            results = evaluate_split(self.model, self.task_data, "dev", ("sts",), self.run)
+            return results["sts"].metrics["pearson"]
+        return self.run.select(self.run.score(self.model, self.task_data))
+
+    def after_epoch(self, epoch: int) -> bool:
+        """Keep this epoch if it is the best so far; whether the stage stops here."""
         r = None
         if self.run.rt.main:  # scores once; every process keeps the same epoch
-            results = evaluate_split(self.model, self.task_data, "dev", ("sts",), self.run)
-            r = results["sts"].metrics["pearson"]
-            tqdm.write(f"  epoch {epoch + 1}: STS dev Pearson of the cosine {r:.4f}")
+            r = self.score()
+            what = "STS dev Pearson of the cosine" if self.by_sts else "dev score"
+            tqdm.write(f"  epoch {epoch + 1}: {what} {r:.4f}")
         r = from_main(r, self.run.rt)
         if r > self.r:
-            self.r = r
+            self.r, self.epoch = r, epoch
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        stop = not self.by_sts and patience_ran_out(self.run.patience, epoch, self.epoch)
+        if stop and self.run.rt.main:
+            tqdm.write(
+                f"  --patience {self.run.patience}: no new best since epoch {self.epoch + 1}"
+            )
+        return stop
 
     def restore(self):
         if self.state is not None:
@@ -355,9 +370,11 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
     order = torch.Generator().manual_seed(run.seed * 1000 + k)
     steps = stage_steps(task_data, stage, order, run.seed)
     t0 = time.time() - (resume or {}).get("seconds", 0.0)
-    best_epoch = BestEpoch(model, task_data, run)
+    per_epoch = stage.select_by_sts or (run.patience > 0 and stage.epochs > 1)
+    best_epoch = BestEpoch(model, task_data, run, by_sts=stage.select_by_sts)
     if resume:
         best_epoch.r, best_epoch.state = resume["best_epoch"]
+        best_epoch.epoch = resume.get("best_epoch_at", -1)
     with open(run.file(checkpoint.STEPS), "a") as steps_log:
 
         def log(record):
@@ -370,15 +387,16 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
             position |= {
                 "seconds": time.time() - t0,
                 "best_epoch": (best_epoch.r, best_epoch.state),
+                "best_epoch_at": best_epoch.epoch,
             }
             run.save(model, optimizer, progress, position)
 
         within = InStage(save, run.due, resume)
-        after_epoch = best_epoch.after_epoch if stage.select_by_sts else None
+        after_epoch = best_epoch.after_epoch if per_epoch else None
         desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
         hooks = StageHooks(desc, run.seed * 1000 + k, log, after_epoch, within)
         train_loss = train_stage(model, optimizer, stage, steps, ctx, hooks)
-        if stage.select_by_sts:
+        if per_epoch:
             best_epoch.restore()
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
         row |= {"train_loss": train_loss, "seconds": time.time() - t0}
@@ -427,7 +445,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         run.show(row, mark=best["index"] == k)
         progress = {"best": best, "rows": rows, "next_stage": k + 1}
         if patience_ran_out(run.patience, k, best["index"]) and k + 1 < len(plan):
-            print(f"no new best in {run.patience} stages: the run stops here (--patience)")
+            print(f"--patience {run.patience}: no new best since {best['stage']}; the run stops")
             progress |= {"next_stage": len(plan), "stopped": k + 1}
         if run.stage_checkpoints or run.due() or progress["next_stage"] == len(plan):
             run.save(model, optimizer, progress)

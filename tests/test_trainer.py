@@ -28,6 +28,7 @@ from helpers import (
     run,
     sentence_batch,
     sigterm_on_call,
+    tiny_flags,
     tiny_model_and_data,
     weights,
 )
@@ -209,6 +210,8 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
         (8, ["--preset", "defended", "--distill", "5"]),  # the reference is the loaded model
         (8, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
         (6, ["--preset", "simcse", "--simcse_epochs", "3", "--simcse_batch_size", "8"]),
+        # --patience inside a stage of three epochs: its best epoch so far is kept too
+        (14, ["--preset", "sequential", "--sequential_epochs", "1", "3", "1", "--patience", "1"]),
     ],
 )  # the second stage's 2nd step; step 4 of 6; epoch 2 of SimCSE; the end of its epoch 1
 def test_a_stage_killed_midway_resumes_bit_for_bit(tiny_env, tmp_path, monkeypatch, kill_at, flags):
@@ -622,7 +625,7 @@ def test_patience_stops_the_schedule_and_the_stopped_run_is_finished(
     rows = run(tiny_env, tmp_path / "run", "--loops", "2", "--patience", "2")
     assert [r["stage"] for r in rows] == ["QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%"]
     out = capsys.readouterr().out
-    assert "no new best in 2 stages: the run stops here (--patience)" in out
+    assert "--patience 2: no new best since loop 1: STS; the run stops" in out
     assert "best stage: loop 1: STS" in out
     kept = checkpoint.read_tensors(tmp_path / "run" / checkpoint.BEST)[1]["row"]
     assert kept["stage"] == "loop 1: STS"
@@ -638,3 +641,26 @@ def test_patience_counts_stages_since_the_best():
     assert ran_out == [False, False, True]
     assert not trainer.patience_ran_out(0, 30, 0)  # 0: every stage runs
     assert trainer.patience_ran_out(1, 0, None)  # a first stage that is not a number
+
+
+def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
+    tiny_env, tmp_path, monkeypatch
+):
+    """The individual preset's stages run 3 epochs; with every epoch scored worse than the
+    one before, --patience 1 stops each after its second and keeps the first: the model of
+    a run of one epoch (the same batches and learning rates up to there)."""
+
+    def falling(self):  # each epoch's dev score below the one before
+        self.calls = getattr(self, "calls", 0) + 1
+        return 1.0 - self.calls / 10
+
+    monkeypatch.setattr(trainer.BestEpoch, "score", falling)
+    flags = "--preset individual --batch_size 8 --lr 1e-3 --max_length 64 --individual_epochs"
+    mt.main(tiny_flags(tiny_env, tmp_path / "patient", flags, "3", "--patience", "1"))
+    mt.main(tiny_flags(tiny_env, tmp_path / "one", flags, "1"))
+    for task in ("sst", "para", "sts"):
+        logged = (tmp_path / "patient" / task / "steps.jsonl").read_text().splitlines()
+        assert {json.loads(x)["epoch"] for x in logged} == {0, 1}  # the third never ran
+    # the first model's (the later ones start from the RNG as its extra epoch left it)
+    a, b = (weights(tmp_path / d / "sst" / "best.safetensors") for d in ("patient", "one"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
