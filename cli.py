@@ -55,8 +55,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=()):
     """argparse flags for every field of `cfg` (an instance: its values are the defaults),
     one group per dataclass. suppress: flags the user did not type are left out (to tell
-    them apart from defaults). extra: (flag, help) of options that are not config fields and
-    take a run folder, (flag, help, "switch") of such switches."""
+    them apart from defaults). extra: options that are not config fields, with the first
+    group: (flag, help) takes a run folder, (flag, help, "switch") takes nothing,
+    (flag, help, METAVAR) takes some other value (e.g. "REPO")."""
     parser = argparse.ArgumentParser(
         description=description, epilog=epilog, formatter_class=HelpFormatter, allow_abbrev=False
     )

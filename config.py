@@ -172,9 +172,10 @@ class ScheduleConfig:
     head_lr: float = option(1e-3, "learning rate of heads on a frozen encoder", positive=True)
     patience: int = option(
         0,
-        "stop the schedule after this many stages without a new best model, and a stage of "
-        "several epochs after this many such epochs, keeping its best (0: run everything); "
-        "the stopped run is finished: the kept model, its predictions",
+        "stop the schedule after this many stages without a new best model (0: run "
+        "everything); a task stage of several epochs is then scored after each, keeps its "
+        "best epoch and stops after this many without a new best (SimCSE's keep choosing by "
+        "STS); a stopped run is finished: the kept model, its predictions",
         minimum=0,
     )
     scale: float = option(

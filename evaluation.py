@@ -231,14 +231,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     n_pos, n_neg = labels.sum(), (~labels).sum()
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    # BEGIN EXERCISE auc: rank the scores (ties: their mean rank); U = positives' rank sum - n_pos(n_pos + 1)/2
-    order = np.argsort(scores, kind="stable")
-    sorted_ranks = np.arange(1, len(scores) + 1, dtype=float)
-    _, first, count = np.unique(scores[order], return_index=True, return_counts=True)
-    for i, c in zip(first, count, strict=True):
-        sorted_ranks[i : i + c] = sorted_ranks[i : i + c].mean()  # ties share their mean rank
-    ranks = np.empty(len(scores))
-    ranks[order] = sorted_ranks
+    # BEGIN EXERCISE auc: rank the scores (average_ranks: ties share their mean); U = positives' rank sum - n_pos(n_pos + 1)/2
+    ranks = average_ranks(scores)  # 1..n in score order
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
     # END EXERCISE auc
 

@@ -297,7 +297,7 @@ def load_run_config(run_dir: str) -> RunConfig:
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None,
-    'show' | 'estimate': True or None})."""
+    'push_to_hub': a Hub repository or None, 'show' | 'estimate': True or None})."""
     cfg, typed, folders = cli.parse(
         RunConfig(),
         argv,

@@ -45,7 +45,7 @@ class Run:
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
     split_dev: bool = False  # also score each half of dev (evaluation.selection_gap)
-    patience: int = 0  # stop after this many stages without a new best (0: never)
+    patience: int = 0  # stop after this many stages (or a stage's epochs) without a new best
     tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
     board: checkpoint.TensorBoard | None = None
     last_save: float = field(default_factory=time.monotonic)  # when the state was written

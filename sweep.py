@@ -1,6 +1,6 @@
 """Search a preset's settings with Optuna: every trial a run folder, the study in SQLite.
 
-    python sweep.py SWEEP_DIR --preset demo --trials 8 --search lr=1e-5:1e-4:log distill=0.3:3:log
+    python sweep.py SWEEP_DIR --preset demo --trials 8 --search lr=1e-5:1e-4:log distill=3:300:log
     python sweep.py SWEEP_DIR --resume          continue a stopped sweep where it was
     python sweep.py SWEEP_DIR --preset demo ... -- --train_size 3000   flags for every trial
 
@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import checkpoint
 import cli
 import config
 import evaluation
@@ -102,8 +103,8 @@ def objective_of(row: dict, objective: str) -> float:
 
 
 def read_rows(folder: Path) -> list[dict]:
-    path = folder / METRICS
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    """The trial's forgetting table so far (none before its start row is written)."""
+    return checkpoint.read_rows(folder) if (folder / METRICS).is_file() else []
 
 
 def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
@@ -224,7 +225,18 @@ def load_settings(args, parser) -> dict:
     settings |= {"search": parse_search(args.search), "flags": args.flags, "enqueue": args.enqueue}
     settings["seed"] = args.seed
     for values in (baseline(settings), *enqueued(settings)):  # bad flags stop here
-        mt.parse_args(trial_flags(settings, values))
+        cfg, _ = mt.parse_args(trial_flags(settings, values))
+    if cfg.preset == "individual":
+        parser.error("--preset individual keeps a model per task; a trial needs one")
+    if settings["objective"] == "heldout" and not cfg.data.heldout_size:
+        parser.error("--objective heldout needs held-out pairs: give --heldout_size after --")
+    for name, value in baseline(settings).items():
+        s = settings["search"][name]
+        if s["kind"] != "choice" and not s["low"] <= value <= s["high"]:
+            parser.error(
+                f"--search {name}: the preset's own value {value} (trial 0) lies outside "
+                f"{s['low']}:{s['high']}; widen the range"
+            )
     return settings
 
 
@@ -256,7 +268,10 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
         study_name="sweep",
         direction="maximize",
         load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=settings["seed"]),
+        # random draws for the first third of the trials (trial 0 included), then TPE
+        sampler=optuna.samplers.TPESampler(
+            seed=settings["seed"], n_startup_trials=max(2, settings["trials"] // 3)
+        ),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
     )
     if not study.trials:

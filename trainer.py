@@ -285,8 +285,9 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                     hooks.log(step_record(optimizer, step_batches, where, loss, norm, cut, t0))
                 within.after_step(step, total, running, teacher, rt)
             if hooks.after_epoch and step >= done and hooks.after_epoch(epoch):
-                break  # --patience: the stage's later epochs would not be kept
-        if within.stop:  # asked during the last epoch's evaluation
+                within.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
+                break  # --patience ended the stage; a stop asked now saves where it ended
+        if within.stop:  # asked during the last scored epoch's evaluation
             within.save_end()
     model.bert.requires_grad_(True)
     return running
@@ -319,7 +320,7 @@ class BestEpoch:
     SimCSE (select_by_sts), else by the run's selection score, and then the stage stops
     after run.patience epochs without a new best (--patience)."""
 
-    def __init__(self, model, task_data, run: Run, by_sts: bool = True):
+    def __init__(self, model, task_data, run: Run, by_sts: bool):
         self.model, self.task_data, self.run, self.by_sts = model, task_data, run, by_sts
         self.r, self.state, self.epoch = -math.inf, None, -1
 
@@ -444,8 +445,12 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             run.save_best(model, row)
         run.show(row, mark=best["index"] == k)
         progress = {"best": best, "rows": rows, "next_stage": k + 1}
-        if patience_ran_out(run.patience, k, best["index"]) and k + 1 < len(plan):
-            print(f"--patience {run.patience}: no new best since {best['stage']}; the run stops")
+        # the main process decides (only it scores), every process stops with it
+        if from_main(patience_ran_out(run.patience, k, best["index"]), run.rt) and k + 1 < len(
+            plan
+        ):
+            since = best["stage"] or "the start"
+            print(f"--patience {run.patience}: no new best since {since}; the run stops")
             progress |= {"next_stage": len(plan), "stopped": k + 1}
         if run.stage_checkpoints or run.due() or progress["next_stage"] == len(plan):
             run.save(model, optimizer, progress)

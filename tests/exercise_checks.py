@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 CHECKS = {}  # name -> (check, tolerance)
+REFERENCES = ("transformers", "scipy", "sklearn", "pytest")  # requirements-dev.txt's
 SECONDS = 60  # one check's time limit: a loop that never ends fails its exercise alone
 f64 = torch.float64
 
@@ -447,6 +448,8 @@ def grade(name: str) -> dict:
     except Exception as e:  # the student's code: any failure is this exercise's
         where = traceback.extract_tb(e.__traceback__)[-1]
         detail = f"{type(e).__name__}: {e} ({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
+        if isinstance(e, ModuleNotFoundError) and e.name in REFERENCES:
+            detail = f"no {e.name}: the checks need pip install -r requirements-dev.txt"
         return row | {"result": "error", "detail": detail}
     finally:
         signal.alarm(0)

@@ -62,10 +62,11 @@ def test_a_handout_fails_every_exercise_until_its_body_is_written(tmp_path):
     assert run(handout, "multitask_classifier.py", "--preset", "demo", "--show").returncode == 0
     sanity = run(handout, "sanity_check.py")
     assert sanity.returncode == 1 and "exercise embeddings:" in sanity.stdout
-    assert "graded alone: python exercises.py check embeddings attention layer" in sanity.stdout
+    assert "piece by piece: python exercises.py check embeddings attention layer" in sanity.stdout
 
     write_body(handout, "attention", solution("attention"))
-    write_body(handout, "mean_pool", [["    return hidden.mean(1)  # padding counted\n"]])
+    wrong = ["    print('debugging')  # a student's print\n", "    return hidden.mean(1)\n"]
+    write_body(handout, "mean_pool", [wrong])  # padding counted: a wrong body
     after = scorecard(handout)
     assert after.pop("attention") == "pass" and after.pop("mean_pool") == "fail"
     assert after == dict.fromkeys(names - {"attention", "mean_pool"}, "open")

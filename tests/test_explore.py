@@ -124,9 +124,8 @@ def chromium():
     options.binary_location = binary
     flags = "--headless=new --no-sandbox --disable-gpu --window-size=1000,3000 --no-first-run"
     offline = "--disable-background-networking --disable-component-update --disable-sync"
-    for (
-        flag
-    ) in f"{flags} {offline}".split():  # offline: no calls home that a closed network refuses
+    # offline: no calls home, which a closed network refuses
+    for flag in f"{flags} {offline}".split():
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=options)

@@ -88,6 +88,7 @@ def test_the_card_gives_the_hub_the_kept_models_dev_scores(tiny_env, tmp_path):
         ("sentence-transformers/stsb", "spearmanr"): round(kept["sts"]["spearman"], 4),
     }
     assert card.data.license == "apache-2.0" and "SetFit/sst5" in card.data.datasets
+    assert {r.dataset_config for r in card.data.eval_results} == {None, "qqp"}
     assert card.data.base_model is None  # trained from a local folder: no Hub id to name
 
 

@@ -105,3 +105,13 @@ def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         sweep.main([str(tmp_path / "nothing"), "--resume"])
     assert "no sweep.json" in capsys.readouterr().err
+    new = [str(tmp_path / "new"), "--no_estimate", "--preset"]
+    for flags, message in [
+        (["thesis", "--search", "lr=1e-7:1e-6"], "the preset's own value 1e-05 (trial 0) lies"),
+        (["thesis", "--search", "lr=1e-6:1e-4", "--objective", "heldout"], "--heldout_size"),
+        (["individual", "--search", "lr=1e-6:1e-4"], "keeps a model per task"),
+    ]:
+        with pytest.raises(SystemExit):
+            sweep.main(new + flags)
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # refused before anything was made
