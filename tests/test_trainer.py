@@ -650,11 +650,13 @@ def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
     one before, --patience 1 stops each after its second and keeps the first: the model of
     a run of one epoch (the same batches and learning rates up to there)."""
 
-    def falling(self):  # each epoch's dev score below the one before
-        self.calls = getattr(self, "calls", 0) + 1
-        return 1.0 - self.calls / 10
+    calls = []
 
-    monkeypatch.setattr(trainer.BestEpoch, "score", falling)
+    def falling(self, row):  # every selection score below the one before
+        calls.append(row)
+        return 1.0 - len(calls) / 100
+
+    monkeypatch.setattr(runfolder.Run, "select", falling)
     flags = "--preset individual --batch_size 8 --lr 1e-3 --max_length 64 --individual_epochs"
     mt.main(tiny_flags(tiny_env, tmp_path / "patient", flags, "3", "--patience", "1"))
     mt.main(tiny_flags(tiny_env, tmp_path / "one", flags, "1"))
@@ -664,3 +666,8 @@ def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
     # the first model's (the later ones start from the RNG as its extra epoch left it)
     a, b = (weights(tmp_path / d / "sst" / "best.safetensors") for d in ("patient", "one"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    patient, one = (
+        json.loads((tmp_path / d / "sst" / "metrics.jsonl").read_text().splitlines()[1])
+        for d in ("patient", "one")
+    )
+    assert patient["sst"] == one["sst"]  # the kept epoch's dev row, scored when it was kept
