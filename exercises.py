@@ -228,4 +228,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command
-    sys.exit(1 if main() else 0)
+    try:
+        sys.exit(1 if main() else 0)
+    except BrokenPipeError:  # the reader stopped early (| head): quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
