@@ -152,7 +152,7 @@ def make(out: Path, names: list[str]) -> None:
     if unknown:
         raise SystemExit(f"no exercise {', '.join(unknown)}; `python exercises.py list` names them")
     out = out.resolve()
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"{out}: not empty; make writes a new folder")
     if out == HERE or HERE in out.parents:
         raise SystemExit(f"{out}: inside this repository; make the handout beside it")
@@ -165,6 +165,8 @@ def make(out: Path, names: list[str]) -> None:
 
 def check(root: Path, names: list[str]) -> int:
     """Grade the exercises in root; print the scorecard; return how many did not pass."""
+    if not (root / CHECKS).is_file():
+        raise SystemExit(f"{root}: no {CHECKS}; is it this repository or a handout of it?")
     found = in_order(root)
     unknown = sorted(set(names) - set(found))
     if unknown:

@@ -221,6 +221,8 @@ def load_settings(args, parser) -> dict:
         parser.error(f"{args.sweep_dir} already holds a sweep: --resume it, or give another folder")
     if not args.search:
         parser.error("--search: name at least one flag to search")
+    if args.trials < 1:
+        parser.error(f"--trials must be at least 1, got {args.trials}")
     settings = {"preset": args.preset, "trials": args.trials, "objective": args.objective}
     settings |= {"search": parse_search(args.search), "flags": args.flags, "enqueue": args.enqueue}
     settings["seed"] = args.seed
@@ -256,7 +258,12 @@ def enqueued(settings: dict) -> list[dict]:
         if unknown:
             raise SystemExit(f"--enqueue {spec}: {', '.join(unknown)} not searched")
         kinds = {"float": float, "int": int, "choice": str}
-        out.append({k: kinds[settings["search"][k]["kind"]](v) for k, v in values.items()})
+        try:
+            out.append({k: kinds[settings["search"][k]["kind"]](v) for k, v in values.items()})
+        except ValueError:
+            raise SystemExit(
+                f"--enqueue {spec}: expected FLAG=VALUE,... of its searches' types"
+            ) from None
     return out
 
 

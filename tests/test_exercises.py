@@ -94,6 +94,11 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
         exercises.main(["make", str(tmp_path / "other"), "nonsense"])
     with pytest.raises(SystemExit, match="inside this repository"):
         exercises.main(["make", str(REPO / "runs" / "handout")])
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit, match="not empty"):
+        exercises.main(["make", str(tmp_path / "a-file")])
+    with pytest.raises(SystemExit, match="is it this repository or a handout of it"):
+        exercises.main(["check", "--dir", str(tmp_path / "nowhere")])
 
 
 def test_a_marker_without_its_pair_is_named_by_file_and_line(tmp_path):

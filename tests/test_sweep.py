@@ -110,8 +110,10 @@ def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
         (["thesis", "--search", "lr=1e-7:1e-6"], "the preset's own value 1e-05 (trial 0) lies"),
         (["thesis", "--search", "lr=1e-6:1e-4", "--objective", "heldout"], "--heldout_size"),
         (["individual", "--search", "lr=1e-6:1e-4"], "keeps a model per task"),
+        (["thesis", "--search", "lr=1e-6:1e-4", "--trials", "0"], "--trials must be at least 1"),
+        (["thesis", "--search", "lr=1e-6:1e-4", "--enqueue", "lr=fast"], "--enqueue lr=fast:"),
     ]:
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as stop:
             sweep.main(new + flags)
-        assert message in capsys.readouterr().err
+        assert message in capsys.readouterr().err + str(stop.value.code)  # parser's, or ours
     assert not (tmp_path / "new").exists()  # refused before anything was made
