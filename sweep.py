@@ -103,8 +103,10 @@ def objective_of(row: dict, objective: str) -> float:
 
 
 def read_rows(folder: Path) -> list[dict]:
-    """The trial's forgetting table so far (none before its start row is written)."""
-    return checkpoint.read_rows(folder) if (folder / METRICS).is_file() else []
+    """The trial's forgetting table so far: none before the run has scored its start (the
+    file is written whole each time, and empty until then)."""
+    path = folder / METRICS
+    return checkpoint.read_rows(folder) if path.is_file() and path.stat().st_size else []
 
 
 def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:

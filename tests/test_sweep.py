@@ -117,3 +117,11 @@ def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
             sweep.main(new + flags)
         assert message in capsys.readouterr().err + str(stop.value.code)  # parser's, or ours
     assert not (tmp_path / "new").exists()  # refused before anything was made
+
+
+def test_a_trial_that_has_not_scored_its_start_has_no_rows_yet(tmp_path):
+    assert sweep.read_rows(tmp_path) == []  # no file yet
+    (tmp_path / "metrics.jsonl").write_text("")  # a new run writes its table empty first
+    assert sweep.read_rows(tmp_path) == []
+    (tmp_path / "metrics.jsonl").write_text('{"stage": "start (no training)", "index": -1}\n')
+    assert sweep.read_rows(tmp_path) == [{"stage": "start (no training)", "index": -1}]
