@@ -58,14 +58,14 @@ def tiny_pair():
     """(our BertModel, Hugging Face's) with the same random weights, in eval mode."""
     import transformers
     from conftest import tiny_bert_config
+    from test_bert import hf_config  # the tests' own mapping of our config to HF's
 
     from base_bert import hf_to_ours
     from bert import BertModel
 
     cfg = tiny_bert_config()
     torch.manual_seed(0)
-    settings = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
-    hf = transformers.BertModel(transformers.BertConfig(**settings, attn_implementation="eager"))
+    hf = transformers.BertModel(hf_config(cfg))
     ours = BertModel(cfg)
     ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
     return ours.eval(), hf.eval()
