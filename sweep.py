@@ -163,31 +163,37 @@ def estimate(settings: dict) -> None:
     print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
 
 
+def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
+    """One trial's row: its kept model's dev overall and held-out AUC (both, whichever is
+    the objective; a pruned trial's best stage so far), its settings, where and how long."""
+    rows = read_rows(sweep_dir / f"trial-{t.number:03d}")
+    kept = evaluation.kept_stage(rows) if rows else None
+    row = rows[1 + kept] if kept is not None else {}
+    scores = [f"{row[k]:.4f}" if row.get(k) is not None else "" for k in ("overall", "heldout")]
+    took = (
+        (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_complete else 0
+    )
+    settings = [f"{t.params.get(n, '')}" for n in names]
+    return [
+        str(t.number),
+        t.state.name.lower(),
+        *scores,
+        *settings,
+        row.get("stage", ""),
+        f"{took:.1f}",
+    ]
+
+
 def summary(optuna, study, sweep_dir: Path, objective: str) -> str:
-    """summary.md: one row per trial, the best first; and Optuna's two plots."""
+    """summary.md: one row per trial, the best by the objective first; and Optuna's plots."""
     trials = sorted(study.trials, key=lambda t: -(t.value if t.value is not None else -1))
     names = sorted({k for t in trials for k in t.params})
-    head = ["trial", "state", objective, *names, "kept stage", "minutes"]
+    head = ["trial", "state", "dev overall", "held-out AUC", *names, "kept stage", "minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for t in trials:
-        rows = read_rows(sweep_dir / f"trial-{t.number:03d}")
-        kept = evaluation.kept_stage(rows) if rows else None
-        stage = rows[1 + kept]["stage"] if kept is not None else ""
-        took = (
-            (t.datetime_complete - t.datetime_start).total_seconds() / 60
-            if t.datetime_complete
-            else 0
-        )
-        value = f"{t.value:.4f}" if t.value is not None else ""
-        cells = [
-            str(t.number),
-            t.state.name.lower(),
-            value,
-            *(f"{t.params.get(n, '')}" for n in names),
-        ]
-        lines.append("| " + " | ".join([*cells, stage, f"{took:.1f}"]) + " |")
+    lines += ["| " + " | ".join(summary_cells(t, names, sweep_dir)) + " |" for t in trials]
     table = "\n".join(lines)
-    atomic_write(f"# Sweep: {sweep_dir.name}\n\n{table}\n", sweep_dir / "summary.md")
+    text = f"# Sweep: {sweep_dir.name}\n\nThe best by {objective} first.\n\n{table}\n"
+    atomic_write(text, sweep_dir / "summary.md")
     plots(optuna, study, sweep_dir)
     return table
 

@@ -86,6 +86,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_running_a_trial_twice(tiny_env
     assert len(study.trials[2].intermediate_values) < 4  # stopped before its last stage
     table = (sweep_dir / "summary.md").read_text()
     assert table.count("| complete |") == 2 and table.count("| pruned |") == 1
+    assert f"| 1 | complete | {kept:.4f} |" in table  # the kept model's dev overall
     assert (sweep_dir / "history.png").is_file()
 
 
