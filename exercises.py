@@ -35,7 +35,7 @@ CHECKS = Path("tests") / "exercise_checks.py"
 BEGIN = re.compile(r"^(\s*)# BEGIN EXERCISE (\w+): (.+)$")
 END = re.compile(r"^\s*# END EXERCISE (\w+)\s*$")
 NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_cache"}
-SECONDS = 60  # per check (exercise_checks.SECONDS; it stops a check that runs longer)
+SECONDS = 60  # one check's time limit (tests/exercise_checks.py stops a longer one)
 
 
 @dataclass(frozen=True)

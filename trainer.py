@@ -446,9 +446,8 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         run.show(row, mark=best["index"] == k)
         progress = {"best": best, "rows": rows, "next_stage": k + 1}
         # the main process decides (only it scores), every process stops with it
-        if from_main(patience_ran_out(run.patience, k, best["index"]), run.rt) and k + 1 < len(
-            plan
-        ):
+        out_of_patience = from_main(patience_ran_out(run.patience, k, best["index"]), run.rt)
+        if out_of_patience and k + 1 < len(plan):
             since = best["stage"] or "the start"
             print(f"--patience {run.patience}: no new best since {since}; the run stops")
             progress |= {"next_stage": len(plan), "stopped": k + 1}
