@@ -173,7 +173,9 @@ def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
     took = (
         (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_complete else 0
     )
-    settings = [f"{t.params.get(n, '')}" for n in names]
+    settings = [
+        f"{v:.4g}" if isinstance(v := t.params.get(n, ""), float) else str(v) for n in names
+    ]
     return [
         str(t.number),
         t.state.name.lower(),

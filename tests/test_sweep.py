@@ -126,3 +126,14 @@ def test_a_trial_that_has_not_scored_its_start_has_no_rows_yet(tmp_path):
     assert sweep.read_rows(tmp_path) == []
     (tmp_path / "metrics.jsonl").write_text('{"stage": "start (no training)", "index": -1}\n')
     assert sweep.read_rows(tmp_path) == [{"stage": "start (no training)", "index": -1}]
+
+
+def test_a_summary_row_gives_settings_to_four_digits(tmp_path):
+    from types import SimpleNamespace
+
+    waiting = SimpleNamespace(
+        number=3, state=SimpleNamespace(name="RUNNING"), datetime_complete=None
+    )
+    waiting.params = {"lr": 8.716828556481287e-05, "distill": 30.0, "loops": 2, "pooling": "cls"}
+    cells = sweep.summary_cells(waiting, ["distill", "loops", "lr", "pooling"], tmp_path)
+    assert cells == ["3", "running", "", "", "30", "2", "8.717e-05", "cls", "", "0.0"]
