@@ -323,23 +323,25 @@ class BestEpoch:
     def __init__(self, model, task_data, run: Run, by_sts: bool):
         self.model, self.task_data, self.run, self.by_sts = model, task_data, run, by_sts
         self.r, self.state, self.epoch = -math.inf, None, -1
+        self.row = None  # the kept epoch's dev row (by the run's score): the stage's row
 
-    def score(self) -> float:
+    def score(self) -> tuple[float, dict | None]:
         if self.by_sts:
             results = evaluate_split(self.model, self.task_data, "dev", ("sts",), self.run)
-            return results["sts"].metrics["pearson"]
-        return self.run.select(self.run.score(self.model, self.task_data))
+            return results["sts"].metrics["pearson"], None
+        row = self.run.score(self.model, self.task_data)
+        return self.run.select(row), row
 
     def after_epoch(self, epoch: int) -> bool:
         """Keep this epoch if it is the best so far; whether the stage stops here."""
-        r = None
+        r = row = None
         if self.run.rt.main:  # scores once; every process keeps the same epoch
-            r = self.score()
+            r, row = self.score()
             what = "STS dev Pearson of the cosine" if self.by_sts else "dev score"
             tqdm.write(f"  epoch {epoch + 1}: {what} {r:.4f}")
         r = from_main(r, self.run.rt)
         if r > self.r:
-            self.r, self.epoch = r, epoch
+            self.r, self.epoch, self.row = r, epoch, row
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         stop = not self.by_sts and patience_ran_out(self.run.patience, epoch, self.epoch)
         if stop and self.run.rt.main:
@@ -402,7 +404,8 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
         row |= {"train_loss": train_loss, "seconds": time.time() - t0}
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-            row |= run.score(model, task_data, train=run.score_train)
+            kept = None if run.score_train else best_epoch.row  # scored when it was kept
+            row |= kept or run.score(model, task_data, train=run.score_train)
         if stop:
             within.save_end()
     return row
