@@ -29,33 +29,33 @@ check: venv
 
 # The thesis schedule defended against forgetting, on the embedded MiniLM (the `demo`
 # preset: `python multitask_classifier.py --preset demo --show` prints what it trains),
-# after fetching any data file that is missing; then its report page (explore.py report).
+# after fetching any data file that is missing; then its report page (lab/explore.py report).
 # DEMO_FLAGS adds flags, e.g. a smaller run: make demo DEMO_FLAGS="--train_size 500 --dev_size 200"
 DEMO_FLAGS ?=
 DEMO_DIR := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 demo: venv
-	$(PY) fetch.py --quiet
+	$(PY) -m lab.fetch --quiet
 	$(PY) multitask_classifier.py --preset demo --run_dir=$(DEMO_DIR) $(DEMO_FLAGS)
-	$(PY) explore.py report $(DEMO_DIR)
+	$(PY) -m lab.explore report $(DEMO_DIR)
 
 bench: venv
-	$(PY) bench.py
+	$(PY) -m lab.bench
 
 # On a machine with CUDA: the CUDA tests, the bench on the GPU and a reduced demo whose
 # scores are checked, in gpu-check/report.md (about 6 min on an H100); without CUDA, a dry
-# run at tiny sizes. `python gpu_check.py --pack DIR` packs it for a machine with no network.
+# run at tiny sizes. `python -m lab.gpu_check --pack DIR` packs it for a machine with no network.
 gpu-check: venv
-	$(PY) gpu_check.py
+	$(PY) -m lab.gpu_check
 
-# The three CS224n reports' tables, each row a preset, at their CPU scales (reports.py):
-# 77 min on a 2-core CPU; stopped, it goes on where it was.
+# The three CS224n reports' tables, each row a preset, at their CPU scales (lab/reports.py):
+# about 60 min on a 2-core CPU (docs/reports.md); stopped, it goes on where it was.
 reports: venv
-	$(PY) reports.py all
+	$(PY) -m lab.reports all
 
 # Fetch every missing data file (the CS224n handout's; SNLI built from its release) into
 # $(MINBERT_DATA), then check them all; data/README.md says where each comes from.
 data: venv
-	$(PY) fetch.py
+	$(PY) -m lab.fetch
 
 # The house's budgets (file and function sizes, layers, the README's size: .ci/lint.py),
 # which developers keep green; `make test` tests behaviour only.

@@ -299,34 +299,6 @@ def keep_logged_steps(path: Path, progress: dict) -> int:
     return len(kept)
 
 
-class TensorBoard:
-    """--tensorboard: live curves in RUN_DIR/tensorboard, every step's loss, lr, gradient
-    norm and examples/s and each stage's dev scores, the x axis counting logged steps.
-    Opened on a resume at the count the kept step log holds, it purges what a stopped run
-    wrote past it, so no step is doubled or lost. Flushed at every write (a kill loses
-    nothing the step log keeps). Only here is the tensorboard package imported."""
-
-    RECORD = ("loss", "lr", "grad_norm", "examples_per_s")  # of a steps.jsonl line
-
-    def __init__(self, run_dir: Path, steps_done: int):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=steps_done + 1)
-        self.steps = steps_done
-
-    def step(self, record: dict) -> None:
-        self.steps += 1
-        for key in self.RECORD:
-            self.writer.add_scalar(f"train/{key}", record[key], self.steps)
-        self.writer.flush()
-
-    def scores(self, scores: dict) -> None:
-        """A stage's dev scores, {name: value}, at the step that ended it."""
-        for name, value in scores.items():
-            self.writer.add_scalar(f"dev/{name}", value, self.steps)
-        self.writer.flush()
-
-
 def save_position(model, optimizer, scaler, progress: dict, position: dict, path: Path):
     """A checkpoint inside stage progress['next_stage']: position holds the step, the
     running loss, the SMART teacher (or None), the best epoch (r, weights or None) and,
@@ -404,58 +376,3 @@ def locked(run_dir: Path):
         lock.write(str(os.getpid()))
         lock.flush()
         yield
-
-
-# ---------------------------------------------------------------------------------------
-# A standard model folder
-
-
-def export_model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> None:
-    """The encoder in Hugging Face's format (config.json, model.safetensors: our parameter
-    names are BertModel's; vocab.txt and tokenizer_config.json), the task heads in
-    heads.safetensors, the model card README.md, and with mean pooling sentence-transformers'
-    files too. `--bert OUT` loads it here, transformers.BertModel.from_pretrained and
-    SentenceTransformer(OUT) there."""
-    out.mkdir(parents=True, exist_ok=True)
-    hf_config = {"model_type": "bert", "architectures": ["BertModel"]}
-    hf_config |= model.bert.config.to_dict()
-    atomic_write(json.dumps(hf_config, indent=1), out / "config.json")
-    atomic_write(Path(tokenizer.vocab_file).read_bytes(), out / "vocab.txt")
-    tokenizer_config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": tokenizer.do_lower_case,
-    }
-    atomic_write(
-        json.dumps(tokenizer_config | {"model_max_length": max_length}),
-        out / "tokenizer_config.json",
-    )
-    encoder = {k: v.detach().cpu().contiguous() for k, v in model.bert.state_dict().items()}
-    atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
-    heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
-    write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")
-    if model.pooling == "mean":  # sentence-transformers pools the last hidden states itself
-        write_sentence_transformers(out, model.bert.config.hidden_size, max_length)
-    atomic_write(card, out / "README.md")
-
-
-def write_sentence_transformers(out: Path, hidden: int, max_length: int) -> None:
-    """sentence-transformers' layout over a Hugging Face folder: the Transformer module at
-    the folder itself, then masked mean pooling (our `mean` pooling), cosine similarity."""
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
-    ]
-    atomic_write(json.dumps(modules, indent=1), out / "modules.json")
-    settings = {"max_seq_length": max_length, "do_lower_case": False}  # the tokenizer cases
-    atomic_write(json.dumps(settings), out / "sentence_bert_config.json")
-    atomic_write(
-        json.dumps({"similarity_fn_name": "cosine"}), out / "config_sentence_transformers.json"
-    )
-    pooling = {"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True}
-    (out / "1_Pooling").mkdir(exist_ok=True)
-    atomic_write(json.dumps(pooling, indent=1), out / "1_Pooling" / "config.json")

@@ -28,9 +28,9 @@ from config import (
     RunConfig,
     ScheduleConfig,
 )
-from plans import Stage
+from plans import Stage, check_compile
 from runfolder import Run, finish
-from runtime import check_compile, make_runtime
+from runtime import make_runtime
 from tokenizer import BertTokenizer
 from trainer import run_plan
 

@@ -5,17 +5,13 @@ Reference: the CS224n "minBERT" default final project handout (Stanford, 2023-20
 that every sentence is the handout's, minus the lowercasing, which our uncased tokenizer does.
 SNLI (Bowman et al., 2015) is read for supervised SimCSE (Gao et al., 2021).
 
-Tasks and files (`task_file`): 'sst' ids-sst-*, 'cfimdb' ids-cfimdb-*, 'para' quora-*,
-'sts' sts-*, 'snli' snli-{train,dev}; split 'test' means the unlabeled *-test-student.csv.
-
 Bad rows (wrong column count, empty or out-of-range label, empty text) are never misread:
 by default they are skipped with ONE warning per file naming their lines; `strict=True`
 raises a DataError at the first one instead.
 
 `load_task_data` reads and tokenizes every split a run needs, once; `fraction_loader` and
-`subset_loader` batch a stage's share of a training set.
-
-fetch.py (`make data`) fetches the files that are missing, then checks every one.
+`subset_loader` batch a stage's share of a training set. lab/fetch.py (`make data`) fetches
+the files that are missing (FILE_STEMS names them), then checks every one.
 """
 
 import csv
@@ -23,9 +19,8 @@ import math
 import os
 import random
 import re
-import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,15 +31,8 @@ from tqdm.auto import tqdm
 import simcse
 from evaluation import TASKS
 
-DEFAULT_DATA_DIR = "data"
-SPLITS = ("train", "dev", "test")
-FILE_STEMS = {
-    "sst": "ids-sst",
-    "cfimdb": "ids-cfimdb",
-    "para": "quora",
-    "sts": "sts",
-    "snli": "snli",
-}
+SPLITS = ("train", "dev", "test")  # 'test': the unlabeled *-test-student.csv files
+FILE_STEMS = dict(sst="ids-sst", cfimdb="ids-cfimdb", para="quora", sts="sts", snli="snli")
 # The splits each task has: SNLI has no test file.
 _TASK_SPLITS = {task: SPLITS[:2] if task == "snli" else SPLITS for task in FILE_STEMS}
 
@@ -78,7 +66,7 @@ class _BadRow(Exception):
 
 def data_dir(arg: str | None = None) -> Path:
     """The data folder: the --data_dir argument, else $MINBERT_DATA, else data/."""
-    return Path(arg or os.environ.get("MINBERT_DATA") or DEFAULT_DATA_DIR)
+    return Path(arg or os.environ.get("MINBERT_DATA") or "data")
 
 
 def task_file(folder: str | Path, task: str, split: str) -> Path:
@@ -119,7 +107,7 @@ def require(files: list[Path]) -> None:
     if missing:
         raise SystemExit(
             f"missing data file(s) in {missing[0].parent}: {', '.join(f.name for f in missing)}; "
-            "fetch them with `make data` (python fetch.py), see data/README.md"
+            "fetch them with `make data` (python -m lab.fetch), see data/README.md"
         )
 
 
@@ -150,11 +138,9 @@ class NLIExample:
 
 
 def space_punctuation(s: str) -> str:
-    """The handout's preprocess_string for pair sentences, without its lowercasing.
-
-    BERT's basic tokenizer splits on punctuation anyway, so this changes no token ids;
-    it keeps our text identical to the handout's.
-    """
+    """The handout's preprocess_string for pair sentences, without its lowercasing: BERT's
+    basic tokenizer splits on punctuation anyway, so this changes no token ids; it keeps our
+    text identical to the handout's."""
     for p in ".?,'":
         s = s.replace(p, " " + p)
     return " ".join(s.split())
@@ -444,7 +430,6 @@ class PairDataset(_Tokenized):
         max_length: int = 128,
         cross_encode: bool = False,
     ):
-        self.cross_encode = cross_encode
         columns = [[e.sentence1 for e in examples], [e.sentence2 for e in examples]]
         labels, ids = _labels(examples, torch.float), [e.id for e in examples]
         super().__init__(tokenizer, max_length, columns, labels, ids, joint=cross_encode)
@@ -519,25 +504,6 @@ class LengthBucketSampler(Sampler[list[int]]):
             yield batches[b]
 
 
-def padding_efficiency(batches: Iterable[Sequence[int]]) -> float:
-    """Real / padded tokens when each batch is padded to its longest sequence.
-
-    batches: the sequence lengths of each batch; [[2, 4]] -> 6 / 8 = 0.75.
-    """
-    real = padded = 0
-    for lengths in batches:
-        real, padded = real + sum(lengths), padded + len(lengths) * max(lengths, default=0)
-    if padded == 0:
-        raise ValueError("padding_efficiency: no tokens in the batches")
-    return real / padded
-
-
-def random_batches(n: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
-    """Shuffled indices 0..n-1 cut into batches: a plain DataLoader(shuffle=True)."""
-    order = torch.randperm(n, generator=generator).tolist()
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
-
-
 def make_loader(
     dataset: SentenceDataset | PairDataset,
     batch_size: int,
@@ -556,21 +522,6 @@ def make_loader(
         num_workers=num_workers,
         generator=None if shuffle else torch.Generator(),
     )
-
-
-def split_batch(batch: dict, parts: int) -> list[dict]:
-    """A batch cut into at most `parts` micro-batches of consecutive examples, for gradient
-    accumulation: sentences (B, T) and sentence tuples (K, B, T) are cut along B; labels
-    (B,) and ids along their only dimension. The last micro-batch may be smaller."""
-    B = batch["input_ids"].shape[-2]
-    size = -(-B // parts)  # ceil(B / parts)
-
-    def cut(value, part):
-        if isinstance(value, torch.Tensor) and value.dim() == 3:
-            return value[:, part].contiguous()  # (K, b, T)
-        return value[part]
-
-    return [{k: cut(v, slice(i, i + size)) for k, v in batch.items()} for i in range(0, B, size)]
 
 
 def standardized_indices(n: int, size: int, generator: torch.Generator) -> list[int]:
@@ -658,34 +609,6 @@ def subset(examples: list, size: int, share: float, seed: int, first: bool = Fal
     those (at least one): --train_size (--train_first), then --train_share."""
     examples = examples[:size] if first and size else random_subset(examples, size, seed)
     return random_subset(examples, max(1, round(share * len(examples))), seed)
-
-
-def input_lines(stream) -> Iterator[str]:
-    """The lines of a text stream (stdin to --label); bytes that are not UTF-8 stop with a
-    one-line error (a stream decodes in blocks, so it counts the lines read before)."""
-    if stream.isatty():  # typed by hand: say what is expected, or the prompt looks stuck
-        print("type a sentence, or two separated by a tab; Ctrl-D ends", file=sys.stderr)
-    read = 0
-    try:
-        for line in stream:
-            read += 1
-            yield line
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"input after {read} good line(s): not UTF-8 text ({e.reason}); convert it"
-        ) from None
-
-
-def split_input_line(line: str, number: int) -> tuple[str, str]:
-    """(a, b) of a line to label: a sentence (b is ""), or two separated by one tab; anything
-    else (a header row, an empty side) stops with the line's number."""
-    parts = line.split("\t")
-    expected = "expected a sentence, or two separated by one tab"
-    if len(parts) > 2:
-        raise DataError(f"input line {number}: {len(parts)} tab-separated fields; {expected}")
-    if len(parts) == 2 and not all(p.strip() for p in parts):
-        raise DataError(f"input line {number}: an empty side of the tab; {expected}")
-    return parts[0], parts[1] if len(parts) == 2 else ""
 
 
 def check_usable(examples: list, path: Path, split: str) -> None:

@@ -115,24 +115,12 @@ class TaskSpec:
     column: str  # prediction-file header, as the handout writes it
 
 
-def _argmax(out: torch.Tensor) -> torch.Tensor:
-    return out.argmax(dim=-1)  # (B, C) -> (B,)
-
-
-def _positive(out: torch.Tensor) -> torch.Tensor:
-    # logit > 0 <=> sigmoid > 0.5; the handout's sigmoid().round() also maps 0.5 to 0.
-    return (out > 0).long()  # (B,)
-
-
-def _score(out: torch.Tensor) -> torch.Tensor:
-    return out.float()  # (B,)
-
-
-# kind -> (raw output -> predictions, (labels, predictions) -> metrics)
+# kind -> (raw output -> predictions, (labels, predictions) -> metrics). A binary logit > 0
+# is a sigmoid > 0.5; the handout's sigmoid().round() also maps 0.5 to 0.
 RULES = {
-    "classification": (_argmax, classification_metrics),
-    "binary": (_positive, classification_metrics),
-    "regression": (_score, regression_metrics),
+    "classification": (lambda out: out.argmax(dim=-1), classification_metrics),  # (B, C) -> (B,)
+    "binary": (lambda out: (out > 0).long(), classification_metrics),  # (B,) -> (B,) 0 or 1
+    "regression": (lambda out: out.float(), regression_metrics),  # (B,) -> (B,)
 }
 
 MULTITASK = ("sst", "para", "sts")  # the tasks of the overall score
@@ -338,11 +326,10 @@ def selection_gap(rows: list[dict]) -> dict[str, float]:
     on the other half ('held'), against the other half's own best ('chosen'), the mean of
     the two ways round; 'gap' = chosen - held, what picking on the reported data adds."""
     tasks = [t for t in TASKS if t in rows[0]]
-    stages = rows[1:]
     held, chosen = [], []
     for pick, report in ((0, 1), (1, 0)):
-        on = [selection_score(r["halves"][report], tasks) for r in stages]
-        best = kept_stage([rows[0]["halves"][pick], *(r["halves"][pick] for r in stages)])
+        on = [selection_score(r["halves"][report], tasks) for r in rows[1:]]
+        best = kept_stage([r["halves"][pick] for r in rows])
         held.append(on[best])
         chosen.append(max(on))
     held, chosen = float(np.mean(held)), float(np.mean(chosen))
@@ -356,6 +343,12 @@ def kept_stage(rows: list[dict]) -> int | None:
     scores = [selection_score(row, tasks) for row in rows[1:]]
     numeric = [i for i, s in enumerate(scores) if not math.isnan(s)]
     return max(numeric, key=scores.__getitem__, default=None)
+
+
+def kept_row(rows: list[dict]) -> dict | None:
+    """The row of the stage run_plan keeps; None before a stage has a score."""
+    kept = kept_stage(rows) if rows else None
+    return None if kept is None else rows[1 + kept]
 
 
 def format_row(name: str, row: dict, tasks) -> str:
@@ -388,12 +381,8 @@ def format_table(rows: list[dict], tasks, best_index=None) -> str:
 def table_header(tasks) -> str:
     cells = [f"{'stage':<20s}"]
     for t in tasks:
-        title = TASKS[t].title
-        cells.append(
-            f"{title + ' r':>7s} {'rho':>6s}"
-            if TASKS[t].kind == "regression"
-            else f"{title + ' acc':>7s} {'F1w':>6s}"
-        )
+        metric, second = ("r", "rho") if TASKS[t].kind == "regression" else ("acc", "F1w")
+        cells.append(f"{TASKS[t].title + ' ' + metric:>7s} {second:>6s}")
     if set(MULTITASK) <= set(tasks):
         cells.append(f"{'overall':>8s}")
     line = " | ".join(cells)
@@ -433,16 +422,12 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     for t in names:
         s = [main_score(row, t) for row in rows]
         drops = [max(0.0, max(s[:k]) - s[k]) for k in range(1, len(s))]
-        trained = [
-            k
-            for k in range(1, len(s) - 1)
-            if t in ("overall", "heldout") or t in rows[k].get("tasks", ())
-        ]
+        every = t in ("overall", "heldout")  # no stage names these: every stage counts
+        trained = [k for k in range(1, len(s) - 1) if every or t in rows[k].get("tasks", ())]
+        backward = [s[-1] - s[k] for k in trained]
         out[t] = {
             "forgetting": max(s[1:-1]) - s[-1] if len(s) > 2 else None,
-            "backward_transfer": float(np.mean([s[-1] - s[k] for k in trained]))
-            if trained
-            else None,
+            "backward_transfer": float(np.mean(backward)) if backward else None,
             "final_minus_start": s[-1] - s[0],
             "mean_drop_below_best": float(np.mean(drops)),
         }
@@ -472,23 +457,18 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
         spread = f" ± {np.std(values, ddof=1):.{digits}f}" if len(values) > 1 else ""
         return f"{mean:.{digits}f}{spread}"
 
+    def mean_drop(rows):  # the three tasks' mean drop below the best, averaged
+        measures = forgetting(rows, MULTITASK)
+        return np.mean([measures[t]["mean_drop_below_best"] for t in MULTITASK])
+
     lines = [
         "| recipe | seeds | best overall | SST acc | QQP acc | STS r | mean drop | minutes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, runs in recipes.items():
-        best = [rows[1 + kept_stage(rows)] for rows in runs]
+        best = [kept_row(rows) for rows in runs]
         tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
-        forget = [  # the three tasks' mean drop below the best, averaged
-            np.mean(
-                [
-                    m["mean_drop_below_best"]
-                    for t, m in forgetting(rows, MULTITASK).items()
-                    if t in MULTITASK
-                ]
-            )
-            for rows in runs
-        ]
+        forget = [mean_drop(rows) for rows in runs]
         minutes = [sum(r.get("seconds", 0.0) for r in rows) / 60 for rows in runs]
         overall = cell([b["overall"] for b in best], 4)
         cells = [name, str(len(runs)), overall, *tasks, cell(forget, 4), cell(minutes, 1)]
@@ -519,8 +499,7 @@ def write_predictions(path: str | Path, task: str, ids: list[str], preds: list) 
 def read_predictions(path: str | Path) -> tuple[list[str], list]:
     """(ids, preds) from a prediction file; preds are int where written as integers."""
     ids, preds = [], []
-    with Path(path).open() as f:
-        lines = f.read().splitlines()
+    lines = Path(path).read_text().splitlines()
     for lineno, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue

@@ -27,8 +27,6 @@ import simcse
 from evaluation import TASKS
 from smart import SameDropout, SmartConfig, passes_in_float32, smart_loss
 
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a batch
-
 # ---------------------------------------------------------------------------------------
 # STS's read-out: the cosine's [-1, 1] stretched onto the 0-5 scores
 

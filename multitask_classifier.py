@@ -26,7 +26,6 @@ every stage all three dev sets are scored: one row of the forgetting table.
 
 import json
 import random
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -42,21 +41,20 @@ import checkpoint
 import cli
 import config
 import datasets as data
-import predict
+import evaluation
 import presets
 import simcse
 import trainer
 from base_bert import read_json_object
-from bert import BertModel, Dropout, mean_pool
+from bert import BertModel, mean_pool
 from config import ModelConfig, OptimConfig, RunConfig
-from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from plans import Stage, check_plans, concat_tasks, cosine_tasks, show
-from presets import PRESETS, check_settings
-from runfolder import Run, finish
-from runtime import check_compile, from_main, make_runtime, out_of_memory
+from plans import check_loading, check_run, concat_tasks, cosine_tasks, plan_data, plan_files
+from presets import PRESETS, show
+from runfolder import Run, finish, write_predictions
+from runtime import Dropout, compile_layers, from_main, make_runtime, out_of_memory
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -204,16 +202,6 @@ class MultitaskBERT(nn.Module):
         return AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
 
 
-def compile_layers(bert: BertModel) -> BertModel:
-    """torch.compile each encoder layer (--compile). Compiled dropout draws eager's masks
-    from the global generator, so SMART's replayed masks and a resumed run's draws stay
-    what they are without compile."""
-    torch._inductor.config.fallback_random = True
-    for layer in bert.encoder["layer"]:
-        layer.compile(dynamic=True)
-    return bert
-
-
 def model_factory(
     cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
 ) -> Callable[[], MultitaskBERT]:
@@ -254,20 +242,6 @@ MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", 
 MACHINE |= {"checkpoint_minutes", "stage_checkpoints", "device.dist_timeout", "tensorboard"}
 MACHINE |= {"optim.accumulate"}
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
-EXPORT = (
-    "--export",
-    "write the best model of this run folder as a Hugging Face folder, RUN/export",
-)
-PUSH = (
-    "--push_to_hub",
-    "with --export: upload the export to this Hub repository (private; made if missing)",
-    "REPO",
-)
-LABEL = (
-    "--label",
-    "label the lines of standard input with this run's best model: a sentence gets a "
-    "sentiment, 'sentence<TAB>sentence' a paraphrase probability and a similarity",
-)
 SHOW = (
     "--show",
     "print what the preset resolves to (settings, then each stage) and stop; loads nothing",
@@ -296,23 +270,17 @@ def load_run_config(run_dir: str) -> RunConfig:
 
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
-    """(the run's config, {'resume' | 'predict' | 'export' | 'label': folder or None,
-    'push_to_hub': a Hub repository or None, 'show' | 'estimate': True or None})."""
+    """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'estimate': True
+    or None})."""
     cfg, typed, folders = cli.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
         presets.epilog(),
         presets.overrides,
-        extra=[RESUME, PREDICT, EXPORT, PUSH, LABEL, SHOW, ESTIMATE],
+        extra=[RESUME, PREDICT, SHOW, ESTIMATE],
     )
-    if folders["push_to_hub"] and not folders["export"]:
-        raise SystemExit("--push_to_hub uploads an export: give it with --export RUN_DIR")
-    chosen = [
-        (name, folder)
-        for name, folder in folders.items()
-        if folder and name not in ("show", "estimate", "push_to_hub")
-    ]
+    chosen = [(name, folders[name]) for name in ("resume", "predict") if folders[name]]
     if chosen:  # the run's own config; only the machine's settings may differ
         (name, folder), *more = chosen
         if more:
@@ -321,29 +289,8 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in MACHINE})
         if changed := cli.changed_flags(saved, typed, MACHINE):  # the same ones may stay
             raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
-    check_settings(cfg)
+    check_run(cfg, PRESETS[cfg.preset].plans_of(cfg))  # before any folder is made
     return cfg, folders
-
-
-def load_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
-    """Every split the run scores, and the training sets its stages train on."""
-    cross = cfg.multitask.cross_encode
-    trained = {t for s in stages for t in s.tasks}
-    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, trained, cross)
-    contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
-    if contrastive:
-        s = contrastive[0]
-        task_data[CONTRASTIVE] = data.load_contrastive_data(
-            cfg.data, tokenizer, s.simcse_loss, s.simcse_data, cfg.seed
-        )
-    return task_data
-
-
-def data_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
-    """The files load_data will read for these stages."""
-    trained = {t for s in stages for t in s.tasks}
-    contrastive = [s.contrastive.simcse_data for s in stages if s.kind == CONTRASTIVE]
-    return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
 
 
 def seeded_data(cfg: RunConfig, plans: dict) -> dict:
@@ -352,7 +299,7 @@ def seeded_data(cfg: RunConfig, plans: dict) -> dict:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    return load_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
+    return plan_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
 
 
 def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: bool, rt):
@@ -368,8 +315,9 @@ def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: b
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
 
 
-def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
-    """Print each stage's expected minutes, before any run folder exists: `probe` real
+def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> float:
+    """Print each stage's expected minutes and return the whole run's, before any run
+    folder exists (--estimate; lab/sweep.py asks it through main): `probe` real
     steps of each kind of stage on this device and precision, each run twice and timed
     the second time (kernels for a new shape are built on first use), give seconds per
     padded token, times the stage's tokens; plus one timed dev scoring after each stage."""
@@ -396,7 +344,9 @@ def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> None:
             print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
             total += seconds + scoring * stage.epochs
     print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
-    print(f"whole run: about {(total + scoring) / 60:.1f} minutes ({rt.device}, {rt.precision})")
+    minutes = (total + scoring) / 60
+    print(f"whole run: about {minutes:.1f} minutes ({rt.device}, {rt.precision})")
+    return minutes
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
@@ -413,42 +363,49 @@ def best_model(cfg: RunConfig, run_dir: Path, rt):
     return model, checkpoint.load_model(model, run_dir / checkpoint.BEST)
 
 
-def use_run(cfg: RunConfig, run_dir: Path, rt, folders: dict):
-    """--predict, --export or --label: the run folder's best model(s) put to use."""
-    if folders["predict"]:
-        runs = [sub_run(cfg, run_dir, name, rt) for name in PRESETS[cfg.preset].plans_of(cfg)]
-        return predict.rewrite_predictions(
-            cfg, ((run, *best_model(cfg, run.run_dir, rt)) for run in runs)
-        )
-    if cfg.preset == "individual":
-        raise SystemExit("the individual preset keeps a model per task; this needs one")
-    model, info = best_model(cfg, run_dir, rt)
-    if folders["label"]:
-        return predict.label(cfg, model, rt, data.input_lines(sys.stdin))
-    out = predict.export(cfg, run_dir, model, info)
-    if folders["push_to_hub"]:
-        print(f"uploaded: {predict.push(out, folders['push_to_hub'])}")
+def one_model(cfg: RunConfig, where: str) -> None:
+    """Stops, in one line, a preset whose plans keep a model each (the individual preset's
+    one per task) where one model is needed."""
+    if list(PRESETS[cfg.preset].plans_of(cfg)) != [""]:
+        raise SystemExit(f"{where}: --preset {cfg.preset} keeps a model per task; this needs one")
+
+
+def kept_model(run_dir: Path, rt) -> tuple[RunConfig, MultitaskBERT, dict]:
+    """(config, best model, checkpoint info) of a finished run that keeps one model."""
+    cfg = load_run_config(run_dir)
+    one_model(cfg, str(run_dir))
+    return cfg, *best_model(cfg, Path(run_dir), rt)
+
+
+def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
+    """--predict: each kept model of the run scored on dev again, its prediction files
+    (the handout's format) written again."""
+    cross = cfg.multitask.cross_encode
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
+    for name in PRESETS[cfg.preset].plans_of(cfg):
+        run = sub_run(cfg, run_dir, name, rt)
+        model, info = best_model(cfg, run.run_dir, rt)
+        print(evaluation.table_header(run.eval_tasks))
+        run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
+        out_dir = write_predictions(model, task_data, run, cfg.data.test_predictions)
+        print(f"predictions: {out_dir}")
 
 
 def main(argv=None):
     cfg, folders = parse_args(argv)
-    if not folders["show"]:  # --show loads no model
-        presets.check_model(cfg)
-        presets.check_tensorboard(cfg)
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
-    check_compile(cfg.device.compile, rt.device)
-    if folders["show"]:
-        check_plans(cfg, PRESETS[cfg.preset].plans_of(cfg))
+    if folders["show"]:  # loads nothing
         return print(show(cfg, PRESETS[cfg.preset]))
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    check_loading(cfg, rt.device)
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
     )
-    if folders["predict"] or folders["export"] or folders["label"]:
-        return use_run(cfg, run_dir, rt, folders)
+    if folders["predict"]:
+        return predict(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
-    check_plans(cfg, plans)
-    data.require(data_files(cfg, [s for plan in plans.values() for s in plan]))
+    data.require(plan_files(cfg, [s for plan in plans.values() for s in plan]))
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
     if not resume:  # a forgotten --resume stops before the data is read

@@ -4,22 +4,26 @@ A `Stage` says what one part of a schedule trains (one task, several at once, or
 encoder alone on sentence tuples), for how long and with which settings; a plan is a list
 of them, run in order by trainer.run_plan and scored after each. The builders below turn
 a run's config into the plans the presets (presets.py) name: the thesis's loops, the
-sequential and multitask schedules, SimCSE first, heads on a frozen encoder. `show` is
-what `--preset NAME --show` prints; `check_plans` refuses what the stages cannot do
-before any run folder is made.
+sequential and multitask schedules, SimCSE first, heads on a frozen encoder.
+
+Every check of a run's flags lives here, at the end: `check_run` refuses what the
+settings and their stages cannot do, `check_loading` what the model, the packages or the
+device cannot; both run before any run folder is made.
 
     plan = [task_stage(cfg, "sst"), task_stage(cfg, "sts", epochs=2)]   # SST, then STS
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import config
 import datasets as data
+from base_bert import load_config, missing_files, resolve_model_dir
 from config import MultitaskConfig, RunConfig, SimCSEConfig, refuse
 from datasets import CONTRASTIVE
 from evaluation import MULTITASK, TASKS
-from losses import TASK_LOSSES, default_loss, loss_of
+from losses import TASK_LOSSES, loss_of
 from optimizer import WEIGHTINGS
 from simcse import OBJECTIVES
 from smart import SmartConfig
@@ -122,7 +126,7 @@ def concat_tasks(cfg: RunConfig) -> tuple:
     )
 
 
-def simcse_term(cfg: RunConfig):
+def added_simcse(cfg: RunConfig):
     """The SimCSE settings of a task stage that adds --simcse_weight x SimCSE, else None."""
     return cfg.simcse if cfg.simcse.simcse_weight > 0 else None
 
@@ -141,7 +145,7 @@ def task_stage(cfg: RunConfig, task, fraction=1.0, epochs=1, name="", lr_scale=1
         name=name,
         smart=smart.for_task(task),
         losses=loss_choices(cfg),
-        contrastive=simcse_term(cfg),
+        contrastive=added_simcse(cfg),
     )
 
 
@@ -197,7 +201,7 @@ def multitask_plan(cfg: RunConfig) -> list[Stage]:
         kind="multitask",
         losses=loss_choices(cfg),
         multitask=cfg.multitask,
-        contrastive=simcse_term(cfg),
+        contrastive=added_simcse(cfg),
     )
     epochs = cfg.multitask.multitask_epochs
     return [replace(stage, name=f"{stage.name} epoch {e + 1}") for e in range(epochs)]
@@ -226,7 +230,128 @@ def individual_plans(cfg: RunConfig) -> dict[str, list[Stage]]:
 
 
 # ---------------------------------------------------------------------------------------
-# What the stages cannot do, refused before the run folder is made
+# What a plan reads
+
+
+def plan_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
+    """Every split a run scores, and the training sets its stages train on."""
+    cross = cfg.multitask.cross_encode
+    trained = {t for s in stages for t in s.tasks}
+    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, trained, cross)
+    contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
+    if contrastive:
+        s = contrastive[0]
+        task_data[CONTRASTIVE] = data.load_contrastive_data(
+            cfg.data, tokenizer, s.simcse_loss, s.simcse_data, cfg.seed
+        )
+    return task_data
+
+
+def plan_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
+    """The files plan_data will read for these stages (checked before a folder is made)."""
+    trained = {t for s in stages for t in s.tasks}
+    contrastive = [s.contrastive.simcse_data for s in stages if s.kind == CONTRASTIVE]
+    return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
+
+
+# ---------------------------------------------------------------------------------------
+# What a run's flags cannot do, refused before the run folder is made: check_run (the
+# settings and the stages, loading nothing), then check_loading (the model's files, the
+# packages and the device a run needs)
+
+
+def check_run(cfg: RunConfig, plans: dict) -> None:
+    """Combinations of flags that cannot work, from the config and its stages alone."""
+    check_settings(cfg)
+    check_plans(cfg, plans)
+
+
+def check_loading(cfg: RunConfig, device) -> None:
+    """What the run will load or run on: the checkpoint, TensorBoard, --compile's device."""
+    check_model(cfg)
+    check_tensorboard(cfg)
+    check_compile(cfg.device.compile, device)
+
+
+def check_losses(cfg: RunConfig):
+    """--para_loss / --sts_loss against SMART, cross-encoding and the siamese read-out."""
+    euclidean = cfg.model.siamese == "euclidean"
+    for task, loss in loss_choices(cfg).items():
+        flag, pair = f"--{task}_loss {loss}", loss_of(task, loss).pair
+        refuse(
+            pair and cfg.smart.enabled,
+            f"{flag} works on sentence embeddings, which "
+            "SMART cannot perturb through a head; use it without --smart",
+        )
+        refuse(
+            pair and task in cfg.multitask.cross_encode,
+            f"{flag} needs siamese "
+            f"sentence embeddings; it cannot be used with --cross_encode {task}",
+        )
+        refuse(
+            loss_of(task, loss).cosine and euclidean,
+            f"{flag} trains a cosine, and --siamese "
+            "euclidean reads the pair by d = ||u - v||: use --siamese cosine, or "
+            "--para_loss distance_margin and --sts_loss mse|l1",
+        )
+        refuse(
+            pair and not loss_of(task, loss).cosine and not euclidean,
+            f"{flag} trains d = ||u - v||, which only --siamese euclidean reads out; add it",
+        )
+
+
+def check_settings(cfg: RunConfig):
+    """Combinations of flags that cannot work, read from the config alone."""
+    check_losses(cfg)
+    m = cfg.multitask
+    refuse(
+        m.mixing == "round_robin" and m.weighting != "equal",
+        f"--weighting {m.weighting} "
+        "combines the losses of one step, and a round-robin step has one task: use it "
+        "with --mixing simultaneous",
+    )
+    refuse(
+        cfg.data.dev_size == 1, "--dev_size 1 cannot be scored (a Pearson r needs 2); use 0 or >= 2"
+    )
+
+
+def check_tensorboard(cfg: RunConfig):
+    """--tensorboard needs the package, which training itself never imports."""
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "--tensorboard needs the tensorboard package: pip install tensorboard"
+            ) from None
+
+
+def check_model(cfg: RunConfig):
+    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
+    model_dir = resolve_model_dir(cfg.model.bert)
+    missing = missing_files(model_dir)
+    refuse(
+        bool(missing),
+        f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
+        "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
+    )
+    positions = load_config(model_dir).max_position_embeddings
+    if cfg.data.max_length > positions:
+        raise SystemExit(
+            f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
+            f"{cfg.model.bert} (max_position_embeddings in its config.json)"
+        )
+
+
+def check_compile(compile: bool, device) -> None:
+    """--compile is for GPUs (the H100's compiled step took 0.94 of eager's). On this
+    project's CPU compiled layers trained slower than eager, 1.04 x without dropout and
+    1.05-1.13 x with it (docs/precision.md), so there it stops before anything runs."""
+    if compile and device.type != "cuda":
+        raise SystemExit(
+            "--compile: on the CPU compiled layers train slower than eager (docs/precision.md); "
+            "use it with --device cuda, or leave it out"
+        )
 
 
 def check_plans(cfg: RunConfig, plans: dict):
@@ -287,75 +412,3 @@ def in_batch_stage(s: Stage, optim) -> bool:
         or bool(s.contrastive and s.contrastive.simcse_weight > 0)  # a SimCSE term's negatives
         or optim.distill > 0  # a task batch's cosines, distilled
     )
-
-
-# ---------------------------------------------------------------------------------------
-# --show: what a preset resolves to
-
-
-def changed_settings(cfg: RunConfig) -> list[str]:
-    """'--flag value' of every setting that differs from the defaults."""
-    defaults = {path: value for path, _, value in config.leaves(RunConfig())}
-    out = []
-    for path, f, value in config.leaves(cfg):
-        if path in ("preset", "run_dir") or value == defaults[path]:
-            continue
-        if isinstance(value, bool):
-            out.append(config.flag_of(f))  # a switch: typing it flips the default
-        else:
-            shown = " ".join(map(str, value)) if isinstance(value, tuple | list) else value
-            out.append(f"{config.flag_of(f)} {shown}")
-    return out
-
-
-def describe(stage: Stage, cfg: RunConfig) -> list[str]:
-    """The cells of a stage's line in --show."""
-    if stage.kind == CONTRASTIVE:
-        c = stage.contrastive
-        what = f"encoder: {c.simcse_loss} on {c.simcse_data}, t={c.temperature:g}"
-        what += ", best epoch by STS r" if stage.select_by_sts else ""
-    else:
-        names = {t: stage.losses.get(t, default_loss(t)) for t in stage.tasks}
-        what = " ".join(f"{t}:{loss}" for t, loss in names.items())
-        if stage.kind == "multitask":
-            m = stage.multitask
-            what += f"; {m.mixing} {m.weighting} {m.order}"
-            what += f", {m.examples_per_task}/task" if m.examples_per_task else ""
-        if stage.contrastive:
-            what += f"; + {stage.contrastive.simcse_weight:g} x SimCSE"
-        what += "; heads only" if stage.freeze_encoder else ""
-    s = stage.smart
-    masks = s.dropout if s.variant == "paper" else f"{s.dropout}, {s.variant} ascent"
-    smart = f"ls={s.lambda_s:g} mu={s.mu:g} {masks}" if s.active else "-"
-    distill = (
-        f"{cfg.optim.distill:g}" if cfg.optim.distill and stage.trains_encoder_on_tasks else "-"
-    )
-    cells = [stage.name, str(stage.epochs), f"{stage.fraction:g}", str(stage.batch_size)]
-    return cells + [f"{stage.lr:g}", what, smart, distill]
-
-
-SNLI_NOTE = (
-    "SNLI: the triplets of snli-train.csv as fetched: the first 100,000 rows of SNLI 1.0's "
-    "training split, or all 550,152 (the thesis's) after python fetch.py --snli_all"
-)
-
-
-def show(cfg: RunConfig, preset) -> str:
-    """The resolved settings and the stages of cfg's preset (a presets.Preset), as `--show`
-    prints them."""
-    lines = [f"preset {cfg.preset}: {preset.help}", f"source: {preset.source}"]
-    lines.append("settings that differ from the defaults:")
-    lines += [f"  {x}" for x in changed_settings(cfg)] or ["  (none)"]
-    head = ["stage", "epochs", "fraction", "batch", "lr", "losses", "SMART", "distill"]
-    for run, stages in preset.plans_of(cfg).items():
-        rows = [head] + [describe(s, cfg) for s in stages]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines.append(f"stages{f' of the {run} model' if run else ''}:")
-        lines += [
-            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in rows
-        ]
-    stages = [s for plan in preset.plans_of(cfg).values() for s in plan]
-    if any(s.contrastive and s.contrastive.simcse_data == "snli" for s in stages):
-        lines.append(SNLI_NOTE)
-    return "\n".join(lines)

@@ -3,7 +3,7 @@
 A preset names a plan (plans.py builds it from the run's config) and the settings it
 overrides; flags the user types win over them. A report's row also carries the sizes and
 epochs `--scale` shrinks, the scale `make reports` runs it at, and the dev scores the
-report printed (reports.py lists the rows of each table by name). To add a preset, add a
+report printed (lab/reports.py lists the rows of each table by name). To add a preset, add a
 row to PRESETS (and `task_stage` to the names imported from plans):
 
     "sst-then-sts-smart": Preset(
@@ -14,23 +14,21 @@ row to PRESETS (and `task_stage` to the names imported from plans):
     ),
 
 `python multitask_classifier.py --preset NAME --show` prints what it resolves to, stage by
-stage, without loading anything. The checks that refuse a combination of flags read from
-the config alone (`check_settings`) live here too; those that need the stages are
-plans.check_plans.
+stage, without loading anything (`show`, at the end). What a combination of flags cannot
+do is refused by plans.check_run.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import config
-from base_bert import load_config, missing_files, resolve_model_dir
 from config import RunConfig, refuse
-from losses import loss_of
+from datasets import CONTRASTIVE
+from losses import default_loss
 from plans import (
     Stage,
     frozen_heads_plan,
     individual_plans,
-    loss_choices,
     multitask_plan,
     sequential_plan,
     simcse_stage,
@@ -60,9 +58,10 @@ class Preset:
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
         least 1) and the share of each training set --scale keeps."""
-        if self.scaled is None:
-            return self.overrides
         scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
+        if self.scaled is None:
+            refuse(scale != 1, "--scale shrinks the reports' presets; this is not one")
+            return self.overrides
         shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
         return self.overrides | shrunk | {"data.train_share": scale}
 
@@ -410,78 +409,72 @@ def epilog() -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Combinations of flags that cannot work, refused before anything is loaded
+# --show: what a preset resolves to
 
 
-def check_losses(cfg: RunConfig):
-    """--para_loss / --sts_loss against SMART, cross-encoding and the siamese read-out."""
-    euclidean = cfg.model.siamese == "euclidean"
-    for task, loss in loss_choices(cfg).items():
-        flag, pair = f"--{task}_loss {loss}", loss_of(task, loss).pair
-        refuse(
-            pair and cfg.smart.enabled,
-            f"{flag} works on sentence embeddings, which "
-            "SMART cannot perturb through a head; use it without --smart",
-        )
-        refuse(
-            pair and task in cfg.multitask.cross_encode,
-            f"{flag} needs siamese "
-            f"sentence embeddings; it cannot be used with --cross_encode {task}",
-        )
-        refuse(
-            loss_of(task, loss).cosine and euclidean,
-            f"{flag} trains a cosine, and --siamese "
-            "euclidean reads the pair by d = ||u - v||: use --siamese cosine, or "
-            "--para_loss distance_margin and --sts_loss mse|l1",
-        )
-        refuse(
-            pair and not loss_of(task, loss).cosine and not euclidean,
-            f"{flag} trains d = ||u - v||, which only --siamese euclidean reads out; add it",
-        )
+def changed_settings(cfg: RunConfig) -> list[str]:
+    """'--flag value' of every setting that differs from the defaults."""
+    defaults = {path: value for path, _, value in config.leaves(RunConfig())}
+    out = []
+    for path, f, value in config.leaves(cfg):
+        if path in ("preset", "run_dir") or value == defaults[path]:
+            continue
+        if isinstance(value, bool):
+            out.append(config.flag_of(f))  # a switch: typing it flips the default
+        else:
+            shown = " ".join(map(str, value)) if isinstance(value, tuple | list) else value
+            out.append(f"{config.flag_of(f)} {shown}")
+    return out
 
 
-def check_settings(cfg: RunConfig):
-    """Combinations of flags that cannot work, read from the config alone."""
-    check_losses(cfg)
-    refuse(
-        cfg.schedule.scale != 1 and PRESETS[cfg.preset].scaled is None,
-        f"--scale shrinks the reports' presets; {cfg.preset} is not one",
+def describe(stage: Stage, cfg: RunConfig) -> list[str]:
+    """The cells of a stage's line in --show."""
+    if stage.kind == CONTRASTIVE:
+        c = stage.contrastive
+        what = f"encoder: {c.simcse_loss} on {c.simcse_data}, t={c.temperature:g}"
+        what += ", best epoch by STS r" if stage.select_by_sts else ""
+    else:
+        names = {t: stage.losses.get(t, default_loss(t)) for t in stage.tasks}
+        what = " ".join(f"{t}:{loss}" for t, loss in names.items())
+        if stage.kind == "multitask":
+            m = stage.multitask
+            what += f"; {m.mixing} {m.weighting} {m.order}"
+            what += f", {m.examples_per_task}/task" if m.examples_per_task else ""
+        if stage.contrastive:
+            what += f"; + {stage.contrastive.simcse_weight:g} x SimCSE"
+        what += "; heads only" if stage.freeze_encoder else ""
+    s = stage.smart
+    masks = s.dropout if s.variant == "paper" else f"{s.dropout}, {s.variant} ascent"
+    smart = f"ls={s.lambda_s:g} mu={s.mu:g} {masks}" if s.active else "-"
+    distill = (
+        f"{cfg.optim.distill:g}" if cfg.optim.distill and stage.trains_encoder_on_tasks else "-"
     )
-    m = cfg.multitask
-    refuse(
-        m.mixing == "round_robin" and m.weighting != "equal",
-        f"--weighting {m.weighting} "
-        "combines the losses of one step, and a round-robin step has one task: use it "
-        "with --mixing simultaneous",
-    )
-    refuse(
-        cfg.data.dev_size == 1, "--dev_size 1 cannot be scored (a Pearson r needs 2); use 0 or >= 2"
-    )
+    cells = [stage.name, str(stage.epochs), f"{stage.fraction:g}", str(stage.batch_size)]
+    return cells + [f"{stage.lr:g}", what, smart, distill]
 
 
-def check_tensorboard(cfg: RunConfig):
-    """--tensorboard needs the package, which training itself never imports."""
-    if cfg.tensorboard:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise SystemExit(
-                "--tensorboard needs the tensorboard package: pip install tensorboard"
-            ) from None
+SNLI_NOTE = (
+    "SNLI: the triplets of snli-train.csv as fetched: the first 100,000 rows of SNLI 1.0's "
+    "training split, or all 550,152 (the thesis's) after python -m lab.fetch --snli_all"
+)
 
 
-def check_model(cfg: RunConfig):
-    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
-    model_dir = resolve_model_dir(cfg.model.bert)
-    missing = missing_files(model_dir)
-    refuse(
-        bool(missing),
-        f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
-        "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
-    )
-    positions = load_config(model_dir).max_position_embeddings
-    if cfg.data.max_length > positions:
-        raise SystemExit(
-            f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
-            f"{cfg.model.bert} (max_position_embeddings in its config.json)"
-        )
+def show(cfg: RunConfig, preset) -> str:
+    """The resolved settings and the stages of cfg's preset (a presets.Preset), as `--show`
+    prints them."""
+    lines = [f"preset {cfg.preset}: {preset.help}", f"source: {preset.source}"]
+    lines.append("settings that differ from the defaults:")
+    lines += [f"  {x}" for x in changed_settings(cfg)] or ["  (none)"]
+    head = ["stage", "epochs", "fraction", "batch", "lr", "losses", "SMART", "distill"]
+    for run, stages in preset.plans_of(cfg).items():
+        rows = [head] + [describe(s, cfg) for s in stages]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines.append(f"stages{f' of the {run} model' if run else ''}:")
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        ]
+    stages = [s for plan in preset.plans_of(cfg).values() for s in plan]
+    if any(s.contrastive and s.contrastive.simcse_data == "snli" for s in stages):
+        lines.append(SNLI_NOTE)
+    return "\n".join(lines)

@@ -12,6 +12,7 @@ train alongside.
     run_dir/steps.jsonl        one line per step: loss, lr, gradient norm, examples/s
     run_dir/best.safetensors   the best model so far; state.safetensors: how to go on
     run_dir/forgetting.json    the forgetting measures; predictions/: the handout's files
+    run_dir/tensorboard/       with --tensorboard: live curves (TensorBoard, below)
 
 How each file is written safely (atomically, resumable, locked) is checkpoint.py's.
 """
@@ -26,7 +27,35 @@ from pathlib import Path
 import checkpoint
 import datasets as data
 import evaluation
-from runtime import Runtime
+from runtime import Runtime, from_main
+
+
+class TensorBoard:
+    """--tensorboard: live curves in RUN_DIR/tensorboard, every step's loss, lr, gradient
+    norm and examples/s and each stage's dev scores, the x axis counting logged steps.
+    Opened on a resume at the count the kept step log holds, it purges what a stopped run
+    wrote past it, so no step is doubled or lost. Flushed at every write (a kill loses
+    nothing the step log keeps). Only here is the tensorboard package imported."""
+
+    RECORD = ("loss", "lr", "grad_norm", "examples_per_s")  # of a steps.jsonl line
+
+    def __init__(self, run_dir: Path, steps_done: int):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=steps_done + 1)
+        self.steps = steps_done
+
+    def step(self, record: dict) -> None:
+        self.steps += 1
+        for key in self.RECORD:
+            self.writer.add_scalar(f"train/{key}", record[key], self.steps)
+        self.writer.flush()
+
+    def scores(self, scores: dict) -> None:
+        """A stage's dev scores, {name: value}, at the step that ended it."""
+        for name, value in scores.items():
+            self.writer.add_scalar(f"dev/{name}", value, self.steps)
+        self.writer.flush()
 
 
 @dataclass
@@ -46,8 +75,8 @@ class Run:
     score_train: bool = False  # also score the whole training split after each stage
     split_dev: bool = False  # also score each half of dev (evaluation.selection_gap)
     patience: int = 0  # stop after this many stages (or a stage's epochs) without a new best
-    tensorboard: bool = False  # live curves in run_dir/tensorboard (checkpoint.TensorBoard)
-    board: checkpoint.TensorBoard | None = None
+    tensorboard: bool = False  # live curves in run_dir/tensorboard (TensorBoard below)
+    board: TensorBoard | None = None
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
@@ -91,7 +120,7 @@ class Run:
         """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""
         if self.rt.main:
             done = checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
-            self.board = checkpoint.TensorBoard(self.run_dir, done) if self.tensorboard else None
+            self.board = TensorBoard(self.run_dir, done) if self.tensorboard else None
 
     def file(self, name: str) -> Path:
         """A file of the run folder; os.devnull for the other processes."""
@@ -128,10 +157,35 @@ class Run:
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         self.unsaved_best = weights, model.config(), row
 
+    def record(self, model, optimizer, row: dict, k: int, progress: dict) -> dict:
+        """After stage k: its row written to the table, its model kept if it is the new
+        best, the row shown, the state saved when due; returns the progress after it,
+        marked 'stopped' when --patience ends the run here."""
+        best, rows = progress["best"], [*progress["rows"], row]
+        self.write_rows(rows)
+        if self.select(row) > best["score"]:  # False for nan
+            best = {"score": self.select(row), "stage": row["stage"], "index": k}
+            self.save_best(model, row)
+        self.show(row, mark=best["index"] == k)
+        progress, last = {"best": best, "rows": rows, "next_stage": k + 1}, self.plan_length
+        # the main process decides (only it scores), every process stops with it
+        if from_main(patience_ran_out(self.patience, k, best["index"]), self.rt) and k + 1 < last:
+            since = best["stage"] or "the start"
+            print(f"--patience {self.patience}: no new best since {since}; the run stops")
+            progress |= {"next_stage": last, "stopped": k + 1}
+        if self.stage_checkpoints or self.due() or progress["next_stage"] == last:
+            self.save(model, optimizer, progress)
+        return progress
+
     def write_best(self):
         if self.unsaved_best:
             checkpoint.write_best(*self.unsaved_best, self.run_dir / checkpoint.BEST)
             self.unsaved_best = None
+
+
+def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:
+    """Whether stage k is the patience-th in a row without a new best (never at 0)."""
+    return patience > 0 and k - (-1 if best_index is None else best_index) >= patience
 
 
 def start(model, optimizer, task_data, run: Run) -> dict:

@@ -5,7 +5,8 @@ Decided once, in `make_runtime`, and carried by every step as a `Runtime`. Under
 (`micro_batches`); gradients are summed over the processes before the update, as
 DistributedDataParallel would. The main process alone prints (make_runtime silences the
 others), scores and writes (runfolder.Run). `peak_memory_mib` measures what one call
-takes on the device (bench.py).
+takes on the device (lab/bench.py). `dropout` is BERT's dropout with a faster draw on
+the CPU than F.dropout's.
 """
 
 import atexit
@@ -22,10 +23,40 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
 from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike dist's
 
-import datasets as data
 from optimizer import flatten_grads, write_flat_grads
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
+
+    On a GPU this is F.dropout's fused kernel. On the CPU, F.dropout draws one Bernoulli
+    sample per element (about 5 ns each here: a fifth of a bf16 training step). Here each
+    element gets a 16-bit random integer instead, four to one 64-bit draw, and survives
+    when it is at least p's cut: the keep probability is 1 - round(p * 2^16) / 2^16
+    (0.899994 for p = 0.1), and survivors are scaled by its exact inverse, so E[out] = x.
+    The draws come from torch's generator, so seeding and fork_rng work as for F.dropout.
+    """
+    if not training or p == 0.0 or x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, training)  # (F.dropout also rejects a p outside [0, 1])
+    cut = round(p * 2**16)  # an element is dropped when its draw falls below the cut
+    if cut == 2**16:  # p within 2^-17 of 1 rounds to dropping everything, as F.dropout(x, 1)
+        return x * 0.0
+    n = x.numel()
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
+    draws = draws.view(torch.int16)[:n].view(x.shape)  # (ceil(n/4),) -> (4 ceil(n/4),) -> x's
+    return x * (draws >= cut - 2**15) * (2**16 / (2**16 - cut))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout running `dropout` above."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # --precision
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -97,15 +128,14 @@ def pick_precision(device: torch.device, precision: str) -> tuple[str, str]:
     return "fp32", "auto: this CPU has no native bf16 dot products"
 
 
-def check_compile(compile: bool, device: torch.device) -> None:
-    """--compile is for GPUs (the H100's compiled step took 0.94 of eager's). On this
-    project's CPU compiled layers trained slower than eager, 1.04 x without dropout and
-    1.05-1.13 x with it (docs/precision.md), so there it stops before anything runs."""
-    if compile and device.type != "cuda":
-        raise SystemExit(
-            "--compile: on the CPU compiled layers train slower than eager (docs/precision.md); "
-            "use it with --device cuda, or leave it out"
-        )
+def compile_layers(bert):
+    """torch.compile each encoder layer (--compile). Compiled dropout draws eager's masks
+    from the global generator, so SMART's replayed masks and a resumed run's draws stay
+    what they are without compile."""
+    torch._inductor.config.fallback_random = True
+    for layer in bert.encoder["layer"]:
+        layer.compile(dynamic=True)
+    return bert
 
 
 def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0) -> Runtime:
@@ -150,16 +180,31 @@ def leave_group() -> None:
         dist.destroy_process_group()
 
 
+def split_batch(batch: dict, parts: int) -> list[dict]:
+    """A batch cut into at most `parts` micro-batches of consecutive examples, for gradient
+    accumulation: sentences (B, T) and sentence tuples (K, B, T) are cut along B; labels
+    (B,) and ids along their only dimension. The last micro-batch may be smaller."""
+    B = batch["input_ids"].shape[-2]
+    size = -(-B // parts)  # ceil(B / parts)
+
+    def cut(value, part):
+        if isinstance(value, torch.Tensor) and value.dim() == 3:
+            return value[:, part].contiguous()  # (K, b, T)
+        return value[part]
+
+    return [{k: cut(v, slice(i, i + size)) for k, v in batch.items()} for i in range(0, B, size)]
+
+
 def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:
     """This process's micro-batches of a global batch, each with its share of the batch: the
     batch is cut into `world` shards (this process takes shard `rank`, maybe none when the
     batch is smaller than the world), each shard into `accumulate` micro-batches. Losses
     weighted by the shares and gradients summed over processes give the batch's gradient."""
     B = batch["input_ids"].shape[-2]
-    shards = data.split_batch(batch, rt.world)
+    shards = split_batch(batch, rt.world)
     if rt.rank >= len(shards):
         return []
-    micro = data.split_batch(shards[rt.rank], accumulate)
+    micro = split_batch(shards[rt.rank], accumulate)
     return [(m, m["input_ids"].shape[-2] / B) for m in micro]
 
 

@@ -10,7 +10,7 @@ Compares, line by line with the largest difference:
   stored reference (optimizer_test.npy) when that file is found;
 - with --handout, our BERT on bert-base-uncased (downloaded once) against the handout's own
   sanity_check.data, as the handout's sanity_check.py compares them.
-`python fetch.py` puts the handout's two files beside the data. Our stored outputs come from
+`python -m lab.fetch` puts the handout's two files beside the data. Our stored outputs come from
 tests/make_sanity_reference.py. Exit status 1 on any failure.
 """
 
@@ -67,7 +67,7 @@ def cs224n_adamw_recipe(make_optimizer, steps=1000):
 
 def find_handout_reference(arg, name: str = HANDOUT_REFERENCE):
     """--reference (the file or its folder; one that is not there stops), else the first
-    folder of $MINBERT_REFERENCE, the data folder (where fetch.py puts the handout's files)
+    folder of $MINBERT_REFERENCE, the data folder (where lab/fetch.py puts the handout's files)
     and ../shared/reference that holds the file `name`, else None."""
     if arg:
         path = Path(arg) / name if Path(arg).is_dir() else Path(arg)
@@ -190,7 +190,7 @@ def handout_bert_check(args):
     """With --handout and the handout's sanity_check.data found: bert-base-uncased vs it."""
     path = find_handout_reference(None, HANDOUT_BERT)
     if not args.handout or path is None:
-        why = "needs --handout" if path else f"no {HANDOUT_BERT} (python fetch.py)"
+        why = "needs --handout" if path else f"no {HANDOUT_BERT} (python -m lab.fetch)"
         yield f"BERT vs handout {HANDOUT_BERT}", None, None, f"{why}, skipped"
         return
     bert = BertModel.from_pretrained("bert-base-uncased")

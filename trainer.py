@@ -1,7 +1,7 @@
 """The one training loop: a plan is a list of stages, run in order, scored after each.
 
 Read it top down: `train_step` is one update (forward, loss, backward, clip, step: the
-function bench.py times); `train_stage` repeats it over a stage's batches with its
+function lab/bench.py times); `train_stage` repeats it over a stage's batches with its
 learning-rate schedule; `run_plan` runs every stage of a plan (plans.py), scores the dev
 sets after each (a row of the forgetting table) and keeps the best model and a resumable
 state in the run folder (runfolder.Run).
@@ -343,7 +343,7 @@ class BestEpoch:
         if r > self.r:
             self.r, self.epoch, self.row = r, epoch, row
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        stop = not self.by_sts and patience_ran_out(self.run.patience, epoch, self.epoch)
+        stop = not self.by_sts and runfolder.patience_ran_out(self.run.patience, epoch, self.epoch)
         if stop and self.run.rt.main:
             tqdm.write(
                 f"  --patience {self.run.patience}: no new best since epoch {self.epoch + 1}"
@@ -433,37 +433,17 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         for tensor in model.state_dict().values():
             dist.broadcast(tensor, src=0)
     own_generators(run.rt)  # each process its own dropout masks from here on
-    best, rows = progress["best"], progress["rows"]
     for k in range(progress["next_stage"], len(plan)):
-        at_start = {"best": best, "rows": rows, "next_stage": k} | _within(progress)
+        at_start = {"best": progress["best"], "rows": progress["rows"], "next_stage": k}
+        at_start |= _within(progress)  # a resumed run's place inside its first stage
         try:
             row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
         except NonFiniteLoss as e:
             raise SystemExit(f"stopped: {e}{runfolder.kept_best(run)}") from None
-        score = run.select(row)
-        rows.append(row)
-        run.write_rows(rows)
-        if score > best["score"]:  # False for nan
-            best = {"score": score, "stage": row["stage"], "index": k}
-            run.save_best(model, row)
-        run.show(row, mark=best["index"] == k)
-        progress = {"best": best, "rows": rows, "next_stage": k + 1}
-        # the main process decides (only it scores), every process stops with it
-        out_of_patience = from_main(patience_ran_out(run.patience, k, best["index"]), run.rt)
-        if out_of_patience and k + 1 < len(plan):
-            since = best["stage"] or "the start"
-            print(f"--patience {run.patience}: no new best since {since}; the run stops")
-            progress |= {"next_stage": len(plan), "stopped": k + 1}
-        if run.stage_checkpoints or run.due() or progress["next_stage"] == len(plan):
-            run.save(model, optimizer, progress)
+        progress = run.record(model, optimizer, row, k, progress)  # its row, best, state
         if "stopped" in progress:
             break
-    return model, rows, best
-
-
-def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:
-    """Whether stage k is the patience-th in a row without a new best (never at 0)."""
-    return patience > 0 and k - (-1 if best_index is None else best_index) >= patience
+    return model, progress["rows"], progress["best"]
 
 
 def _within(progress: dict) -> dict:

@@ -1,20 +1,21 @@
-"""The bench's helpers on hand-made inputs: interleaved timing (with a fake clock), the
+"""The bench's helpers (lab/timing.py, lab/bench.py) on hand-made inputs: interleaved timing (with a fake clock), the
 ratios of medians and of minima, and pass/fail on the ratio of the minima; then one smoke run of bench.main on the tiny BERT and data (the memory section,
 which changes malloc's settings for the whole process, is left out)."""
 
 import json
+import random
 
 import pytest
+import torch
 
-import bench
-from bench import (
-    TARGETS,
-    Row,
-    markdown,
-    ratios,
-    time_interleaved,
-    timed_row,
-)
+from lab import bench
+from lab.bench import TARGETS
+from lab.timing import Row, markdown, passed, ratios, time_interleaved, timed_row
+
+
+def verdict(row: Row) -> bool | None:
+    """The row judged against its target in the bench's TARGETS, as bench.json records it."""
+    return passed(row, TARGETS.get(row.target))
 
 
 class FakeClock:
@@ -94,28 +95,28 @@ def test_timed_row_in_milliseconds_with_rates():
 def test_a_timed_target_is_judged_on_the_paired_ratio():
     # a disturbed repeat moves the medians and a lucky one the minima; the pairs are level
     noisy = Row("fwd", "ms", 110.0, 100.0, 1.1, 0.8, 1.0, target="forward_sdpa")
-    assert noisy.passed is True
+    assert verdict(noisy) is True
     # medians and minima that look fine do not hide pairs in which ours is slower
     slower = Row("fwd", "ms", 95.0, 100.0, 0.95, 0.9, 1.08, target="forward_sdpa")
-    assert slower.passed is False
+    assert verdict(slower) is False
     # an untimed row (memory) is judged on its one ratio
-    assert Row("memory", "MiB", 250.0, 100.0, ratio=2.5, target="smart_memory").passed is False
-    assert Row("info", "ms", 1.0, 2.0, 0.5, 0.5).passed is None  # no target
+    assert verdict(Row("memory", "MiB", 250.0, 100.0, ratio=2.5, target="smart_memory")) is False
+    assert verdict(Row("info", "ms", 1.0, 2.0, 0.5, 0.5)) is None  # no target
 
 
 def test_targets_bounds_and_sides():
     assert TARGETS["tokenizer"].on == "ratio" and TARGETS["tokenizer"].bound == 0.5
-    assert Row("tok", "ms", 40.0, 100.0, 0.4, 0.45, target="tokenizer").passed
-    assert not Row("tok", "ms", 60.0, 100.0, 0.6, 0.55, target="tokenizer").passed
+    assert verdict(Row("tok", "ms", 40.0, 100.0, 0.4, 0.45, target="tokenizer"))
+    assert not verdict(Row("tok", "ms", 60.0, 100.0, 0.6, 0.55, target="tokenizer"))
     # padding is judged on our value itself, whatever the ratio to random batches
-    assert Row("pad", "real/padded", 0.95, 0.5, ratio=1.9, target="padding").passed
-    assert not Row("pad", "real/padded", 0.85, 0.2, ratio=4.25, target="padding").passed
+    assert verdict(Row("pad", "real/padded", 0.95, 0.5, ratio=1.9, target="padding"))
+    assert not verdict(Row("pad", "real/padded", 0.85, 0.2, ratio=4.25, target="padding"))
 
 
 def test_markdown_shows_the_three_ratios_and_the_verdict():
     slow = Row("BERT forward", "ms", 130.0, 100.0, 1.3, 1.25, 1.28, target="forward_manual")
     rows = [slow, Row("padding", "real/padded", 0.95, 0.5, 1.9)]
-    text = markdown(rows, {"memory": "no glibc"}, {"device": "CPU", "date": "today"})
+    text = markdown(rows, {"memory": "no glibc"}, {"device": "CPU", "date": "today"}, TARGETS)
     assert text.startswith("# Benchmarks\n\nCPU; today.\n")
     row = "| BERT forward | 130 ms | 100 ms | 1.30 | 1.25 | 1.28 | ratio <= 1.2 | **FAIL** |"
     assert row in text
@@ -174,3 +175,31 @@ def test_the_precision_section_on_the_tiny_bert(tiny_env, tmp_path, monkeypatch)
     ]
     shares = [r for r in rows if "FLOP rate" in r["what"]]
     assert all(r["ours"] > 0 for r in shares) and shares[0]["target"] == "bf16_share"
+
+
+def naive_padding_efficiency(batches) -> float:
+    """Pad every batch slot by slot and count the slots that hold a real token."""
+    real = slots = 0
+    for lengths in batches:
+        for length in lengths:
+            for position in range(max(lengths)):
+                slots += 1
+                real += position < length
+    return real / slots
+
+
+def test_padding_efficiency():
+    assert bench.padding_efficiency([[2, 4]]) == pytest.approx(6 / 8, abs=1e-12)
+    assert bench.padding_efficiency([[2, 4], [3, 3, 3]]) == pytest.approx(15 / 17, abs=1e-12)
+    assert bench.padding_efficiency([[5], [7, 7]]) == 1.0
+    rng = random.Random(0)
+    batches = [[rng.randint(1, 60) for _ in range(rng.randint(1, 32))] for _ in range(50)]
+    assert bench.padding_efficiency(batches) == pytest.approx(naive_padding_efficiency(batches))
+    with pytest.raises(ValueError, match="no tokens"):
+        bench.padding_efficiency([])
+
+
+def test_random_batches_cover_every_index_once():
+    batches = bench.random_batches(10, 4, torch.Generator().manual_seed(0))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(i for b in batches for i in b) == list(range(10))

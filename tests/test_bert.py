@@ -8,7 +8,8 @@ import transformers
 from safetensors.torch import save_file
 
 from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
-from bert import BertModel, attention, dropout, mean_pool, train_step_flops
+from bert import BertModel, attention, mean_pool, train_step_flops
+from runtime import dropout
 
 ATOL = 1e-5
 

@@ -1,6 +1,6 @@
 """What only a GPU runs: CUDA kernels against the CPU and the manual attention, fp16 with
 its gradient scaler, checkpoints that cross devices. Skipped without CUDA; `python
-gpu_check.py run` (make gpu-check) runs them with `-m cuda`."""
+lab/gpu_check.py run` (make gpu-check) runs them with `-m cuda`."""
 
 import pytest
 import torch
@@ -8,10 +8,10 @@ import torch
 import checkpoint
 import datasets as data
 import evaluation
-from bert import BertModel, dropout
+from bert import BertModel
 from helpers import run, sentence_batch, tiny_model_and_data
 from optimizer import AdamW, backward, optimizer_step
-from runtime import make_runtime
+from runtime import dropout, make_runtime
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 pytestmark = [

@@ -3,7 +3,6 @@ tokenizer's own padding, the length-bucket sampler, and the real data folder's r
 
 import csv
 import importlib.util
-import random
 import re
 import warnings
 
@@ -12,7 +11,7 @@ import torch
 
 import datasets as D
 import datasets as data
-import fetch
+from lab import fetch
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -620,47 +619,6 @@ def test_a_skipped_rows_warning_prints_as_one_plain_line():
     assert shown == f"warning: {message}\n"
     other = warnings.formatwarning("careful", UserWarning, "x.py", 7, "code()")
     assert other.startswith("x.py:7: UserWarning: careful") and "code()" in other
-
-
-def naive_padding_efficiency(batches) -> float:
-    """Pad every batch slot by slot and count the slots that hold a real token."""
-    real = slots = 0
-    for lengths in batches:
-        for length in lengths:
-            for position in range(max(lengths)):
-                slots += 1
-                real += position < length
-    return real / slots
-
-
-def test_padding_efficiency():
-    assert D.padding_efficiency([[2, 4]]) == pytest.approx(6 / 8, abs=1e-12)
-    assert D.padding_efficiency([[2, 4], [3, 3, 3]]) == pytest.approx(15 / 17, abs=1e-12)
-    assert D.padding_efficiency([[5], [7, 7]]) == 1.0
-    rng = random.Random(0)
-    batches = [[rng.randint(1, 60) for _ in range(rng.randint(1, 32))] for _ in range(50)]
-    assert D.padding_efficiency(batches) == pytest.approx(naive_padding_efficiency(batches))
-    with pytest.raises(ValueError, match="no tokens"):
-        D.padding_efficiency([])
-
-
-def test_random_batches_cover_every_index_once():
-    batches = D.random_batches(10, 4, torch.Generator().manual_seed(0))
-    assert [len(b) for b in batches] == [4, 4, 2]
-    assert sorted(i for b in batches for i in b) == list(range(10))
-
-
-def test_input_lines_prompt_only_a_terminal(capsys):
-    import io
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    assert list(D.input_lines(io.StringIO("a\nb\tc\n"))) == ["a\n", "b\tc\n"]
-    assert capsys.readouterr().err == ""  # a pipe or a file: no prompt in the way
-    assert list(D.input_lines(Terminal("a\n"))) == ["a\n"]
-    assert "two separated by a tab; Ctrl-D ends" in capsys.readouterr().err
 
 
 class RecordedBar:

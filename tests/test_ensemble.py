@@ -1,15 +1,15 @@
-"""ensemble.py: averaging the best models of run folders, against each member alone."""
+"""lab/ensemble.py: averaging the best models of run folders, against each member alone."""
 
 import math
 
 import pytest
 import torch
 
-import ensemble
 import evaluation
 import multitask_classifier as mt
 import runtime
 from helpers import run
+from lab import ensemble
 
 
 def test_an_ensemble_of_one_run_is_that_run(tiny_env, tmp_path, capsys):

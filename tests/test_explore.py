@@ -1,6 +1,7 @@
-"""explore.py: a run's attention, the untouched model beside the kept one."""
+"""lab/explore.py: a run's attention, the untouched model beside the kept one."""
 
 import io
+import json
 import os
 import re
 import shutil
@@ -11,10 +12,12 @@ import torch
 from matplotlib.image import imread
 from scipy.stats import spearmanr
 
+import config
 import evaluation
-import explore
+import multitask_classifier as mt
 from datasets import read_task
 from helpers import run, tiny_model_and_data
+from lab import explore
 
 
 def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_path):
@@ -39,14 +42,17 @@ def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_pat
 
 
 def test_explore_says_what_it_needs(tiny_env, tmp_path, capsys):
+    with pytest.raises(SystemExit, match="no config.json there; is it a run folder"):
+        explore.main(["report", str(tmp_path)])
+    cfg, _ = mt.parse_args(["--preset", "individual"])  # a model per task
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict(cfg)))
+    with pytest.raises(SystemExit, match="--preset individual keeps a model per task; this ne"):
+        explore.main(["report", str(tmp_path)])
+    cfg, _ = mt.parse_args(["--preset", "thesis"])
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict(cfg)))
     with pytest.raises(SystemExit):
         explore.main(["report", str(tmp_path)])
     assert "no best.safetensors there" in capsys.readouterr().err
-    (tmp_path / "sst").mkdir()
-    (tmp_path / "sst" / "best.safetensors").touch()  # the individual preset's sub-run
-    with pytest.raises(SystemExit):
-        explore.main(["report", str(tmp_path)])
-    assert "a model per task (the individual preset); this reads one" in capsys.readouterr().err
     run(tiny_env, tmp_path / "run")
     with pytest.raises(SystemExit):
         explore.main(["attention", str(tmp_path / "run"), "a sentence", "--layer", "9"])
@@ -167,3 +173,16 @@ def test_the_report_works_in_a_real_browser(tiny_env, tmp_path):
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         browser.quit()
+
+
+def test_input_lines_prompt_only_a_terminal(capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert list(explore.input_lines(io.StringIO("a\nb\tc\n"))) == ["a\n", "b\tc\n"]
+    assert capsys.readouterr().err == ""  # a pipe or a file: no prompt in the way
+    assert list(explore.input_lines(Terminal("a\n"))) == ["a\n"]
+    assert "two separated by a tab; Ctrl-D ends" in capsys.readouterr().err

@@ -15,9 +15,9 @@ import torch
 from conftest import write_tiny_data
 
 import datasets as D
-import fetch
 import multitask_classifier as mt
 from helpers import tiny_flags
+from lab import fetch
 
 LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
@@ -111,7 +111,7 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
     base, source, expected = server
     point_at(monkeypatch, f"{base}/handout/", f"{base}/snli_1.0.zip")
     folder = tmp_path / "data"
-    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(folder)])
+    monkeypatch.setattr("sys.argv", ["lab/fetch.py", "--data_dir", str(folder)])
     assert fetch.main() == 0
     out = capsys.readouterr().out
     assert f"from {base}/handout/ids-sst-train.csv" in out and f"from {base}/snli_1.0.zip" in out
@@ -130,7 +130,7 @@ def test_make_data_fetches_every_file_and_builds_snli(server, tmp_path, monkeypa
     assert (folder / "optimizer_test.npy").read_bytes() == (
         source.parent / "served" / "optimizer_test.npy"
     ).read_bytes()
-    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(folder), "--quiet"])
+    monkeypatch.setattr("sys.argv", ["lab/fetch.py", "--data_dir", str(folder), "--quiet"])
     point_at(monkeypatch, "http://127.0.0.1:9/", "http://127.0.0.1:9/x.zip")  # nothing to fetch
     assert fetch.main() == 0 and capsys.readouterr().out == ""
 
@@ -142,7 +142,7 @@ def test_snli_train_is_the_first_rows_of_the_release(server, tmp_path, monkeypat
     fetch.fetch_snli(tmp_path, timeout=5)
     train = D.read_snli(tmp_path / "snli-train.csv")
     assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"][:8]
-    monkeypatch.setattr("sys.argv", ["fetch.py", "--data_dir", str(tmp_path), "--snli_all"])
+    monkeypatch.setattr("sys.argv", ["lab/fetch.py", "--data_dir", str(tmp_path), "--snli_all"])
     assert fetch.main() == 0  # the handout's files fetched, SNLI rebuilt from all of train
     train = D.read_snli(tmp_path / "snli-train.csv")
     assert [(e.premise, e.hypothesis, e.label) for e in train] == expected["train"]

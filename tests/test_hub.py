@@ -1,4 +1,4 @@
-"""--export's model card read by huggingface_hub's own parser, and --push_to_hub against a
+"""lab/export.py's model card read by huggingface_hub's own parser, and --push_to_hub against a
 stand-in Hub on 127.0.0.1 (never the network)."""
 
 import base64
@@ -10,8 +10,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub import ModelCard
 
-import multitask_classifier as mt
 from helpers import run
+from lab import export
 
 
 class StandInHub(BaseHTTPRequestHandler):
@@ -77,7 +77,7 @@ def hub(monkeypatch):
 
 def test_the_card_gives_the_hub_the_kept_models_dev_scores(tiny_env, tmp_path):
     run(tiny_env, tmp_path / "run", "--loops", "0")
-    mt.main(["--export", str(tmp_path / "run")])
+    export.main([str(tmp_path / "run")])
     card = ModelCard.load(tmp_path / "run" / "export" / "README.md")
     kept = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1])
     results = {(r.dataset_type, r.metric_type): r.metric_value for r in card.data.eval_results}
@@ -94,9 +94,7 @@ def test_the_card_gives_the_hub_the_kept_models_dev_scores(tiny_env, tmp_path):
 
 def test_push_to_hub_uploads_the_export_to_a_private_repository(tiny_env, tmp_path, hub, capsys):
     run(tiny_env, tmp_path / "run", "--loops", "0")
-    with pytest.raises(SystemExit, match="give it with --export RUN_DIR"):
-        mt.main(["--push_to_hub", "me/minbert", "--predict", str(tmp_path / "run")])
-    mt.main(["--export", str(tmp_path / "run"), "--push_to_hub", "me/minbert"])
+    export.main([str(tmp_path / "run"), "--push_to_hub", "me/minbert"])
     made = hub.repos["me/minbert"]  # private: older huggingface_hub says it another way
     assert made.get("visibility") == "private" or made.get("private") is True
     out = tmp_path / "run" / "export"
@@ -111,4 +109,4 @@ def test_push_to_hub_without_a_token_is_one_line(tiny_env, tmp_path, hub, monkey
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     run(tiny_env, tmp_path / "run", "--loops", "0")
     with pytest.raises(SystemExit, match="no Hugging Face token"):
-        mt.main(["--export", str(tmp_path / "run"), "--push_to_hub", "me/minbert"])
+        export.main([str(tmp_path / "run"), "--push_to_hub", "me/minbert"])

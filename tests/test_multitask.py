@@ -14,6 +14,7 @@ import datasets as data
 import evaluation
 import losses
 import multitask_classifier as mt
+import plans
 import runtime
 import trainer
 from base_bert import BertConfig, ModelError
@@ -28,6 +29,7 @@ from helpers import (
     tiny_flags,
     weights,
 )
+from lab import explore, export
 from plans import Stage, concat_tasks, cosine_tasks
 from smart import SmartConfig
 from tokenizer import BertTokenizer
@@ -233,6 +235,9 @@ def test_individual_preset_trains_one_model_per_task(tiny_env, tmp_path):
         last = json.loads(rows[-1])
         assert last["tasks"] == [task] and set(mt.MULTITASK) & set(last) == {task}
         assert (tmp_path / "run" / task / "predictions" / f"{task}-test-output.csv").is_file()
+    for use in (export.main, lambda argv: explore.main(["label", *argv])):  # one model each
+        with pytest.raises(SystemExit, match="a model per task"):
+            use([str(tmp_path / "run")])
 
 
 @pytest.mark.parametrize(
@@ -289,9 +294,6 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
     assert folders == {
         "resume": str(tmp_path / "run"),
         "predict": None,
-        "export": None,
-        "push_to_hub": None,
-        "label": None,
         "show": None,
         "estimate": None,
     }
@@ -525,7 +527,7 @@ def test_export_writes_a_folder_that_both_loaders_read(tiny_env, tmp_path, capsy
     import transformers
 
     run(tiny_env, tmp_path / "run", "--loops", "0")
-    mt.main(["--export", str(tmp_path / "run")])
+    export.main([str(tmp_path / "run")])
     out = tmp_path / "run" / "export"
     assert {p.name for p in out.iterdir()} >= {"config.json", "vocab.txt", "model.safetensors"}
     card = (out / "README.md").read_text()
@@ -551,7 +553,7 @@ def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, mo
     run(tiny_env, tmp_path / "run", "--loops", "0")
     capsys.readouterr()
     monkeypatch.setattr("sys.stdin", io.StringIO("good movie\nthe cat\tthe dog\n\n"))
-    mt.main(["--label", str(tmp_path / "run")])  # prints each line's labels as it goes
+    explore.main(["label", str(tmp_path / "run")])  # prints each line's labels as it goes
     lines = capsys.readouterr().out.splitlines()[-2:]
     assert re.fullmatch(r"sentiment [0-4] \(p 0\.\d\d\)\tgood movie", lines[0])
     assert re.fullmatch(r"paraphrase 0\.\d{3}\tsimilarity [0-5]\.\d\d\tthe cat\tthe dog", lines[1])
@@ -562,7 +564,7 @@ def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, mo
     ]:
         monkeypatch.setattr("sys.stdin", io.StringIO(text))
         with pytest.raises(data.DataError, match=rf"^input line 2: {message}; expected a sent"):
-            mt.main(["--label", str(tmp_path / "run")])
+            explore.main(["label", str(tmp_path / "run")])
 
 
 def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
@@ -577,13 +579,13 @@ def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
     strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes
     monkeypatch.setattr("sys.stdin", strict)
     with pytest.raises(SystemExit, match=r"^error: input after 0 good line\(s\): not UTF-8 text"):
-        run_cli(mt.main, ["--label", str(tmp_path / "run")])
+        run_cli(explore.main, ["label", str(tmp_path / "run")])
     read, write = os.pipe()
     os.close(read)  # `| head` that has read enough
     monkeypatch.setattr("sys.stdin", io.StringIO("good movie\n"))
     monkeypatch.setattr("sys.stdout", io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True))
     with pytest.raises(SystemExit) as stop:
-        run_cli(mt.main, ["--label", str(tmp_path / "run")])
+        run_cli(explore.main, ["label", str(tmp_path / "run")])
     assert stop.value.code == 1
 
 
@@ -660,7 +662,7 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
     assert info["row"]["para"]["accuracy"] == pytest.approx(sum(hits) / len(hits))
     capsys.readouterr()
     monkeypatch.setattr("sys.stdin", io.StringIO("the cat\tthe dog\n"))
-    mt.main(["--label", str(tmp_path / "run")])  # a cut, not a probability
+    explore.main(["label", str(tmp_path / "run")])  # a cut, not a probability
     line = capsys.readouterr().out.splitlines()[-1]
     assert re.fullmatch(r"paraphrase (yes|no) \(cos - cut [+-]\d\.\d{3}\)\tsimilarity .*", line)
 
@@ -789,7 +791,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     ],
 )
 def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
-    """data_files, checked before the run folder is made, against the loaders themselves."""
+    """plans.plan_files, checked before the run folder is made, against the loaders themselves."""
     cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
     stages = [s for plan in mt.PRESETS[cfg.preset].plans_of(cfg).values() for s in plan]
     read = []
@@ -805,8 +807,8 @@ def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkey
 
     monkeypatch.setattr(data, "read_task", read_task)
     monkeypatch.setattr(data, "read_snli", read_snli)
-    mt.load_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
-    assert sorted(set(read)) == sorted(mt.data_files(cfg, stages))
+    plans.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
+    assert sorted(set(read)) == sorted(plans.plan_files(cfg, stages))
 
 
 def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path):
@@ -866,7 +868,7 @@ def test_sentence_transformers_loads_the_export_and_gives_our_embeddings(
     from sentence_transformers import SentenceTransformer
 
     run(tiny_env, tmp_path / "run", "--loops", "0", "--pooling", pooling)
-    mt.main(["--export", str(tmp_path / "run")])
+    export.main([str(tmp_path / "run")])
     out = tmp_path / "run" / "export"
     if pooling == "cls":
         assert not (out / "modules.json").exists()

@@ -2,7 +2,7 @@
 
 The cells are run with `exec` in one shared namespace, as a notebook kernel would run
 them (tests/notebook_kernel.py), from the repository root (the notebook's subprocesses run
-`sys.executable multitask_classifier.py` and `plots.py` there); MINBERT_NOTEBOOK_TINY
+`sys.executable multitask_classifier.py` and `lab/plots.py` there); MINBERT_NOTEBOOK_TINY
 switches the notebook to the tiny model and data of the `tiny_env` fixture and a run
 folder in tmp_path. A Colab session on Google Drive is played by a folder that stands in
 for Drive and a kernel process that is killed as a VM reset kills it.

@@ -1,4 +1,4 @@
-"""plots.py: the readers return what the run files hold; the pictures are real PNGs."""
+"""lab/plots.py: the readers return what the run files hold; the pictures are real PNGs."""
 
 import json
 import math
@@ -7,8 +7,8 @@ import struct
 import pytest
 
 import evaluation
-import plots
 from helpers import run
+from lab import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

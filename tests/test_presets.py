@@ -10,9 +10,9 @@ import pytest
 import multitask_classifier as mt
 import plans
 import presets
-import reports
 from config import OptimConfig
 from helpers import run
+from lab import reports
 
 GOLDEN = Path(__file__).parent / "golden" / "presets.txt"
 
@@ -27,7 +27,7 @@ def resolved_presets() -> dict[str, str]:
             argv += ["--scale", str(preset.report_scale)]
         cfg, _ = mt.parse_args(argv)
         out[name] = f"$ python multitask_classifier.py {' '.join(argv)} --show\n"
-        out[name] += plans.show(cfg, presets.PRESETS[cfg.preset]) + "\n\n"
+        out[name] += presets.show(cfg, presets.PRESETS[cfg.preset]) + "\n\n"
     return out
 
 
@@ -48,7 +48,7 @@ def test_show_prints_the_plan_and_loads_nothing(monkeypatch, capsys):
 
     monkeypatch.setattr(mt.BertTokenizer, "from_pretrained", no)
     monkeypatch.setattr(mt.data, "load_task_data", no)
-    monkeypatch.setattr(presets, "check_model", no)
+    monkeypatch.setattr(plans, "check_model", no)
     argv = ["--preset", "auslin-segments-gs-cls", "--scale", "0.25", "--bert", "no/such-model"]
     mt.main([*argv, "--show"])
     out = capsys.readouterr().out
@@ -60,12 +60,12 @@ def test_show_prints_the_plan_and_loads_nothing(monkeypatch, capsys):
 
 def test_show_counts_the_thesis_stages_and_marks_smart_and_distillation():
     cfg, _ = mt.parse_args(["--preset", "thesis-smart", "--loops", "2"])
-    lines = plans.show(cfg, presets.PRESETS[cfg.preset]).splitlines()
+    lines = presets.show(cfg, presets.PRESETS[cfg.preset]).splitlines()
     stage_lines = lines[lines.index("stages:") + 2 :]
     assert len(stage_lines) == 1 + 3 * 2  # one QQP epoch, then 2 x (STS, SST, 3% QQP)
     assert all("independent" in line for line in stage_lines)
     cfg, _ = mt.parse_args(["--preset", "defended"])
-    distilled = plans.show(cfg, presets.PRESETS[cfg.preset]).splitlines()[-1]
+    distilled = presets.show(cfg, presets.PRESETS[cfg.preset]).splitlines()[-1]
     assert distilled.endswith(" 30") and "sts:cosine_sbert" not in distilled  # a QQP stage
 
 

@@ -1,4 +1,4 @@
-"""reports.py: the reports' presets train end to end, and their tables are written and
+"""lab/reports.py: the reports' presets train end to end, and their tables are written and
 resumed (the reports' losses, heads and checks are tested beside their modules)."""
 
 import json
@@ -7,8 +7,8 @@ import math
 import pytest
 
 import evaluation
-import reports
 from helpers import run
+from lab import reports
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 import torch
 
+import plans
 import runtime
 from config import DeviceConfig
 from helpers import run, sentence_batch
@@ -136,5 +137,5 @@ def test_compile_on_the_cpu_stops_before_a_run_folder_is_made(tiny_env, tmp_path
     with pytest.raises(SystemExit, match=r"^--compile: on the CPU .* --device cuda"):
         run(tiny_env, tmp_path / "run", "--compile")
     assert not (tmp_path / "run").exists()
-    runtime.check_compile(True, torch.device("cuda", 0))
-    runtime.check_compile(False, torch.device("cpu"))
+    plans.check_compile(True, torch.device("cuda", 0))
+    plans.check_compile(False, torch.device("cpu"))

@@ -1,4 +1,4 @@
-"""sweep.py: a search over a preset's settings with Optuna, killed mid-trial and resumed."""
+"""lab/sweep.py: a search over a preset's settings with Optuna, killed mid-trial and resumed."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import sweep
+from lab import sweep
 
 optuna = pytest.importorskip("optuna")  # an optional package
 REPO = sweep.HERE
@@ -48,7 +48,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_running_a_trial_twice(tiny_env
     sweep_dir = tmp_path / "sweep"
     out = open(tmp_path / "sweep.out", "w")
     proc = subprocess.Popen(
-        [sys.executable, "sweep.py", *argv(tiny_env, sweep_dir)],
+        [sys.executable, "-m", "lab.sweep", *argv(tiny_env, sweep_dir)],
         cwd=REPO,
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -59,7 +59,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_running_a_trial_twice(tiny_env
     assert "3 trials: about" in (tmp_path / "sweep.out").read_text()  # --estimate, first
 
     done = subprocess.run(
-        [sys.executable, "sweep.py", str(sweep_dir), "--resume"],
+        [sys.executable, "-m", "lab.sweep", str(sweep_dir), "--resume"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -92,7 +92,7 @@ def test_a_sweep_killed_mid_trial_resumes_without_running_a_trial_twice(tiny_env
 
 def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if it were not installed
-    with pytest.raises(SystemExit, match="^sweep.py needs Optuna, an optional package"):
+    with pytest.raises(SystemExit, match="^lab/sweep.py needs Optuna, an optional package"):
         sweep.need_optuna()
     monkeypatch.undo()
     with pytest.raises(SystemExit, match="expected LOW < HIGH"):

@@ -637,10 +637,10 @@ def test_patience_stops_the_schedule_and_the_stopped_run_is_finished(
 
 
 def test_patience_counts_stages_since_the_best():
-    ran_out = [trainer.patience_ran_out(2, k, best) for k, best in ((0, None), (1, 0), (2, 0))]
+    ran_out = [runfolder.patience_ran_out(2, k, best) for k, best in ((0, None), (1, 0), (2, 0))]
     assert ran_out == [False, False, True]
-    assert not trainer.patience_ran_out(0, 30, 0)  # 0: every stage runs
-    assert trainer.patience_ran_out(1, 0, None)  # a first stage that is not a number
+    assert not runfolder.patience_ran_out(0, 30, 0)  # 0: every stage runs
+    assert runfolder.patience_ran_out(1, 0, None)  # a first stage that is not a number
 
 
 def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(

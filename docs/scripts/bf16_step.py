@@ -2,9 +2,9 @@
 
 The step: MiniLM in train mode on one random batch of 32 x 64 (lengths 32 to 64), mean
 pooling, dropout, a linear SST head, cross-entropy, backward and optimizer.AdamW's loop
-(bench.py's train step, written with bert.py and optimizer.py alone), under bf16 autocast.
+(lab/bench.py's train step, written with bert.py and optimizer.py alone), under bf16 autocast.
 With torch.profiler over three steps after a warm-up step, it prints the CPU time of the
-matmuls (the self time of aten::mm, addmm and bmm), of dropout's forward (bert.dropout:
+matmuls (the self time of aten::mm, addmm and bmm), of dropout's forward (runtime.dropout:
 its masks and their multiplication) and of the AdamW step, beside the whole. It does so
 for the code as it is, and --before for the two pieces as they were before commit bcc1984:
 dropout by F.dropout (one Bernoulli draw per element) and adamw_step.AdamWBefore.
@@ -31,6 +31,7 @@ from adamw_step import AdamWBefore  # noqa: E402  (docs/scripts, this file's fol
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 import bert  # noqa: E402
+import runtime  # noqa: E402
 from optimizer import AdamW  # noqa: E402
 
 B, T = 32, 64
@@ -40,13 +41,13 @@ MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
 def make_step(before: bool, labelled: bool):
     """A function running one training step (its parts named for the profiler when
     labelled); before: F.dropout and the AdamW update as they were before bcc1984."""
-    inner = (lambda x, p, training=True: F.dropout(x, p, training)) if before else bert.dropout
+    inner = (lambda x, p, training=True: F.dropout(x, p, training)) if before else runtime.dropout
 
     def dropout(x, p, training=True):
         with record_function("dropout") if labelled else nullcontext():
             return inner(x, p, training)
 
-    bert.dropout = dropout  # bert.Dropout and bert.attention look it up here at each call
+    bert.dropout = runtime.dropout = dropout  # attention and Dropout look it up at each call
     torch.manual_seed(0)
     model = bert.BertModel.from_pretrained("minilm").train()
     head = torch.nn.Linear(model.config.hidden_size, 5)

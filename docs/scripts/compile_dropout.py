@@ -2,7 +2,7 @@
 
 MiniLM's encoder (embedding, six layers) at 32 x 64 tokens under bf16 autocast, a forward
 and a backward per step in train mode, eager against compiled layers
-(multitask_classifier.compile_layers: compiled dropout draws eager's masks), at the model's
+(runtime.compile_layers: compiled dropout draws eager's masks), at the model's
 dropout of 0.1 and at 0. It prints each one's median over 6 steps after 2 warm-ups.
 
 Run from the repository root (about a minute on a 2-core CPU, compiling included):
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import torch  # noqa: E402
 
 from bert import BertModel  # noqa: E402
-from multitask_classifier import compile_layers  # noqa: E402
+from runtime import compile_layers  # noqa: E402
 
 
 def step_ms(model, ids, mask, repeats=6, warmup=2) -> float:

@@ -21,7 +21,7 @@ PARTS = {"explorer": "report-explorer.png", "embeddings": "report-embeddings.png
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("page", type=Path, help="a report.html (python explore.py report)")
+    parser.add_argument("page", type=Path, help="a report.html (python -m lab.explore report)")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder for the PNGs")
     args = parser.parse_args(argv)
     options = webdriver.ChromeOptions()

@@ -13,10 +13,10 @@ scores nothing checks: it shows that the script and every step it runs work (CI 
 
 A machine with a GPU may have no network and little room: `--pack DIR` writes the code,
 the data the check reads (at most 20,000 rows a file) and MiniLM in half precision to a
-folder under 64 MiB; `cd DIR && python gpu_check.py` needs nothing else.
+folder under 64 MiB; `cd DIR && python -m lab.gpu_check` needs nothing else.
 
-    python gpu_check.py                  # make gpu-check; report in gpu-check/report.md
-    python gpu_check.py --pack .gpu      # then carry .gpu to the GPU machine
+    python -m lab.gpu_check                  # make gpu-check; report in gpu-check/report.md
+    python -m lab.gpu_check --pack .gpu      # then carry .gpu to the GPU machine
 """
 
 import json
@@ -34,13 +34,15 @@ import torch
 import cli
 import datasets as data
 from base_bert import embedded_model_dir
+from checkpoint import read_rows
 from config import option
+from evaluation import kept_row
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 PACK_LIMIT = 64 * 2**20  # bytes: what a GPU machine of this workplace takes along
 PACK_ROWS = 20_000  # rows kept of each data file (the demo samples far fewer)
 PACK_DATA = ("ids-sst", "quora", "sts")  # with -train/-dev/-test-student, and SNLI's dev
-BENCH = {  # step name: bench.py's flags, on a GPU with bf16, one without, the CPU's dry run
+BENCH = {  # step name: lab/bench.py's flags, on a GPU with bf16, one without, the CPU's dry run
     "gpu": {
         "bert-base shape, bf16": "--precision bf16",
         "bert-base shape, fp16": "--precision fp16 --only train memory",
@@ -91,7 +93,7 @@ def plan(cuda: bool, out: Path) -> list[Step]:
     benches = BENCH["gpu" if bf16 else "gpu without bf16" if cuda else "dry"]
     for name, flags in benches.items():
         where = ["--device", device, "--out", str(out / slug(f"bench {name}"))]
-        steps.append(Step(f"bench, {name}", [py, "bench.py", *flags.split(), *where]))
+        steps.append(Step(f"bench, {name}", [py, "-m", "lab.bench", *flags.split(), *where]))
     for precision in ("fp32", "bf16", "fp16") if bf16 or not cuda else ("fp32", "fp16"):
         run_dir = out / f"demo-{precision}"
         flags = f"--preset demo --precision {precision} {DEMO['gpu' if cuda else 'dry']}"
@@ -128,8 +130,8 @@ def run_step(step: Step, log: Path) -> None:
 
 def kept_and_start(run_dir: Path) -> tuple[dict, dict]:
     """(the kept stage's row, the untouched model's row) of a finished run's table."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return max(rows[1:], key=lambda r: r["overall"]), rows[0]
+    rows = read_rows(run_dir)
+    return kept_row(rows), rows[0]
 
 
 def check_demos(steps: list[Step], cuda: bool) -> list[str]:
@@ -268,7 +270,7 @@ def main(argv=None) -> int:
     cfg, _, _ = cli.parse(GpuCheckConfig(), argv, __doc__)
     if cfg.pack:
         size = pack(Path(cfg.pack))
-        print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python gpu_check.py")
+        print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python -m lab.gpu_check")
         return 0
     return check(cfg)
 

@@ -1,51 +1,93 @@
-"""A trained run's best model put to use: prediction files, labels, an exported folder.
+"""A trained run's kept model as a Hugging Face folder with its model card, and the Hub.
 
-- `rewrite_predictions` (--predict RUN): score each best model on dev again and rewrite its
-  prediction files in the handout's format;
-- `label` (--label RUN): labels for sentences typed or piped in, one per line;
-- `export` (--export RUN): the model as a Hugging Face and sentence-transformers folder
-  (checkpoint.export_model_folder) with a model card holding its forgetting table and its
-  scores in the Hub's model-index format; `push` (--push_to_hub REPO) uploads it.
+    python -m lab.export RUN_DIR                          # RUN_DIR/export
+    python -m lab.export RUN_DIR --push_to_hub you/name   # and upload it (private)
 
-multitask_classifier.py loads the models and calls these.
+The folder holds the encoder in Hugging Face's format (config.json, model.safetensors: our
+parameter names are BertModel's; vocab.txt, tokenizer_config.json), the task heads in
+heads.safetensors, with mean pooling sentence-transformers' files too, and a card
+(README.md) with its forgetting table and its dev scores in the Hub's model-index format.
+`--bert RUN_DIR/export` loads it here, `transformers.BertModel.from_pretrained` and
+`SentenceTransformer` there. `--push_to_hub` uploads it with huggingface_hub.
 """
 
+import argparse
 import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save
 
-import checkpoint
+import cli
 import config
-import datasets as data
 import evaluation
+import multitask_classifier as mt
+from checkpoint import atomic_write, read_rows, write_tensors
 from config import RunConfig
 from evaluation import MULTITASK
-from runfolder import write_predictions
+from runtime import make_runtime
 from tokenizer import BertTokenizer
-
-
-def rewrite_predictions(cfg: RunConfig, best_models):
-    """best_models: (runfolder.Run, model, checkpoint info) of each sub-run, loaded as
-    needed: each scored on dev, its prediction files written again."""
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    cross = cfg.multitask.cross_encode
-    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
-    for run, model, info in best_models:
-        print(evaluation.table_header(run.eval_tasks))
-        run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
-        out_dir = write_predictions(model, task_data, run, cfg.data.test_predictions)
-        print(f"predictions: {out_dir}")
 
 
 def export(cfg: RunConfig, run_dir: Path, model, info: dict):
     """The best model as a Hugging Face (and sentence-transformers) folder with its card."""
     out = run_dir / "export"
-    card = model_card(cfg, out, checkpoint.read_rows(run_dir), info["row"], model.pooling)
+    card = model_card(cfg, out, read_rows(run_dir), info["row"], model.pooling)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    checkpoint.export_model_folder(model, tokenizer, out, card, cfg.data.max_length)
+    model_folder(model, tokenizer, out, card, cfg.data.max_length)
     print(f"exported {out}: load it with --bert {out}")
     return out
+
+
+def model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> None:
+    """The encoder in Hugging Face's format (config.json, model.safetensors: our parameter
+    names are BertModel's; vocab.txt and tokenizer_config.json), the task heads in
+    heads.safetensors, the model card README.md, and with mean pooling sentence-transformers'
+    files too. `--bert OUT` loads it here, transformers.BertModel.from_pretrained and
+    SentenceTransformer(OUT) there."""
+    out.mkdir(parents=True, exist_ok=True)
+    hf_config = {"model_type": "bert", "architectures": ["BertModel"]}
+    hf_config |= model.bert.config.to_dict()
+    atomic_write(json.dumps(hf_config, indent=1), out / "config.json")
+    atomic_write(Path(tokenizer.vocab_file).read_bytes(), out / "vocab.txt")
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": tokenizer.do_lower_case,
+    }
+    atomic_write(
+        json.dumps(tokenizer_config | {"model_max_length": max_length}),
+        out / "tokenizer_config.json",
+    )
+    encoder = {k: v.detach().cpu().contiguous() for k, v in model.bert.state_dict().items()}
+    atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
+    heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
+    write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")
+    if model.pooling == "mean":  # sentence-transformers pools the last hidden states itself
+        write_sentence_transformers(out, model.bert.config.hidden_size, max_length)
+    atomic_write(card, out / "README.md")
+
+
+def write_sentence_transformers(out: Path, hidden: int, max_length: int) -> None:
+    """sentence-transformers' layout over a Hugging Face folder: the Transformer module at
+    the folder itself, then masked mean pooling (our `mean` pooling), cosine similarity."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    atomic_write(json.dumps(modules, indent=1), out / "modules.json")
+    settings = {"max_seq_length": max_length, "do_lower_case": False}  # the tokenizer cases
+    atomic_write(json.dumps(settings), out / "sentence_bert_config.json")
+    atomic_write(
+        json.dumps({"similarity_fn_name": "cosine"}), out / "config_sentence_transformers.json"
+    )
+    pooling = {"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True}
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    atomic_write(json.dumps(pooling, indent=1), out / "1_Pooling" / "config.json")
 
 
 # Each task's Hub dataset, card title and pipeline; the scores are on the CS224n dev splits
@@ -128,31 +170,23 @@ def push(folder: Path, repo: str) -> str:
     return done.commit_url
 
 
-def label(cfg: RunConfig, model, rt, lines):
-    """--label: print the model's labels for each input line as it comes: a sentence, or
-    two separated by a tab (blank lines are skipped)."""
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    for n, line in enumerate(x.strip("\r\n ") for x in lines):
-        a, b = data.split_input_line(line, n + 1)
-        if b:
-            pair, batches = [data.PairExample(str(n), a, b, None)], {}
-            for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:
-                dataset = data.PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
-                batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
-            with torch.no_grad():  # each task as it was trained: siamese or cross-encoded
-                p, score = (
-                    model(t, batches[t in cfg.multitask.cross_encode]) for t in ("para", "sts")
-                )
-            if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
-                how = "cos" if model.siamese == "cosine" else "-d"
-                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} ({how} - cut {p.item():+.3f})"
-            else:
-                para = f"paraphrase {torch.sigmoid(p).item():.3f}"
-            print(f"{para}\tsimilarity {score.item():.2f}\t{line}", flush=True)
-        elif a:
-            example = data.SentenceExample(str(n), a, None)
-            batch = data.SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
-            with torch.no_grad():
-                probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
-            sentiment = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
-            print(f"{sentiment}\t{line}", flush=True)
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run_dir", type=Path, help="a finished run folder (its kept model)")
+    parser.add_argument(
+        "--push_to_hub",
+        metavar="REPO",
+        help="upload the export to this Hub repository (private; made if missing)",
+    )
+    args = parser.parse_args(argv)
+    cfg, model, info = mt.kept_model(args.run_dir, make_runtime("cpu", "fp32"))
+    out = export(cfg, args.run_dir, model, info)
+    if args.push_to_hub:
+        print(f"uploaded: {push(out, args.push_to_hub)}")
+    return out
+
+
+if __name__ == "__main__":
+    cli.run_cli(main)

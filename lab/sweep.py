@@ -1,8 +1,8 @@
 """Search a preset's settings with Optuna: every trial a run folder, the study in SQLite.
 
-    python sweep.py SWEEP_DIR --preset demo --trials 8 --search lr=1e-5:1e-4:log distill=3:300:log
-    python sweep.py SWEEP_DIR --resume          continue a stopped sweep where it was
-    python sweep.py SWEEP_DIR --preset demo ... -- --train_size 3000   flags for every trial
+    python -m lab.sweep SWEEP_DIR --preset demo --trials 8 --search lr=1e-5:1e-4:log distill=3:300:log
+    python -m lab.sweep SWEEP_DIR --resume          continue a stopped sweep where it was
+    python -m lab.sweep SWEEP_DIR --preset demo ... -- --train_size 3000   flags for every trial
 
 --search takes a run flag (without its dashes) and its range: `low:high` (`:log` for a
 log scale; an int flag draws ints) or choices `a,b,c`. Trial 0 runs the preset's own
@@ -23,7 +23,6 @@ and importance.png (Optuna's plots) are written to SWEEP_DIR. Optuna is optional
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ import multitask_classifier as mt
 from checkpoint import METRICS, STATE, atomic_write
 from config import RunConfig
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # the repository
 SETTINGS = "sweep.json"  # the sweep's own arguments, for --resume
 STUDY = "study.db"
 OBJECTIVES = ("overall", "heldout")
@@ -47,7 +46,9 @@ def need_optuna():
     try:
         import optuna
     except ImportError:
-        raise SystemExit("sweep.py needs Optuna, an optional package: pip install optuna") from None
+        raise SystemExit(
+            "lab/sweep.py needs Optuna, an optional package: pip install optuna"
+        ) from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 
@@ -135,31 +136,19 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
                         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                         return print(f"trial {trial.number}: pruned after stage {row['index'] + 1}")
     rows = read_rows(folder)
-    kept = evaluation.kept_stage(rows) if rows else None
+    kept = evaluation.kept_row(rows)
     if proc.returncode or kept is None:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return print(f"trial {trial.number}: failed (exit {proc.returncode}); see {log.name}")
-    value = objective_of(rows[1 + kept], settings["objective"])
+    value = objective_of(kept, settings["objective"])
     study.tell(trial, value)
-    print(f"trial {trial.number}: {settings['objective']} {value:.4f} ({rows[1 + kept]['stage']})")
+    print(f"trial {trial.number}: {settings['objective']} {value:.4f} ({kept['stage']})")
 
 
 def estimate(settings: dict) -> None:
-    """The preset timed by `multitask_classifier.py --estimate`, times the trials."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "multitask_classifier.py"),
-            *trial_flags(settings, {}),
-            "--estimate",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    found = re.search(r"whole run: about ([\d.]+) minutes", done.stdout)
-    if done.returncode or not found:
-        raise SystemExit(f"--estimate failed: {(done.stderr or done.stdout).strip()[-300:]}")
-    minutes = float(found[1]) * settings["trials"]
+    """The preset timed by the driver's --estimate (multitask_classifier.main, here in this
+    process), times the trials."""
+    minutes = mt.main([*trial_flags(settings, {}), "--estimate"]) * settings["trials"]
     print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
 
 
@@ -167,8 +156,7 @@ def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
     """One trial's row: its kept model's dev overall and held-out AUC (both, whichever is
     the objective; a pruned trial's best stage so far), its settings, where and how long."""
     rows = read_rows(sweep_dir / f"trial-{t.number:03d}")
-    kept = evaluation.kept_stage(rows) if rows else None
-    row = rows[1 + kept] if kept is not None else {}
+    row = evaluation.kept_row(rows) or {}
     scores = [f"{row[k]:.4f}" if row.get(k) is not None else "" for k in ("overall", "heldout")]
     took = (
         (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_complete else 0
@@ -238,8 +226,7 @@ def load_settings(args, parser) -> dict:
     settings["seed"] = args.seed
     for values in (baseline(settings), *enqueued(settings)):  # bad flags stop here
         cfg, _ = mt.parse_args(trial_flags(settings, values))
-    if cfg.preset == "individual":
-        parser.error("--preset individual keeps a model per task; a trial needs one")
+    mt.one_model(cfg, "lab/sweep.py")  # a trial is scored by its one kept model
     if settings["objective"] == "heldout" and not cfg.data.heldout_size:
         parser.error("--objective heldout needs held-out pairs: give --heldout_size after --")
     for name, value in baseline(settings).items():
@@ -277,11 +264,25 @@ def enqueued(settings: dict) -> list[dict]:
     return out
 
 
+def storage(optuna, sweep_dir: Path):
+    return optuna.storages.RDBStorage(f"sqlite:///{(sweep_dir / STUDY).resolve()}")
+
+
+def stopped_trials(optuna, study, sweep_dir: Path) -> list:
+    """The trials a stopped sweep left running, as Trials to continue (their run folders
+    resume from their checkpoints)."""
+    db = storage(optuna, sweep_dir)
+    study_id = db.get_study_id_from_name(study.study_name)
+    running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    ids = [db.get_trial_id_from_study_id_trial_number(study_id, t.number) for t in running]
+    return [optuna.trial.Trial(study, trial_id) for trial_id in ids]
+
+
 def open_study(optuna, sweep_dir: Path, settings: dict):
     """The sweep's study in SWEEP_DIR/study.db; a new one gets trial 0 (the preset's own
     settings) and the --enqueue'd trials first."""
     study = optuna.create_study(
-        storage=f"sqlite:///{(sweep_dir / STUDY).resolve()}",
+        storage=storage(optuna, sweep_dir),
         study_name="sweep",
         direction="maximize",
         load_if_exists=True,
@@ -332,10 +333,8 @@ def main(argv=None):
     args.sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(json.dumps(settings, indent=1), args.sweep_dir / SETTINGS)
     study = open_study(optuna, args.sweep_dir, settings)
-    for frozen in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-        run_trial(
-            optuna, study, optuna.trial.Trial(study, frozen._trial_id), args.sweep_dir, settings
-        )
+    for trial in stopped_trials(optuna, study, args.sweep_dir):
+        run_trial(optuna, study, trial, args.sweep_dir, settings)
     while sum(t.state.is_finished() for t in study.trials) < settings["trials"]:
         run_trial(optuna, study, study.ask(), args.sweep_dir, settings)
     print(summary(optuna, study, args.sweep_dir, settings["objective"]))

@@ -2,14 +2,14 @@
 
 Each table below lists its rows by preset name: presets.py says what each trains, its
 source, the scale `make reports` runs it at and the dev scores the report printed.
-`python reports.py TABLE` trains every row that has not finished yet on the embedded model
+`python -m lab.reports TABLE` trains every row that has not finished yet on the embedded model
 (a row's run folder is resumed where it stopped), then writes TABLE.md: their SST / QQP /
 STS / overall, ours (the model the run kept), and the minutes each row took.
 
-    python reports.py broadhurst                      # its default CPU scale, runs/reports/
-    python reports.py all --out runs/reports          # every table, one after another
-    python reports.py auslin --scale 1 --bert bert-base-uncased   # their own sizes, on a GPU
-    python reports.py sicurello --table_only          # rewrite the table from finished rows
+    python -m lab.reports broadhurst                      # its default CPU scale, runs/reports/
+    python -m lab.reports all --out runs/reports          # every table, one after another
+    python -m lab.reports auslin --scale 1 --bert bert-base-uncased   # their own sizes, on a GPU
+    python -m lab.reports sicurello --table_only          # rewrite the table from finished rows
 
 The numbers come from the texts in ../shared/papers (their tables, dev sets). Their runs used
 bert-base-uncased, the whole Quora training file and a GPU; docs/reports.md says which of
@@ -31,7 +31,7 @@ from evaluation import MULTITASK
 from presets import PRESETS
 
 DONE = "report-row.json"  # written into a row's run folder when its run has finished
-SCRIPT = Path(__file__).parent / "multitask_classifier.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "multitask_classifier.py"
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,9 @@ def their_cells(theirs: tuple | None) -> list[str]:
 
 def our_cells(rows: list[dict]) -> list[str]:
     """The kept stage's SST, QQP, STS and overall, as the run chose it."""
-    kept = evaluation.kept_stage(rows)
-    if kept is None:
+    best = evaluation.kept_row(rows)
+    if best is None:
         return ["nan"] * 4
-    best = rows[1 + kept]
     return [f"{evaluation.main_score(best, t):.3f}" for t in (*MULTITASK, "overall")]
 
 

@@ -8,21 +8,20 @@ rate as a share of its matmul rate); compile (compiled layers vs eager); adamw (
 torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs float32); padding
 (real / padded tokens, length buckets vs random batches).
 
-Timed at the precision training picks. A CPU runs the embedded MiniLM at 32x64, CUDA
-bert-base's shape with random weights at 8, 16 and 32 x 128. Runs are interleaved (A B,
-B A, ...); a ratio is ours / reference of the medians, of the minima, and the median of the
-paired ratios, on which targets are judged (a passing load slows both runs of a pair).
-Misses are reported, never adjusted.
+Timed at the precision training picks, at the sizes of --model, --batch_sizes and --length.
+Runs are interleaved (A B, B A, ...); a ratio is ours / reference of the medians, of the
+minima, and the median of the paired ratios, on which targets are judged (a passing load
+slows both runs of a pair). Misses are reported, never adjusted.
 
-    python bench.py                                 # minutes; several times that when busy
-    python bench.py --only train memory --repeats 3
+    python -m lab.bench                                 # minutes; several times that when busy
+    python -m lab.bench --only train memory --repeats 3
 """
 
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,10 +32,12 @@ from torch import nn
 
 import cli
 import datasets as data
+import runtime
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool, train_step_flops
 from config import OptimConfig, option
-from multitask_classifier import MultitaskBERT, compile_layers
+from lab.timing import Row, Skip, Target, fmt, markdown, passed, time_interleaved, timed_row
+from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
 from plans import Stage
 from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16, peak_memory_mib
@@ -52,16 +53,6 @@ ADAMW = dict(lr=1e-5, eps=1e-6, weight_decay=0.0)  # the project's AdamW setting
 SMART = SmartConfig(lambda_s=10.0, mu=1.0, dropout="independent")  # the thesis presets'
 
 
-@dataclass(frozen=True)
-class Target:
-    on: str  # "ratio": ours / reference (timed: the median of paired ratios); "ours": ours
-    op: str  # "<=" or ">="
-    bound: float
-
-    def __str__(self) -> str:
-        return f"{self.on} {self.op} {self.bound:g}"
-
-
 TARGETS = {
     "tokenizer": Target("ratio", "<=", 0.5),  # time: twice the pure-Python throughput
     "forward_manual": Target("ratio", "<=", 1.2),  # time, hand-written attention vs eager
@@ -74,77 +65,6 @@ TARGETS = {
     "bf16_share": Target("ours", ">=", 0.5),  # a bf16 step's FLOP rate / the bf16 matmul's
     "padding": Target("ours", ">=", 0.9),  # real / padded tokens with length buckets (SST)
 }
-
-
-@dataclass
-class Row:
-    what: str  # what was compared with what
-    unit: str  # of ours and reference
-    ours: float  # timed rows: the median
-    reference: float | None = None
-    ratio: float | None = None  # ours / reference; timed rows: of the medians
-    ratio_min: float | None = None  # timed rows: ours / reference of the minima
-    ratio_paired: float | None = None  # timed rows: median of ours[r] / reference[r]
-    target: str | None = None  # key of TARGETS; None: information only
-    note: str = ""
-    seconds: dict | None = None  # timed rows: every repeat's time, {"ours": [...], "ref": [...]}
-
-    @property
-    def passed(self) -> bool | None:
-        """Our value, or the ratio (the paired one when timed), checked against the target."""
-        t = TARGETS.get(self.target)
-        timed = self.ratio if self.ratio_paired is None else self.ratio_paired
-        value = None if t is None else self.ours if t.on == "ours" else timed
-        if value is None:  # no target, or a ratio without a reference
-            return None
-        return value <= t.bound if t.op == "<=" else value >= t.bound
-
-
-class Skip(NotImplementedError):
-    """A section that cannot run here; the message says why (as runtime.peak_memory_mib's)."""
-
-
-def time_interleaved(
-    runs: dict, repeats: int, warmup=1, prepare=None, sync=lambda: None, clock=time.perf_counter
-) -> dict[str, list[float]]:
-    """Seconds per call of each run, the runs interleaved: {name: [repeats timings]}.
-
-    Repeat r calls the runs in their order when r is even and in reverse when r is odd;
-    the first `warmup` repeats are not kept. `prepare[name]()` (untimed) builds an argument
-    for runs[name], e.g. a fresh tokenizer. `sync` waits for the device (CUDA is async).
-    """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    prepare, names = prepare or {}, list(runs)
-    times = {name: [] for name in names}
-    for r in range(warmup + repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
-            args = (prepare[name](),) if name in prepare else ()
-            sync()
-            start = clock()
-            runs[name](*args)
-            sync()
-            if r >= warmup:
-                times[name].append(clock() - start)
-    return times
-
-
-def ratios(ours: Sequence[float], reference: Sequence[float]) -> tuple[float, float, float]:
-    """ours / reference of the medians, of the minima, and the median of the paired ratios
-    ours[r] / reference[r] (repeats of the same length)."""
-    med = statistics.median
-    paired = med(a / b for a, b in zip(ours, reference, strict=True))
-    return med(ours) / med(reference), min(ours) / min(reference), paired
-
-
-def timed_row(what, times, ours="ours", ref="ref", target=None, items=None) -> Row:
-    """A row of ms per call from time_interleaved's times; items=(n, name), n done per call,
-    puts the rates of both median runs in the note."""
-    a, b = (1000 * statistics.median(times[k]) for k in (ours, ref))
-    n, name = items or (0, "")
-    rates = f"{1000 * n / a:,.1f} vs {1000 * n / b:,.1f} {name}/s" if items else ""
-    seconds = {"ours": times[ours], "ref": times[ref]}  # for the JSON: other statistics later
-    return Row(what, "ms", a, b, *ratios(times[ours], times[ref]), target, rates, seconds)
 
 
 @dataclass
@@ -240,7 +160,7 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
     precision = precision or ctx.rt.precision
     if model is None:
         torch.manual_seed(0)  # random weights and heads: the same for every precision
-        bert = compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
+        bert = runtime.compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
         model = MultitaskBERT(bert).to(ctx.rt.device).train()
     batch = random_batch(ctx, B, model.bert.config.vocab_size)
     scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
@@ -249,6 +169,25 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
     stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
     optimizer = model.configure_optimizers(OptimConfig(1e-5, foreach_adamw=ctx.cuda))
     return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
+
+
+def padding_efficiency(batches: Iterable[Sequence[int]]) -> float:
+    """Real / padded tokens when each batch is padded to its longest sequence.
+
+    batches: the sequence lengths of each batch; [[2, 4]] -> 6 / 8 = 0.75.
+    """
+    real = padded = 0
+    for lengths in batches:
+        real, padded = real + sum(lengths), padded + len(lengths) * max(lengths, default=0)
+    if padded == 0:
+        raise ValueError("padding_efficiency: no tokens in the batches")
+    return real / padded
+
+
+def random_batches(n: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """Shuffled indices 0..n-1 cut into batches: a plain DataLoader(shuffle=True)."""
+    order = torch.randperm(n, generator=generator).tolist()
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -421,11 +360,11 @@ def bench_padding(ctx: Context) -> list[Row]:
     for name, ds, sides in (("SST", sst, [sst.input_ids]), ("QQP", qqp, qqp.input_ids)):
 
         def efficiency(batches, sides=sides):
-            return data.padding_efficiency([len(s[i]) for s in sides for i in b] for b in batches)
+            return padding_efficiency([len(s[i]) for s in sides for i in b] for b in batches)
 
         g = torch.Generator().manual_seed(0)
         bucketed = efficiency(data.LengthBucketSampler(ds.lengths, 32, generator=g))
-        shuffled = efficiency(data.random_batches(len(ds), 32, g))
+        shuffled = efficiency(random_batches(len(ds), 32, g))
         what = f"padding efficiency {name} train, batch 32: LengthBucketSampler vs random"
         ratio, target = bucketed / shuffled, "padding" if name == "SST" else None
         rows.append(Row(what, "real/padded", bucketed, shuffled, ratio, target=target))
@@ -435,35 +374,6 @@ def bench_padding(ctx: Context) -> list[Row]:
 TIMED = (bench_tokenizer, bench_forward, bench_train, bench_precision, bench_compile, bench_adamw)
 # memory changes malloc's settings on a CPU, so it comes after every timed section
 SECTIONS = {f.__name__.removeprefix("bench_"): f for f in (*TIMED, bench_memory, bench_padding)}
-
-
-def fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if unit in ("", "real/padded"):  # ratios and efficiencies
-        return f"{value:.3f}" if unit else f"{value:.2f}"
-    return f"{value:.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
-
-
-def markdown(rows: list[Row], skipped: dict[str, str], meta: dict) -> str:
-    verdict = {True: "pass", False: "**FAIL**", None: "-"}
-    head = "| what | ours | reference | ratio of medians | ratio of minima | paired ratio | target "
-    lines = ["# Benchmarks\n", "; ".join(meta.values()) + ".\n", head + "| result |"]
-    lines += ["| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
-    for r in rows:
-        what = (f"{r.what} ({r.note})" if r.note else r.what).replace("|", "\\|")
-        target = str(TARGETS[r.target]) if r.target else "-"
-        cells = [what, fmt(r.ours, r.unit), fmt(r.reference, r.unit), fmt(r.ratio)]
-        cells += [fmt(r.ratio_min), fmt(r.ratio_paired), target, verdict[r.passed]]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("\nNotes:")
-    lines += [f"- not measured: {name}: {why}" for name, why in skipped.items()]
-    lines.append(
-        "- ratio = ours / reference, of the times in timed rows (below 1: ours is faster). The "
-        "runs are interleaved; a timed target is judged on the paired ratio, the median of "
-        "ours / reference over repeats run back to back; medians and minima are shown beside."
-    )
-    return "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -482,9 +392,7 @@ class BenchConfig:
     length: int = option(0, "tokens per sequence of those batches; 0: 64, on CUDA 128", minimum=0)
     repeats: int = option(7, "timed repeats of every comparison", positive=True)
     warmup: int = option(1, "untimed repeats before them", minimum=0)
-    threads: int = option(
-        0, "CPU threads (0: torch's, as training; 1: no stalls if busy)", minimum=0
-    )
+    threads: int = option(0, "CPU threads (0: torch's, as training; 1: no busy stalls)", minimum=0)
     data_dir: str | None = option(None, "CS224n data folder (default: $MINBERT_DATA, else data/)")
     out: str = option("bench-results", "folder for bench.json and bench.md")
 
@@ -525,9 +433,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {"meta": meta, "targets": {k: str(t) for k, t in TARGETS.items()}}
-    record |= {"skipped": ctx.skipped, "rows": [asdict(r) | {"passed": r.passed} for r in rows]}
+    rows_out = [asdict(r) | {"passed": passed(r, TARGETS.get(r.target))} for r in rows]
+    record |= {"skipped": ctx.skipped, "rows": rows_out}
     (out / "bench.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / "bench.md").write_text(markdown(rows, ctx.skipped, meta))
+    (out / "bench.md").write_text(markdown(rows, ctx.skipped, meta, TARGETS))
     print("\n" + (out / "bench.md").read_text() + f"written to {out}/bench.{{json,md}}")
     return 0
 

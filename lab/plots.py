@@ -1,8 +1,8 @@
 """Pictures of a run folder: the forgetting figure and the training loss of every step.
 
-    python plots.py RUN_DIR [--out DIR]
-    python plots.py --table "plain=runs/a,runs/b" "defended=runs/c,runs/d"
-    python plots.py --compare thesis=runs/t defended=runs/d --out docs/presets.png
+    python -m lab.plots RUN_DIR [--out DIR]
+    python -m lab.plots --table "plain=runs/a,runs/b" "defended=runs/c,runs/d"
+    python -m lab.plots --compare thesis=runs/t defended=runs/d --out docs/presets.png
 
 forgetting.png: each task's dev score (SST and QQP accuracy, STS Pearson r, the overall
 score) after every stage, as in the thesis's forgetting figures: a score that falls after a
@@ -21,7 +21,7 @@ model's score dashed.
 stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
 
 For the individual preset, give the run folder: each task's sub-run gets its own pictures.
-explore.py draws its attention picture and the report page's figures with the
+lab/explore.py draws its attention picture and the report page's figures with the
 `*_figure` functions here, which return a Figure instead of writing a file.
 Only this file imports matplotlib, and only its Figure class (drawn with the Agg canvas,
 no pyplot state, no display needed); training never imports it.
@@ -33,7 +33,11 @@ from itertools import groupby
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
+
+try:
+    from matplotlib.figure import Figure
+except ImportError:  # requirements.txt leaves it out: training never draws
+    raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
 import checkpoint
 import cli

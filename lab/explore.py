@@ -1,7 +1,9 @@
 """See inside a model: what its attention heads look at, and a run's report page.
 
-    python explore.py attention RUN_DIR "a sentence" [--pair "a second sentence"] [--layer 6]
-    python explore.py report RUN_DIR
+    python -m lab.explore attention RUN_DIR "a sentence" [--pair "a second sentence"] [--layer 6]
+    python -m lab.explore report RUN_DIR
+    printf 'a gripping film\nHow do I learn Python?\tWhat is the best way?\n' |
+      python -m lab.explore label RUN_DIR
 
 attention draws RUN_DIR/attention-layerL.png: for each head of that layer (default: the
 last), a heatmap of the attention probabilities over the sentence's word pieces (or the
@@ -15,6 +17,10 @@ dev predictions, the kept model's SST-5 confusion matrix, its STS predictions ag
 QQP's outputs by gold label with the cut, a PCA map of the SST dev sentences' embeddings
 (untouched beside kept: forgetting you can see), and an attention explorer over a few
 dev examples of each task (pick the example, the layer and the head).
+
+label reads lines from standard input and prints the kept model's labels for each: a
+sentence gets its SST-5 class, 'sentence<TAB>sentence' a paraphrase probability and a 0-5
+similarity.
 """
 
 import argparse
@@ -22,6 +28,8 @@ import base64
 import html
 import io
 import json
+import sys
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
@@ -31,16 +39,26 @@ import torch
 import cli
 import evaluation
 import multitask_classifier as mt
-import plots
 from bert import BertModel
 from checkpoint import BEST, atomic_write
-from datasets import PairDataset, SentenceDataset, data_dir, make_loader, read_task
+from datasets import (
+    DataError,
+    PairDataset,
+    PairExample,
+    SentenceDataset,
+    SentenceExample,
+    data_dir,
+    make_loader,
+    read_task,
+)
+from lab import plots
 from runtime import make_runtime
 from tokenizer import BertTokenizer
 
 WORST = 8  # errors listed per task
 EXPLORED = 8  # dev examples per task in the attention explorer
 EXPLORED_TOKENS = 32  # the longest sequence it shows (attention grows with its square)
+PAIRS = ("para", "sts")  # what a typed pair of sentences is labelled with
 
 
 def attention_maps(bert: BertModel, tokenizer, text: str, pair: str | None = None):
@@ -359,6 +377,63 @@ draw();
 """
 
 
+def input_lines(stream) -> Iterator[str]:
+    """The lines of a text stream (stdin); bytes that are not UTF-8 stop with a
+    one-line error (a stream decodes in blocks, so it counts the lines read before)."""
+    if stream.isatty():  # typed by hand: say what is expected, or the prompt looks stuck
+        print("type a sentence, or two separated by a tab; Ctrl-D ends", file=sys.stderr)
+    read = 0
+    try:
+        for line in stream:
+            read += 1
+            yield line
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"input after {read} good line(s): not UTF-8 text ({e.reason}); convert it"
+        ) from None
+
+
+def split_input_line(line: str, number: int) -> tuple[str, str]:
+    """(a, b) of a line to label: a sentence (b is ""), or two separated by one tab; anything
+    else (a header row, an empty side) stops with the line's number."""
+    parts = line.split("\t")
+    expected = "expected a sentence, or two separated by one tab"
+    if len(parts) > 2:
+        raise DataError(f"input line {number}: {len(parts)} tab-separated fields; {expected}")
+    if len(parts) == 2 and not all(p.strip() for p in parts):
+        raise DataError(f"input line {number}: an empty side of the tab; {expected}")
+    return parts[0], parts[1] if len(parts) == 2 else ""
+
+
+def label(cfg, model, rt, lines) -> None:
+    """Print the kept model's labels for each line as it comes: a sentence gets its SST-5
+    class, two separated by a tab a paraphrase probability and a similarity (blank lines
+    are skipped). Each pair task is read as it was trained: siamese or cross-encoded."""
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    for n, line in enumerate(x.strip("\r\n ") for x in lines):
+        a, b = split_input_line(line, n + 1)
+        if b:
+            pair, batches = [PairExample(str(n), a, b, None)], {}
+            for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:
+                dataset = PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
+                batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
+            with torch.no_grad():
+                p, score = (model(t, batches[t in cfg.multitask.cross_encode]) for t in PAIRS)
+            if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
+                how = "cos" if model.siamese == "cosine" else "-d"
+                para = f"paraphrase {'yes' if p.item() > 0 else 'no'} ({how} - cut {p.item():+.3f})"
+            else:
+                para = f"paraphrase {torch.sigmoid(p).item():.3f}"
+            print(f"{para}\tsimilarity {score.item():.2f}\t{line}", flush=True)
+        elif a:
+            example = SentenceExample(str(n), a, None)
+            batch = SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
+            with torch.no_grad():
+                probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
+            sentiment = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
+            print(f"{sentiment}\t{line}", flush=True)
+
+
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -373,13 +448,16 @@ def main(argv=None) -> Path:
     page = commands.add_parser("report", help="write the run's report page")
     page.add_argument("run_dir", type=Path, help=f"a finished run folder (has {BEST})")
     page.add_argument("--out", type=Path, help="the HTML file (default: RUN_DIR/report.html)")
+    tag = commands.add_parser("label", help="label the lines of standard input")
+    tag.add_argument("run_dir", type=Path, help=f"a finished run folder (has {BEST})")
     args = parser.parse_args(argv)
+    mt.one_model(mt.load_run_config(args.run_dir), str(args.run_dir))
     if not (args.run_dir / BEST).is_file():
-        if any(args.run_dir.glob(f"*/{BEST}")):  # the individual preset: a model per task
-            parser.error(
-                f"{args.run_dir}: a model per task (the individual preset); this reads one"
-            )
         parser.error(f"{args.run_dir}: no {BEST} there; is it a finished run folder?")
+    if args.command == "label":
+        rt = make_runtime("cpu", "fp32")
+        cfg, model, _ = mt.kept_model(args.run_dir, rt)
+        return label(cfg, model, rt, input_lines(sys.stdin))
     out = (
         draw_attention(args, look)
         if args.command == "attention"

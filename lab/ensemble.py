@@ -1,6 +1,6 @@
 """An ensemble: the best models of several run folders, their outputs averaged.
 
-    python ensemble.py runs/demo-a runs/demo-b runs/demo-c --out runs/ensemble
+    python -m lab.ensemble runs/demo-a runs/demo-b runs/demo-c --out runs/ensemble
 
 Each member predicts with its own settings (checkpoint, tokenizer, max length, pairs
 siamese or cross-encoded, pooling), and what is averaged is what each head means: SST's

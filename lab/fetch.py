@@ -1,6 +1,6 @@
 """Fetching the data: every file the presets read that is missing, from where it comes.
 
-    python fetch.py [--data_dir DIR]      # what `make data` runs
+    python -m lab.fetch [--data_dir DIR]      # what `make data` runs
 
 The CS224n handout's files come one by one from its repository's data/ folder; SNLI's two
 files are built from the SNLI 1.0 release (data/README.md says how). Each source's address
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
     if missing:
         print(
             f"\n{len(missing)} file(s) missing from {folder.resolve()}. Fetch them when online "
-            "(python fetch.py), copy them there, or point MINBERT_DATA (or --data_dir) at "
+            "(python -m lab.fetch), copy them there, or point MINBERT_DATA (or --data_dir) at "
             "a folder that has them: data/README.md says where each comes from. Take all "
             "files of a task from one source: a mirror's Quora split is cut from the "
             "handout's quora-dev.csv.",

@@ -1,0 +1,8 @@
+"""The lab: tools that serve experiments rather than the model, each run as
+`python -m lab.NAME` from the repository's root.
+
+bench (speed and memory against the references), gpu_check (the checks only a GPU runs),
+sweep (Optuna searches), reports (the three CS224n reports' tables), ensemble (averaged
+runs), explore and plots (a run's report page, attention, figures, typed sentences
+labelled), fetch (the data files), export (a Hugging Face folder, its card, the Hub).
+"""

@@ -1,0 +1,118 @@
+"""The picture of the house in the README: the lesson, the training, the lab, and the files
+of each, drawn as one SVG (plain text, no package needed).
+
+    python -m lab.house                 # writes docs/house.svg
+    python -m lab.house --out FILE
+
+HOUSE is the one list of which file belongs where; tests/test_house.py checks that it names
+every module once and that docs/house.svg is what this draws.
+"""
+
+import argparse
+from html import escape
+from pathlib import Path
+
+import cli
+from checkpoint import atomic_write
+
+# part: (what it is, [(file, what it holds)]); the arrows say who uses whom
+HOUSE = {
+    "the lesson": (
+        "what a student reads and writes",
+        [
+            ("tokenizer.py", "WordPiece from scratch"),
+            ("base_bert.py", "config; weights by HF names"),
+            ("bert.py", "attention, layers, BERT"),
+            ("multitask_classifier.py", "the heads; the command"),
+            ("losses.py", "each task's losses"),
+            ("smart.py", "SMART's smoothness term"),
+            ("simcse.py", "contrastive objectives"),
+            ("optimizer.py", "AdamW, PCGrad, schedules"),
+            ("classifier.py", "single-task sentiment"),
+            ("datasets.py", "readers and batches"),
+            ("evaluation.py", "metrics, forgetting table"),
+            ("sanity_check.py", "the handout's check"),
+            ("exercises.py", "make and grade a handout"),
+        ],
+    ),
+    "the training": (
+        "one run, stage by stage",
+        [
+            ("trainer.py", "one step; one stage; a plan"),
+            ("plans.py", "stages; what cannot work"),
+            ("presets.py", "named plans, one row each"),
+            ("config.py", "every setting, once"),
+            ("cli.py", "flags from the settings"),
+            ("runtime.py", "device, precision, dropout"),
+            ("runfolder.py", "what a run writes"),
+            ("checkpoint.py", "safe files, resume"),
+        ],
+    ),
+    "the lab": (
+        "experiments: python -m lab.NAME",
+        [
+            ("lab/fetch.py", "the data files"),
+            ("lab/explore.py", "report page, labels"),
+            ("lab/plots.py", "a run's figures"),
+            ("lab/export.py", "HF folder, card, Hub"),
+            ("lab/ensemble.py", "averaged runs"),
+            ("lab/sweep.py", "Optuna searches"),
+            ("lab/reports.py", "the reports' tables"),
+            ("lab/bench.py", "speed and memory"),
+            ("lab/timing.py", "fair timings, their table"),
+            ("lab/gpu_check.py", "what a GPU runs"),
+            ("lab/house.py", "this picture"),
+        ],
+    ),
+}
+COLORS = {"the lesson": "#dbeafe", "the training": "#dcfce7", "the lab": "#fef3c7"}
+WIDTH, ROW, TOP, GAP = 360, 21, 74, 50  # a part's width, a file's line, where files start
+
+
+def svg() -> str:
+    """The three parts side by side, the lab and the training pointing at what they use."""
+    rows = max(len(files) for _, files in HOUSE.values())
+    height = TOP + rows * ROW + 24
+    total = len(HOUSE) * WIDTH + (len(HOUSE) - 1) * GAP + 20
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{height}" '
+        f'font-family="Helvetica, Arial, sans-serif" font-size="13">',
+        '<defs><marker id="a" markerWidth="10" markerHeight="8" refX="9" refY="4" '
+        'orient="auto"><path d="M0,0 L10,4 L0,8 z" fill="#555"/></marker></defs>',
+        '<rect width="100%" height="100%" fill="white"/>',
+    ]
+    for k, (part, (what, files)) in enumerate(HOUSE.items()):
+        x = 10 + k * (WIDTH + GAP)
+        out.append(
+            f'<rect x="{x}" y="10" width="{WIDTH}" height="{height - 20}" rx="10" '
+            f'fill="{COLORS[part]}" stroke="#555"/>'
+        )
+        out.append(f'<text x="{x + 14}" y="36" font-size="17" font-weight="bold">{part}</text>')
+        out.append(f'<text x="{x + 14}" y="56" fill="#444">{escape(what)}</text>')
+        for i, (name, holds) in enumerate(files):
+            y = TOP + 14 + i * ROW
+            out.append(
+                f'<text x="{x + 14}" y="{y}"><tspan font-family="monospace" '
+                f'font-weight="bold">{name}</tspan><tspan fill="#333"> {escape(holds)}</tspan></text>'
+            )
+        if k:  # an arrow to the part on the left: "uses"
+            y = 26 + height // 2
+            out.append(
+                f'<line x1="{x - 4}" y1="{y}" x2="{x - GAP + 6}" y2="{y}" stroke="#555" '
+                'stroke-width="2" marker-end="url(#a)"/>'
+            )
+            out.append(f'<text x="{x - GAP + 10}" y="{y - 8}" font-size="12">uses</text>')
+    return "\n".join([*out, "</svg>", ""])
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/house.svg"), help="the SVG")
+    args = parser.parse_args(argv)
+    atomic_write(svg(), args.out)
+    print(args.out)
+    return args.out
+
+
+if __name__ == "__main__":
+    cli.run_cli(main)
