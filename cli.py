@@ -52,6 +52,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{action.help} (default: %(default)s)"
 
 
+def prog() -> str | None:
+    """--help's name for a lab tool run as `python -m lab.NAME` (argparse would say NAME.py,
+    which does not run on its own); None: argparse's own."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return f"python -m {spec.name}" if spec and spec.name.startswith("lab.") else None
+
+
 def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=()):
     """argparse flags for every field of `cfg` (an instance: its values are the defaults),
     one group per dataclass. suppress: flags the user did not type are left out (to tell
@@ -59,7 +66,11 @@ def build_parser(cfg, description: str, epilog: str = "", suppress=False, extra=
     group: (flag, help) takes a run folder, (flag, help, "switch") takes nothing,
     (flag, help, METAVAR) takes some other value (e.g. "REPO")."""
     parser = argparse.ArgumentParser(
-        description=description, epilog=epilog, formatter_class=HelpFormatter, allow_abbrev=False
+        prog=prog(),
+        description=description,
+        epilog=epilog,
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
     )
     groups = {}
     for path, f, value in leaves(cfg):

@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import torch
 import torch.nn.functional as F
 from torch import nn

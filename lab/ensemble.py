@@ -11,8 +11,12 @@ probability to average and is refused, as are members scored on different dev ex
 """
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
+
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
@@ -110,7 +114,7 @@ def scored(outputs: dict, split: str = "dev") -> dict[str, TaskResult]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (their best models)")
     parser.add_argument("--out", type=Path, default=Path("runs/ensemble"), help="output folder")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

@@ -33,6 +33,9 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 import torch
 
@@ -436,7 +439,7 @@ def label(cfg, model, rt, lines) -> None:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
     look = commands.add_parser("attention", help="draw a sentence's attention, before and after")

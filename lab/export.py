@@ -13,7 +13,11 @@ heads.safetensors, with mean pooling sentence-transformers' files too, and a car
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 from safetensors.torch import save
@@ -172,7 +176,7 @@ def push(folder: Path, repo: str) -> str:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("run_dir", type=Path, help="a finished run folder (its kept model)")
     parser.add_argument(

@@ -23,9 +23,12 @@ import warnings
 import zipfile
 from pathlib import Path
 
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from tqdm import tqdm
 
-from cli import run_cli
+from cli import prog, run_cli
 from datasets import (
     FILE_STEMS,
     SPLITS,
@@ -238,6 +241,7 @@ def fetch_snli(folder: Path, timeout: float, whole: bool = False) -> None:
 
 def command_line() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=prog(),
         description="Fetch every data file the presets read that is missing (the CS224n "
         "handout's, and SNLI built from its 1.0 release), then check them all.",
         epilog="Sources: " + "; ".join(f"${k} (default {v})" for k, v in SOURCES.items()),

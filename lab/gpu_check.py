@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import torch
 
 import cli

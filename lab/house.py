@@ -9,8 +9,12 @@ every module once and that docs/house.svg is what this draws.
 """
 
 import argparse
+import sys
 from html import escape
 from pathlib import Path
+
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cli
 from checkpoint import atomic_write
@@ -106,7 +110,7 @@ def svg() -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/house.svg"), help="the SVG")
     args = parser.parse_args(argv)
     atomic_write(svg(), args.out)

@@ -29,8 +29,12 @@ no pyplot state, no display needed); training never imports it.
 
 import argparse
 import json
+import sys
 from itertools import groupby
 from pathlib import Path
+
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
@@ -323,7 +327,7 @@ def named(parser, flag: str, specs: list[str], expected: str) -> dict[str, list[
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "run_dir",

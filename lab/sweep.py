@@ -28,6 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import checkpoint
 import cli
 import config
@@ -300,7 +303,7 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("sweep_dir", type=Path, help="the sweep's folder (a new one, or --resume)")
     parser.add_argument("--preset", default="demo", help="the preset every trial runs")
