@@ -1,4 +1,4 @@
-"""BERT, written out: embeddings, multi-head self-attention, transformer layers, pooler.
+"""BERT, written out: multi-head self-attention, transformer layers, embeddings, pooler.
 
 Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
 Understanding"; the attention is Vaswani et al., 2017. Parameter names are exactly those
@@ -249,14 +249,6 @@ def mean_pool(hidden, attention_mask):
     m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
     # END EXERCISE mean_pool
-
-
-def train_step_flops(config: BertConfig, B: int, T: int) -> float:
-    """FLOPs of a training step: 6 x non-embedding parameters x tokens (forward 2, backward
-    4 per weight and token) plus attention's two (T x T) products, 12 x layers x B x T^2 x H."""
-    L, H, inter = config.num_hidden_layers, config.hidden_size, config.intermediate_size
-    per_layer = 4 * H * H + 2 * H * inter  # q, k, v, output; the FFN's two (biases aside)
-    return 6 * L * per_layer * B * T + 12 * L * B * T * T * H
 
 
 if __name__ == "__main__":

@@ -380,11 +380,6 @@ def flag_of(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", f"--{f.name}")
 
 
-def flags_of(cfg, paths) -> list[str]:
-    """The option strings of these settings ('optim.lr' -> '--lr')."""
-    return [flag_of(f) for path, f, _ in leaves(cfg) if path in paths]
-
-
 def replace_paths(cfg, changes: dict):
     """A copy of cfg with {'group.field': value} (or {'field': value}) changed."""
     groups, top = {}, {}

@@ -446,36 +446,6 @@ def format_forgetting(measures: dict) -> str:
     return "\n".join(lines)
 
 
-def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
-    """A Markdown table of recipes, each run with several seeds (a list of table rows per
-    run, the start row first, all three tasks scored): the best stage's scores, the mean
-    of the three tasks' mean drop below the best and the stages' time, as mean +- standard
-    deviation."""
-
-    def cell(values, digits=3):
-        mean = float(np.mean(values))
-        spread = f" ± {np.std(values, ddof=1):.{digits}f}" if len(values) > 1 else ""
-        return f"{mean:.{digits}f}{spread}"
-
-    def mean_drop(rows):  # the three tasks' mean drop below the best, averaged
-        measures = forgetting(rows, MULTITASK)
-        return np.mean([measures[t]["mean_drop_below_best"] for t in MULTITASK])
-
-    lines = [
-        "| recipe | seeds | best overall | SST acc | QQP acc | STS r | mean drop | minutes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, runs in recipes.items():
-        best = [kept_row(rows) for rows in runs]
-        tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
-        forget = [mean_drop(rows) for rows in runs]
-        minutes = [sum(r.get("seconds", 0.0) for r in rows) / 60 for rows in runs]
-        overall = cell([b["overall"] for b in best], 4)
-        cells = [name, str(len(runs)), overall, *tasks, cell(forget, 4), cell(minutes, 1)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------------------
 # Prediction files (the handout's format: a header line, then "id , prediction" rows)
 

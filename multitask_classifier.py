@@ -53,7 +53,7 @@ from losses import cosine_to_score
 from optimizer import AdamW
 from plans import check_loading, check_run, concat_tasks, cosine_tasks, plan_data, plan_files
 from presets import PRESETS, show
-from runfolder import Run, finish, write_predictions
+from runfolder import Run, finish, write_prediction_files
 from runtime import Dropout, compile_layers, from_main, make_runtime, out_of_memory
 from tokenizer import BertTokenizer
 from trainer import run_plan
@@ -388,7 +388,7 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
         model, info = best_model(cfg, run.run_dir, rt)
         print(evaluation.table_header(run.eval_tasks))
         run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
-        out_dir = write_predictions(model, task_data, run, cfg.data.test_predictions)
+        out_dir = write_prediction_files(model, task_data, run, cfg.data.test_predictions)
         print(f"predictions: {out_dir}")
 
 

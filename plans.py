@@ -384,9 +384,8 @@ def check_plans(cfg: RunConfig, plans: dict):
         )
 
 
-def check_update(stages: list[Stage], optim=None):
+def check_update(stages: list[Stage], optim: config.OptimConfig):
     """What the update's tools (accumulation, L2-SP, PCGrad) cannot do with these stages."""
-    optim = optim or config.OptimConfig()
     pcgrad = any(s.weighting == "pcgrad" for s in stages)
     refuse(
         pcgrad and (optim.accumulate > 1 or optim.l2sp > 0),

@@ -35,7 +35,7 @@ class TensorBoard:
     norm and examples/s and each stage's dev scores, the x axis counting logged steps.
     Opened on a resume at the count the kept step log holds, it purges what a stopped run
     wrote past it, so no step is doubled or lost. Flushed at every write (a kill loses
-    nothing the step log keeps). Only here is the tensorboard package imported."""
+    nothing the step log keeps). Training imports the tensorboard package only here."""
 
     RECORD = ("loss", "lr", "grad_norm", "examples_per_s")  # of a steps.jsonl line
 
@@ -68,7 +68,7 @@ class Run:
     eval_tasks: tuple
     eval_batch_size: int
     seed: int
-    plan_length: int = 0  # stages in the plan, for progress messages
+    plan_length: int = 0  # stages in the plan: progress messages, the last stage's save
     checkpoint_minutes: float = 0.0  # a checkpoint inside a stage this often (0: never)
     stage_checkpoints: bool = True  # also one after every stage (off: see `due`)
     resume: bool = False  # continue the run found in run_dir
@@ -244,7 +244,7 @@ def kept_best(run: Run) -> str:
     )
 
 
-def write_predictions(model, task_data, run: Run, test: bool) -> Path:
+def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
     """Dev (and test) predictions of the model in the CS224n output format."""
     out_dir = run.run_dir / "predictions"
     for split in ("dev", "test") if test else ("dev",):
@@ -280,5 +280,5 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
         best_path = run.run_dir / checkpoint.BEST
         print(f"best stage: {best['stage']} (score {best['score']:.4f}), kept in {best_path}")
         checkpoint.load_model(model, best_path)
-    out_dir = write_predictions(model, task_data, run, test)
+    out_dir = write_prediction_files(model, task_data, run, test)
     print(f"predictions of the best model: {out_dir}")

@@ -10,16 +10,11 @@ the CPU than F.dropout's.
 """
 
 import atexit
-import ctypes
-import gc
 import os
-import platform
 import sys
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -327,42 +322,3 @@ def out_of_memory(e: torch.cuda.OutOfMemoryError, accumulate: int, run_dir) -> s
         f"gradient), or start again with a smaller --batch_size, --max_length or "
         f"--eval_batch_size (scoring)"
     )
-
-
-# ---------------------------------------------------------------------------------------
-# Measuring a call on the device
-
-
-def peak_memory_mib(fn: Callable[[], object], device: torch.device) -> float:
-    """Memory that one call of fn adds at its peak over what was in use before it, MiB.
-
-    CUDA: max_memory_allocated. CPU (Linux, glibc): the peak resident set (VmHWM, reset
-    through /proc/self/clear_refs). glibc keeps freed blocks for reuse, which would hide a
-    step's new tensors, so the mmap threshold is fixed at 64 KiB (each tensor buffer its own
-    mapping, returned when freed). That slows the rest of the process: measure after timing.
-    Another platform raises NotImplementedError.
-    """
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - start) / 2**20
-    if platform.libc_ver()[0] != "glibc":
-        raise NotImplementedError(
-            f"CPU memory is measured on Linux with glibc only, not {sys.platform}"
-        )
-
-    def status_mib(key: str) -> float:  # the kernel reports kB
-        lines = Path("/proc/self/status").read_text().splitlines()
-        return next(int(line.split()[1]) for line in lines if line.startswith(key)) / 1024
-
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 64 * 1024)  # -3: M_MMAP_THRESHOLD
-    libc.malloc_trim(0)
-    start = status_mib("VmRSS:")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident set
-    fn()
-    return status_mib("VmHWM:") - start

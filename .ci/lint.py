@@ -26,7 +26,7 @@ LAYERS = [
     {"bert", "losses"},
     {"config", "runfolder"},
     {"plans", "cli"},
-    {"presets", "trainer", "predict"},
+    {"presets", "trainer"},
     {"multitask_classifier", "sanity_check", "exercises"},  # the course's commands
     {"classifier", "lab", "lab.fetch", "lab.plots", "lab.export", "lab.house", "lab.timing"},
     {"lab.bench", "lab.ensemble", "lab.gpu_check", "lab.explore", "lab.reports"},

@@ -37,13 +37,23 @@ import cli
 import datasets as data
 import runtime
 from base_bert import BertConfig, resolve_model_dir
-from bert import BertModel, mean_pool, train_step_flops
+from bert import BertModel, mean_pool
 from config import OptimConfig, option
-from lab.timing import Row, Skip, Target, fmt, markdown, passed, time_interleaved, timed_row
+from lab.timing import (
+    Row,
+    Skip,
+    Target,
+    fmt,
+    markdown,
+    passed,
+    peak_memory_mib,
+    time_interleaved,
+    timed_row,
+)
 from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
 from plans import Stage
-from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16, peak_memory_mib
+from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext, train_step
@@ -193,6 +203,14 @@ def random_batches(n: int, batch_size: int, generator: torch.Generator) -> list[
     return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
+def train_step_flops(config: BertConfig, B: int, T: int) -> float:
+    """FLOPs of a training step: 6 x non-embedding parameters x tokens (forward 2, backward
+    4 per weight and token) plus attention's two (T x T) products, 12 x layers x B x T^2 x H."""
+    L, H, inter = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    per_layer = 4 * H * H + 2 * H * inter  # q, k, v, output; the FFN's two (biases aside)
+    return 6 * L * per_layer * B * T + 12 * L * B * T * T * H
+
+
 # ---------------------------------------------------------------------------------------
 # Sections: each returns its rows, or raises Skip (or FileNotFoundError: no data)
 
@@ -332,7 +350,7 @@ def bench_compile(ctx: Context) -> list[Row]:
 
 def bench_memory(ctx: Context) -> list[Row]:
     """Peak memory of one step over what was in use before it (weights, AdamW's moments,
-    the teacher), hand-written attention. After every timing: see runtime.peak_memory_mib."""
+    the teacher), hand-written attention. After every timing: see timing.peak_memory_mib."""
 
     def peaks(steps: dict[str, Callable]) -> dict[str, float]:  # MiB, each step's second
         for step in steps.values():

@@ -6,7 +6,7 @@ The CS224n handout's files come one by one from its repository's data/ folder; S
 files are built from the SNLI 1.0 release (data/README.md says how). Each source's address
 can be changed by its environment variable (SOURCES), e.g. to a stand-in server: the tests
 serve both on 127.0.0.1. A download streams to NAME.part and is renamed only when whole;
-a failure leaves nothing behind and names the address. Standard library only (and tqdm).
+a failure leaves nothing behind and names the address.
 """
 
 import argparse

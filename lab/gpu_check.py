@@ -8,7 +8,7 @@ On a machine with CUDA it runs, each step a process of its own with its log kept
 - a reduced demo on MiniLM under float32, bf16 and fp16, whose scores are checked: the
   kept stage must beat the untouched model, and the mixed precisions must land within a
   tolerance of float32, from the untouched model on.
-About 5 minutes on an H100. Without CUDA it is a dry run on the CPU at tiny sizes, whose
+About 6 minutes on an H100 (docs/gpu.md). Without CUDA it is a dry run on the CPU at tiny sizes, whose
 scores nothing checks: it shows that the script and every step it runs work (CI runs it).
 
 A machine with a GPU may have no network and little room: `--pack DIR` writes the code,

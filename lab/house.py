@@ -63,13 +63,14 @@ HOUSE = {
             ("lab/sweep.py", "Optuna searches"),
             ("lab/reports.py", "the reports' tables"),
             ("lab/bench.py", "speed and memory"),
-            ("lab/timing.py", "fair timings, their table"),
+            ("lab/timing.py", "bench's timings and table"),
             ("lab/gpu_check.py", "what a GPU runs"),
             ("lab/house.py", "this picture"),
         ],
     ),
 }
 COLORS = {"the lesson": "#dbeafe", "the training": "#dcfce7", "the lab": "#fef3c7"}
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 WIDTH, ROW, TOP, GAP = 360, 21, 74, 50  # a part's width, a file's line, where files start
 
 
@@ -111,7 +112,7 @@ def svg() -> str:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/house.svg"), help="the SVG")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "house.svg", help="the SVG")
     args = parser.parse_args(argv)
     atomic_write(svg(), args.out)
     print(args.out)

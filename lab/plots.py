@@ -18,7 +18,7 @@ lined up by stage name (a run that starts with SimCSE shifts nothing), the untou
 model's score dashed.
 
 --table prints a Markdown table comparing recipes, each run with one or more seeds (best
-stage's scores, mean drop below the best, minutes; evaluation.compare_runs); no picture is drawn.
+stage's scores, mean drop below the best, minutes; compare_runs); no picture is drawn.
 
 For the individual preset, give the run folder: each task's sub-run gets its own pictures.
 lab/explore.py draws its attention picture and the report page's figures with the
@@ -46,7 +46,7 @@ except ImportError:  # requirements.txt leaves it out: training never draws
 import checkpoint
 import cli
 from checkpoint import METRICS, STEPS
-from evaluation import MULTITASK, TASKS, compare_runs, kept_stage, main_score
+from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 
 COLORS = {
     "sst": "tab:blue",
@@ -59,7 +59,7 @@ COLORS = {
 SERIES_COLORS = ("tab:red", "tab:blue", "tab:purple", "tab:green", "tab:orange", "tab:brown")
 
 
-def read_rows(run_dir) -> list[dict]:
+def run_rows(run_dir) -> list[dict]:
     """metrics.jsonl: the untouched model's row first, then one row per finished stage."""
     if not (Path(run_dir) / METRICS).is_file():
         raise SystemExit(f"{run_dir}: no {METRICS} there; is it a run folder?")
@@ -67,8 +67,8 @@ def read_rows(run_dir) -> list[dict]:
 
 
 def scored_rows(run_dir) -> list[dict]:
-    """read_rows of a run with a stage to keep: a table compares kept stages."""
-    rows = read_rows(run_dir)
+    """run_rows of a run with a stage to keep: a table compares kept stages."""
+    rows = run_rows(run_dir)
     if kept_stage(rows) is None:
         raise SystemExit(f"{run_dir}: no stage with a numeric score in its {METRICS} yet")
     return rows
@@ -304,7 +304,7 @@ def attention_figure(tokens: list[str], maps: dict, layer: int, per_row: int = 6
 
 def plot_run(run_dir: Path, out: Path, title: str) -> list[Path]:
     """Write forgetting.png and, when the run logged its steps, loss.png; returns their paths."""
-    rows, steps = read_rows(run_dir), read_steps(run_dir)
+    rows, steps = run_rows(run_dir), read_steps(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [draw_forgetting(rows, out / "forgetting.png", title)]
     if steps:
@@ -323,6 +323,36 @@ def named(parser, flag: str, specs: list[str], expected: str) -> dict[str, list[
             parser.error(f"{flag} {spec!r}: expected {expected}")
         out[name] = dirs.split(",")
     return out
+
+
+def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
+    """A Markdown table of recipes, each run with several seeds (a list of table rows per
+    run, the start row first, all three tasks scored): the best stage's scores, the mean
+    of the three tasks' mean drop below the best and the stages' time, as mean +- standard
+    deviation."""
+
+    def cell(values, digits=3):
+        mean = float(np.mean(values))
+        spread = f" ± {np.std(values, ddof=1):.{digits}f}" if len(values) > 1 else ""
+        return f"{mean:.{digits}f}{spread}"
+
+    def mean_drop(rows):  # the three tasks' mean drop below the best, averaged
+        measures = forgetting(rows, MULTITASK)
+        return np.mean([measures[t]["mean_drop_below_best"] for t in MULTITASK])
+
+    lines = [
+        "| recipe | seeds | best overall | SST acc | QQP acc | STS r | mean drop | minutes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, runs in recipes.items():
+        best = [kept_row(rows) for rows in runs]
+        tasks = [cell([main_score(b, t) for b in best]) for t in MULTITASK]
+        forget = [mean_drop(rows) for rows in runs]
+        minutes = [sum(r.get("seconds", 0.0) for r in rows) / 60 for rows in runs]
+        overall = cell([b["overall"] for b in best], 4)
+        cells = [name, str(len(runs)), overall, *tasks, cell(forget, 4), cell(minutes, 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> list[Path]:
@@ -354,7 +384,7 @@ def main(argv=None) -> list[Path]:
         runs = named(parser, "--compare", args.compare, "NAME=DIR")
         if args.out is None or args.out.suffix != ".png":
             parser.error("--compare needs --out FILE.png")
-        print(draw_compare({k: read_rows(v[0]) for k, v in runs.items()}, args.out))
+        print(draw_compare({k: run_rows(v[0]) for k, v in runs.items()}, args.out))
         return [args.out]
     if args.table:
         recipes = named(parser, "--table", args.table, "NAME=DIR[,DIR...]")

@@ -97,7 +97,7 @@ def our_cells(rows: list[dict]) -> list[str]:
     return [f"{evaluation.main_score(best, t):.3f}" for t in (*MULTITASK, "overall")]
 
 
-def format_table(table: Table, results: dict) -> str:
+def report_table(table: Table, results: dict) -> str:
     """Markdown: a line per row, theirs then ours; results: preset -> DONE record or None."""
     lines = [
         f"### {table.title}",
@@ -183,7 +183,7 @@ def make_table(name: str, args) -> str:
             )
         if results[preset] is None and not args.table_only:
             results[preset] = run_row(preset, run_dir, args, scale)
-    text = format_table(table, results)
+    text = report_table(table, results)
     checkpoint.atomic_write(text, folder / f"{name}.md")
     return text
 

@@ -31,6 +31,8 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch
+
 import checkpoint
 import cli
 import config
@@ -39,7 +41,7 @@ import multitask_classifier as mt
 from checkpoint import METRICS, STATE, atomic_write
 from config import RunConfig
 
-HERE = Path(__file__).resolve().parent.parent  # the repository
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 SETTINGS = "sweep.json"  # the sweep's own arguments, for --resume
 STUDY = "study.db"
 OBJECTIVES = ("overall", "heldout")
@@ -106,7 +108,7 @@ def objective_of(row: dict, objective: str) -> float:
     return row["heldout"] if objective == "heldout" else row["overall"]
 
 
-def read_rows(folder: Path) -> list[dict]:
+def trial_rows(folder: Path) -> list[dict]:
     """The trial's forgetting table so far: none before the run has scored its start (the
     file is written whole each time, and empty until then)."""
     path = folder / METRICS
@@ -125,11 +127,11 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
     reported = set(study.trials[trial.number].intermediate_values)  # before a restart
     with open(sweep_dir / f"trial-{trial.number:03d}.log", "a") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "multitask_classifier.py"), *argv], stdout=log, stderr=log
+            [sys.executable, str(ROOT / "multitask_classifier.py"), *argv], stdout=log, stderr=log
         )
         while proc.poll() is None:
             time.sleep(1)
-            for row in read_rows(folder)[1:]:  # after the start row: one per stage
+            for row in trial_rows(folder)[1:]:  # after the start row: one per stage
                 if row["index"] not in reported:
                     trial.report(objective_of(row, settings["objective"]), row["index"])
                     reported.add(row["index"])
@@ -138,7 +140,7 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
                         proc.wait()
                         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                         return print(f"trial {trial.number}: pruned after stage {row['index'] + 1}")
-    rows = read_rows(folder)
+    rows = trial_rows(folder)
     kept = evaluation.kept_row(rows)
     if proc.returncode or kept is None:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -148,17 +150,18 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
     print(f"trial {trial.number}: {settings['objective']} {value:.4f} ({kept['stage']})")
 
 
-def estimate(settings: dict) -> None:
+def estimate_trials(settings: dict) -> None:
     """The preset timed by the driver's --estimate (multitask_classifier.main, here in this
     process), times the trials."""
     minutes = mt.main([*trial_flags(settings, {}), "--estimate"]) * settings["trials"]
+    torch.cuda.empty_cache()  # the trials, each a process of its own, need the GPU's memory
     print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
 
 
 def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
     """One trial's row: its kept model's dev overall and held-out AUC (both, whichever is
     the objective; a pruned trial's best stage so far), its settings, where and how long."""
-    rows = read_rows(sweep_dir / f"trial-{t.number:03d}")
+    rows = trial_rows(sweep_dir / f"trial-{t.number:03d}")
     row = evaluation.kept_row(rows) or {}
     scores = [f"{row[k]:.4f}" if row.get(k) is not None else "" for k in ("overall", "heldout")]
     took = (
@@ -187,11 +190,11 @@ def summary(optuna, study, sweep_dir: Path, objective: str) -> str:
     table = "\n".join(lines)
     text = f"# Sweep: {sweep_dir.name}\n\nThe best by {objective} first.\n\n{table}\n"
     atomic_write(text, sweep_dir / "summary.md")
-    plots(optuna, study, sweep_dir)
+    optuna_plots(optuna, study, sweep_dir)
     return table
 
 
-def plots(optuna, study, sweep_dir: Path) -> None:
+def optuna_plots(optuna, study, sweep_dir: Path) -> None:
     import warnings
 
     import matplotlib
@@ -332,7 +335,7 @@ def main(argv=None):
     optuna = need_optuna()
     settings = load_settings(args, parser)
     if not args.resume and not args.no_estimate:
-        estimate(settings)
+        estimate_trials(settings)
     args.sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(json.dumps(settings, indent=1), args.sweep_dir / SETTINGS)
     study = open_study(optuna, args.sweep_dir, settings)

@@ -3,12 +3,20 @@
 Runs are interleaved (A B, B A, ...), so a passing load slows both runs of a pair; a
 comparison is reported as ours / reference of the medians, of the minima, and the median
 of the paired ratios, on which a target is judged. Misses are reported, never adjusted.
+`peak_memory_mib` measures what one call adds to the memory in use.
 """
 
+import ctypes
+import gc
+import platform
 import statistics
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ def passed(row: Row, target: Target | None) -> bool | None:
 
 
 class Skip(NotImplementedError):
-    """A section that cannot run here; the message says why (as runtime.peak_memory_mib's)."""
+    """A section that cannot run here; the message says why (as peak_memory_mib's)."""
 
 
 def time_interleaved(
@@ -121,3 +129,38 @@ def markdown(rows: list[Row], skipped: dict[str, str], meta: dict, targets: dict
         "ours / reference over repeats run back to back; medians and minima are shown beside."
     )
     return "\n".join(lines) + "\n"
+
+
+def peak_memory_mib(fn: Callable[[], object], device: torch.device) -> float:
+    """Memory that one call of fn adds at its peak over what was in use before it, MiB.
+
+    CUDA: max_memory_allocated. CPU (Linux, glibc): the peak resident set (VmHWM, reset
+    through /proc/self/clear_refs). glibc keeps freed blocks for reuse, which would hide a
+    step's new tensors, so the mmap threshold is fixed at 64 KiB (each tensor buffer its own
+    mapping, returned when freed). That slows the rest of the process: measure after timing.
+    Another platform raises NotImplementedError.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - start) / 2**20
+    if platform.libc_ver()[0] != "glibc":
+        raise NotImplementedError(
+            f"CPU memory is measured on Linux with glibc only, not {sys.platform}"
+        )
+
+    def status_mib(key: str) -> float:  # the kernel reports kB
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return next(int(line.split()[1]) for line in lines if line.startswith(key)) / 1024
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 64 * 1024)  # -3: M_MMAP_THRESHOLD
+    libc.malloc_trim(0)
+    start = status_mib("VmRSS:")
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident set
+    fn()
+    return status_mib("VmHWM:") - start

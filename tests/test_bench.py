@@ -8,6 +8,8 @@ import random
 import pytest
 import torch
 
+from base_bert import BertConfig
+from bert import BertModel
 from lab import bench
 from lab.bench import TARGETS
 from lab.timing import Row, markdown, passed, ratios, time_interleaved, timed_row
@@ -203,3 +205,18 @@ def test_random_batches_cover_every_index_once():
     batches = bench.random_batches(10, 4, torch.Generator().manual_seed(0))
     assert [len(b) for b in batches] == [4, 4, 2]
     assert sorted(i for b in batches for i in b) == list(range(10))
+
+
+def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
+    cfg = BertConfig(
+        hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=20
+    )
+    layer = BertModel(cfg).encoder["layer"][0]
+    weights = sum(p.numel() for n, p in layer.named_parameters() if n.endswith("weight"))
+    weights -= sum(
+        p.numel() for n, p in layer.named_parameters() if "LayerNorm" in n and n.endswith("weight")
+    )
+    B, T = 3, 5
+    attention_flops = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer
+    expected = 2 * (6 * weights * B * T + 3 * attention_flops)  # 2 layers; backward twice forward
+    assert bench.train_step_flops(cfg, B, T) == expected

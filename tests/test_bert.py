@@ -8,7 +8,7 @@ import transformers
 from safetensors.torch import save_file
 
 from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
-from bert import BertModel, attention, mean_pool, train_step_flops
+from bert import BertModel, attention, mean_pool
 from runtime import dropout
 
 ATOL = 1e-5
@@ -415,18 +415,3 @@ def test_a_folder_without_a_checkpoints_files_names_them_in_one_line(tmp_path, t
     with pytest.raises(SystemExit, match=r"has no vocab.txt and no model.safetensors or pytorch"):
         mt.main(["--bert", str(folder), "--preset", "thesis", "--run_dir", str(tmp_path / "r")])
     assert not (tmp_path / "r").exists()
-
-
-def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
-    cfg = BertConfig(
-        hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=20
-    )
-    layer = BertModel(cfg).encoder["layer"][0]
-    weights = sum(p.numel() for n, p in layer.named_parameters() if n.endswith("weight"))
-    weights -= sum(
-        p.numel() for n, p in layer.named_parameters() if "LayerNorm" in n and n.endswith("weight")
-    )
-    B, T = 3, 5
-    attention = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer
-    expected = 2 * (6 * weights * B * T + 3 * attention)  # 2 layers; backward twice forward
-    assert train_step_flops(cfg, B, T) == expected

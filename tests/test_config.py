@@ -56,12 +56,12 @@ def test_switches_and_lists_parse():
     assert not cfg.device.amp and cfg.smart.enabled
     assert cfg.multitask.cross_encode == ["para", "sts"]
     assert cfg.schedule.sequential_epochs == (1, 2, 3)
-    assert config.flags_of(cfg, typed) == [
-        "--sequential_epochs",
-        "--cross_encode",
-        "--smart",
-        "--no_amp",
-    ]
+    assert typed == {  # what was typed, by setting, apart from the defaults
+        "device.amp": False,
+        "smart.enabled": True,
+        "multitask.cross_encode": ["para", "sts"],
+        "schedule.sequential_epochs": (1, 2, 3),
+    }
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def step(stage, name, n, tasks, loss):
 def test_a_tiny_run_gives_both_pictures_and_readers_match_its_files(tiny_env, tmp_path):
     run_dir = tmp_path / "run"
     run(tiny_env, run_dir)
-    rows, steps = plots.read_rows(run_dir), plots.read_steps(run_dir)
+    rows, steps = plots.run_rows(run_dir), plots.read_steps(run_dir)
     assert rows == naive_jsonl(run_dir / "metrics.jsonl")
     assert steps == naive_jsonl(run_dir / "steps.jsonl")
     assert rows[0]["stage"] == "start (no training)"
@@ -214,7 +214,7 @@ def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
     assert 1000 <= width <= 1400 and height > 5 * 2.0 * 110  # five panels: held-out included
     plots.main(["--compare", f"a={a}", f"c={c}", "--out", str(out)])
     assert png_size(out)[1] < 5 * 2.0 * 110  # c has no held-out score: four panels
-    seven = {f"r{i}": plots.read_rows(a) for i in range(7)}  # more runs than colours
+    seven = {f"r{i}": plots.run_rows(a) for i in range(7)}  # more runs than colours
     for ax in plots.compare_figure(seven).axes:
         lines = ax.get_lines()
         assert len([x for x in lines if x.get_linestyle() == "-"]) == 7, ax.get_ylabel()
@@ -223,7 +223,7 @@ def test_compare_draws_one_panel_per_score_and_refuses_bad_specs(tmp_path):
         {"stage": "start (no training)", "sst": {"accuracy": 0.2}},
         {"stage": "SST", "sst": {"accuracy": 0.4}},
     ]
-    (panel,) = plots.compare_figure({"a": plots.read_rows(a), "sst": sst_only}).axes
+    (panel,) = plots.compare_figure({"a": plots.run_rows(a), "sst": sst_only}).axes
     assert panel.get_ylabel() == "SST acc"  # only the score both runs have
     for bad in (["--compare", str(a), "--out", str(out)], ["--compare", f"a={a}"]):
         with pytest.raises(SystemExit):

@@ -51,7 +51,7 @@ def fake_rows(sst, para, sts):
 def test_a_table_sets_their_scores_beside_the_kept_models():
     table = reports.TABLES["auslin-siamese"]
     done = {"seconds": 90.0, "rows": fake_rows(0.5, 0.75, 0.8)}
-    text = reports.format_table(table, {"auslin-siamese-cosine-mse": done})
+    text = reports.report_table(table, {"auslin-siamese-cosine-mse": done})
     mse, contrastive = text.strip().splitlines()[-2:]
     overall = (0.470 + 0.471 + (0.042 + 1) / 2) / 3  # theirs, computed from their three
     assert f"| {overall:.3f} | 0.500 | 0.750 | 0.800 | {(0.5 + 0.75 + 0.9) / 3:.3f} | 1.5 |" in mse

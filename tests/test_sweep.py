@@ -12,7 +12,7 @@ import pytest
 from lab import sweep
 
 optuna = pytest.importorskip("optuna")  # an optional package
-REPO = sweep.HERE
+REPO = sweep.ROOT
 
 
 def argv(tiny_env, sweep_dir) -> list[str]:
@@ -121,11 +121,11 @@ def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
 
 
 def test_a_trial_that_has_not_scored_its_start_has_no_rows_yet(tmp_path):
-    assert sweep.read_rows(tmp_path) == []  # no file yet
+    assert sweep.trial_rows(tmp_path) == []  # no file yet
     (tmp_path / "metrics.jsonl").write_text("")  # a new run writes its table empty first
-    assert sweep.read_rows(tmp_path) == []
+    assert sweep.trial_rows(tmp_path) == []
     (tmp_path / "metrics.jsonl").write_text('{"stage": "start (no training)", "index": -1}\n')
-    assert sweep.read_rows(tmp_path) == [{"stage": "start (no training)", "index": -1}]
+    assert sweep.trial_rows(tmp_path) == [{"stage": "start (no training)", "index": -1}]
 
 
 def test_a_summary_row_gives_settings_to_four_digits(tmp_path):

@@ -62,7 +62,7 @@ def make_step(before: bool, labelled: bool):
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             hidden = model(ids * mask, mask)["last_hidden_state"]  # (B, T, H)
-            pooled = bert.dropout(bert.mean_pool(hidden, mask), 0.1)  # (B, H)
+            pooled = runtime.dropout(bert.mean_pool(hidden, mask), 0.1)  # (B, H)
             loss = F.cross_entropy(head(pooled).float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
