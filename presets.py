@@ -43,8 +43,8 @@ from plans import (
 class Preset:
     help: str  # its line in --help
     source: str  # the paper and table it reproduces
-    plan: Callable[[RunConfig], list[Stage]] | None = None  # one model's stages
-    plans: Callable[[RunConfig], dict] | None = None  # several models: name -> stages
+    # its stages; or {name: stages} for a model each (individual: one per task)
+    plan: Callable[[RunConfig], list[Stage] | dict[str, list[Stage]]] | None = None
     overrides: dict = field(default_factory=dict)  # "group.field" -> value, under typed flags
     scaled: dict | None = None  # a report's row: sizes and epochs that --scale multiplies
     report_scale: float | None = None  # the --scale `make reports` runs it at (2-core CPU)
@@ -53,7 +53,8 @@ class Preset:
 
     def plans_of(self, cfg: RunConfig) -> dict[str, list[Stage]]:
         """Sub-run name -> its stages; '' is the one model scored on all three tasks."""
-        return self.plans(cfg) if self.plans else {"": self.plan(cfg)}
+        plan = self.plan(cfg)
+        return plan if isinstance(plan, dict) else {"": plan}
 
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
@@ -144,14 +145,14 @@ SIAMESE_EPOCHS = {"multitask.multitask_epochs": 4}
 def broadhurst(help, label, published, overrides=BROADHURST, scaled=BROADHURST_SIZES, plan=None):
     """A row of Broadhurst & Maffezzoli's Table 1 (make reports: --scale 0.1)."""
     plan = plan or multitask_plan
-    return Preset(help, SRC_BH, plan, None, overrides, scaled, 0.1, label, published)
+    return Preset(help, SRC_BH, plan, overrides, scaled, 0.1, label, published)
 
 
 def auslin(help, label, published, overrides, scaled=AUSLIN_EPOCHS, source=SRC_AUSLIN):
     """A row of Auslin et al.'s tables: the ablation's 6 epochs of the first 2,048 of each
     task (--scale 0.25), or the siamese table's 4 over all the data (--scale 0.05)."""
     scale = 0.25 if source == SRC_AUSLIN else 0.05
-    return Preset(help, source, multitask_plan, None, overrides, scaled, scale, label, published)
+    return Preset(help, source, multitask_plan, overrides, scaled, scale, label, published)
 
 
 def sicurello(help, label, plan, overrides, scaled=SICURELLO_EPOCHS, source=SRC_SICURELLO_1):
@@ -227,7 +228,7 @@ PRESETS = {
         plan=sequential_plan,
     ),
     "individual": Preset(
-        help="one model per task", source="thesis Table 4.2", plans=individual_plans
+        help="one model per task", source="thesis Table 4.2", plan=individual_plans
     ),
     "multitask": Preset(
         help="all tasks at once: --mixing, --weighting, --order",
