@@ -380,9 +380,8 @@ def kept_model(run_dir: Path, rt) -> tuple[RunConfig, MultitaskBERT, dict]:
 def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
     """--predict: each kept model of the run scored on dev again, its prediction files
     (the handout's format) written again."""
-    cross = cfg.multitask.cross_encode
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, set(), cross)
+    task_data = plan_data(cfg, [], tokenizer)  # every split scored, no training set
     for name in PRESETS[cfg.preset].plans_of(cfg):
         run = sub_run(cfg, run_dir, name, rt)
         model, info = best_model(cfg, run.run_dir, rt)

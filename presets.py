@@ -59,10 +59,9 @@ class Preset:
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
         least 1) and the share of each training set --scale keeps."""
-        scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
         if self.scaled is None:
-            refuse(scale != 1, "--scale shrinks the reports' presets; this is not one")
             return self.overrides
+        scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
         shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
         return self.overrides | shrunk | {"data.train_share": scale}
 
@@ -400,6 +399,11 @@ def overrides(typed: dict) -> dict:
     name = typed.get("preset", RunConfig().preset)
     if name not in PRESETS:
         raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    scaled = typed.get("schedule.scale", config.ScheduleConfig.scale) != 1
+    refuse(
+        scaled and PRESETS[name].scaled is None,
+        f"--scale shrinks the reports' presets; {name} is not one",
+    )
     return PRESETS[name].settings(typed)
 
 

@@ -161,10 +161,10 @@ class Run:
         """After stage k: its row written to the table, its model kept if it is the new
         best, the row shown, the state saved when due; returns the progress after it,
         marked 'stopped' when --patience ends the run here."""
-        best, rows = progress["best"], [*progress["rows"], row]
+        best, rows, score = progress["best"], [*progress["rows"], row], self.select(row)
         self.write_rows(rows)
-        if self.select(row) > best["score"]:  # False for nan
-            best = {"score": self.select(row), "stage": row["stage"], "index": k}
+        if score > best["score"]:  # False for nan
+            best = {"score": score, "stage": row["stage"], "index": k}
             self.save_best(model, row)
         self.show(row, mark=best["index"] == k)
         progress, last = {"best": best, "rows": rows, "next_stage": k + 1}, self.plan_length

@@ -417,7 +417,7 @@ def label(cfg, model, rt, lines) -> None:
         a, b = split_input_line(line, n + 1)
         if b:
             pair, batches = [PairExample(str(n), a, b, None)], {}
-            for cross in {t in cfg.multitask.cross_encode for t in ("para", "sts")}:
+            for cross in {t in cfg.multitask.cross_encode for t in PAIRS}:
                 dataset = PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
                 batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
             with torch.no_grad():
@@ -454,12 +454,13 @@ def main(argv=None) -> Path:
     tag = commands.add_parser("label", help="label the lines of standard input")
     tag.add_argument("run_dir", type=Path, help=f"a finished run folder (has {BEST})")
     args = parser.parse_args(argv)
-    mt.one_model(mt.load_run_config(args.run_dir), str(args.run_dir))
+    cfg = mt.load_run_config(args.run_dir)
+    mt.one_model(cfg, str(args.run_dir))
     if not (args.run_dir / BEST).is_file():
         parser.error(f"{args.run_dir}: no {BEST} there; is it a finished run folder?")
     if args.command == "label":
         rt = make_runtime("cpu", "fp32")
-        cfg, model, _ = mt.kept_model(args.run_dir, rt)
+        model, _ = mt.best_model(cfg, args.run_dir, rt)
         return label(cfg, model, rt, input_lines(sys.stdin))
     out = (
         draw_attention(args, look)

@@ -85,9 +85,11 @@ def test_forgetting_series_start_and_best_stage(tmp_path):
     assert series["sts"] == ("STS r", [0.8] * 4)
     assert series["para"] == ("QQP acc", [0.5, 0.7, 0.7, 0.7])
     assert evaluation.kept_stage(rows) == 1
+    assert evaluation.kept_row(rows) is rows[2]  # the row of that stage, after the start row
     rows[2]["overall"] = rows[3]["overall"] = math.nan  # a NaN score is never the best
-    assert evaluation.kept_stage(rows) == 0
+    assert evaluation.kept_stage(rows) == 0 and evaluation.kept_row(rows) is rows[1]
     assert evaluation.kept_stage(rows[:1]) is None  # nothing trained yet
+    assert evaluation.kept_row(rows[:1]) is None and evaluation.kept_row([]) is None
 
 
 def test_hand_written_steps_with_a_round_robin_stage_and_a_half_written_line(tmp_path, capsys):

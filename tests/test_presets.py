@@ -174,7 +174,9 @@ def test_scale_shrinks_a_reports_data_and_epochs_only():
     assert small.data.train_share == 0.1 and small.model.dropout == full.model.dropout == 0.3
     typed, _ = mt.parse_args(["--preset", "broadhurst-6", "--scale", "0.1", "--train_share", "1"])
     assert typed.data.train_share == 1  # a typed flag beats the scale
-    with pytest.raises(SystemExit, match="--scale shrinks the reports' presets"):
+    with pytest.raises(
+        SystemExit, match="^--scale shrinks the reports' presets; thesis is not one$"
+    ):
         mt.parse_args(["--preset", "thesis", "--scale", "0.5"])
 
 
