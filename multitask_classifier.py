@@ -154,12 +154,14 @@ class MultitaskBERT(nn.Module):
 
     def readout(self, task, batch, sentences):
         """The task's output from the batch's pooled sentence embeddings (N, H)."""
-        pooled = self.dropout(sentences)
         kind = TASKS[task].kind
-        if batch["input_ids"].dim() == 2:  # one sequence per example
-            if TASKS[task].pair:  # a cross-encoded pair: one logit or score
-                return self.heads[f"{task}_cross"](pooled).squeeze(-1)  # (B,)
-            return self.heads[task](pooled)  # (B, C)
+        if batch["input_ids"].dim() == 2 and TASKS[task].pair:  # a cross-encoded pair
+            return self.heads[f"{task}_cross"](self.dropout(sentences)).squeeze(-1)  # (B,)
+        if batch["input_ids"].dim() == 2:  # one sentence per example: the handout's classifier
+            # BEGIN EXERCISE classifier: dropout on the pooled sentences, then the task's linear head: (B, C) logits
+            return self.heads[task](self.dropout(sentences))  # (B, C)
+            # END EXERCISE classifier
+        pooled = self.dropout(sentences)
         u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
         if task in self.concat:
             return self.heads[task](torch.cat([u, v], -1)).squeeze(-1)  # (B,)
@@ -170,7 +172,9 @@ class MultitaskBERT(nn.Module):
         if kind == "regression":
             if self.siamese == "euclidean":
                 return self.similarity(u, v)  # (B,): d, trained toward the 0-5 score
+            # BEGIN EXERCISE multitask: the cosine of u and v, stretched from [-1, 1] onto 0-5 (losses.cosine_to_score)
             return cosine_to_score(F.cosine_similarity(u, v, dim=-1))  # (B,) in [0, 5]
+            # END EXERCISE multitask
         if task in self.cosine:  # > 0: a paraphrase
             return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
         # BEGIN EXERCISE pair_head: the head on [u, v, |u - v|] and on [v, u, |u - v|], averaged: (B,)
@@ -189,6 +193,43 @@ class MultitaskBERT(nn.Module):
 
     def predict(self, task, batch):
         return self(task, batch)
+
+    # The CS224n handout's methods, by its names: each builds the batch forward takes.
+    def predict_sentiment(self, input_ids, attention_mask):
+        """(B, T) ids and mask -> (B, 5) logits."""
+        # BEGIN EXERCISE multitask: a batch of the ids, their mask and zero token types; the model's "sst" output
+        types = torch.zeros_like(input_ids)
+        return self(
+            "sst",
+            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types},
+        )
+        # END EXERCISE multitask
+
+    def predict_paraphrase(self, input_ids_1, attention_mask_1, input_ids_2, attention_mask_2):
+        """Two sentences per example, (B, T1) and (B, T2) -> (B,) logits (> 0: paraphrase)."""
+        return self(
+            "para", self.pair_batch(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
+        )
+
+    def predict_similarity(self, input_ids_1, attention_mask_1, input_ids_2, attention_mask_2):
+        """Two sentences per example, (B, T1) and (B, T2) -> (B,) similarities on 0-5."""
+        return self(
+            "sts", self.pair_batch(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
+        )
+
+    @staticmethod
+    def pair_batch(ids_1, mask_1, ids_2, mask_2) -> dict:
+        """The siamese batch of two (B, T1), (B, T2) sides: each (2, B, max(T1, T2))."""
+        # BEGIN EXERCISE multitask: pad the shorter side (ids and mask 0) to the longer's T, stack the sides: (2, B, T); zero token types
+        T = max(ids_1.size(1), ids_2.size(1))
+        ids = torch.stack(
+            [F.pad(ids_1, (0, T - ids_1.size(1))), F.pad(ids_2, (0, T - ids_2.size(1)))]
+        )
+        mask = torch.stack(
+            [F.pad(mask_1, (0, T - mask_1.size(1))), F.pad(mask_2, (0, T - mask_2.size(1)))]
+        )
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        # END EXERCISE multitask
 
     def configure_optimizers(self, cfg: OptimConfig) -> AdamW:
         """AdamW over two parameter groups: the encoder, then the heads (lr x

@@ -15,7 +15,6 @@ tests/make_sanity_reference.py. Exit status 1 on any failure.
 """
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import datasets as data
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
 from cli import run_cli
 from optimizer import AdamW
+from optimizer_test import fit, handout_folders
 from tokenizer import BertTokenizer
 
 HERE = Path(__file__).resolve().parent
@@ -50,33 +49,15 @@ PAIRS = [
 ]
 
 
-def cs224n_adamw_recipe(make_optimizer, steps=1000):
-    """The handout's optimizer_test.py: fit Linear(3, 2) with AdamW from seed 0."""
-    rng = np.random.default_rng(0)
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2, bias=False)
-    opt = make_optimizer(model.parameters())
-    for _ in range(steps):
-        opt.zero_grad()
-        x = torch.tensor(rng.uniform(size=[model.in_features]), dtype=torch.float32)
-        y = torch.tensor([x[0] + x[1], -x[2]])
-        ((y - model(x)) ** 2).sum().backward()
-        opt.step()
-    return model.weight.detach().numpy()
-
-
 def find_handout_reference(arg, name: str = HANDOUT_REFERENCE):
-    """--reference (the file or its folder; one that is not there stops), else the first
-    folder of $MINBERT_REFERENCE, the data folder (where lab/fetch.py puts the handout's files)
-    and ../shared/reference that holds the file `name`, else None."""
+    """--reference (the file or its folder; one that is not there stops), else the first of
+    optimizer_test.handout_folders that holds the file `name`, else None."""
     if arg:
         path = Path(arg) / name if Path(arg).is_dir() else Path(arg)
         if not path.is_file() or path.name != name:
             raise SystemExit(f"--reference {arg}: no {name} there")
         return path
-    folders = [os.environ.get("MINBERT_REFERENCE"), data.data_dir(None)]
-    found = [Path(f) / name for f in [*folders, HERE.parent / "shared" / "reference"] if f]
-    return next((path for path in found if path.is_file()), None)
+    return next((f / name for f in handout_folders() if (f / name).is_file()), None)
 
 
 def handout_bert_diffs(bert: BertModel, path: Path) -> dict[str, float]:
@@ -166,14 +147,8 @@ def checks(args):
 def adamw_checks(args):
     """AdamW against torch's, and against the handout's optimizer_test.npy when found."""
 
-    def ours(p):
-        return AdamW(p, lr=1e-3, weight_decay=1e-4, eps=1e-6)
-
-    def torchs(p):
-        return torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-4, eps=1e-6)
-
-    w = cs224n_adamw_recipe(ours)
-    w_torch = cs224n_adamw_recipe(torchs)
+    w = fit(AdamW, eps=1e-6).numpy()  # the handout's recipe (optimizer_test.py)
+    w_torch = fit(torch.optim.AdamW, eps=1e-6).numpy()
     d = np.abs(w - w_torch).max()
     ok = np.allclose(w, w_torch, atol=ADAM_ATOL, rtol=ADAM_RTOL)
     yield "AdamW vs torch.optim.AdamW (1000 steps)", ok, d, f"atol {ADAM_ATOL}, rtol {ADAM_RTOL}"

@@ -213,10 +213,12 @@ def reference_divergence(clean: torch.Tensor, adv: torch.Tensor, kind: str) -> t
     p, q = _check_outputs(clean, adv, kind)
     if kind == "regression":
         return (p - q).pow(2).mean()
+    # BEGIN EXERCISE symmetric_kl: the reference code's: KL(Q||P) + KL(P||Q), each KL's first distribution a constant (detached), batch mean
     lp, lq = _log_probs(p, kind), _log_probs(q, kind)  # (B, C)
     kl_q_p = (lq.detach().exp() * (lq.detach() - lp)).sum(-1)  # P learns
     kl_p_q = (lp.detach().exp() * (lp.detach() - lq)).sum(-1)  # Q learns
     return (kl_q_p + kl_p_q).mean()
+    # END EXERCISE symmetric_kl
 
 
 def reference_regularizer(
@@ -241,6 +243,7 @@ def reference_regularizer(
     Shapes as in adversarial_regularizer.
     """
     cfg = cfg or SmartConfig()
+    # BEGIN EXERCISE smart_ascent: the reference code's: noise = randn * sigma; steps: s = noise + eta * grad of stable_kl (regression: squared error, summed); noise = s / (max over H of |s| + REFERENCE_GUARD)
     base, target = embeds.detach(), clean.detach()
     noise = torch.randn_like(base) * cfg.sigma  # (B, T, H)
     for _ in range(cfg.steps):
@@ -257,6 +260,7 @@ def reference_regularizer(
         per_token = step.abs().amax(dim=-1, keepdim=True)  # (B, T, 1)
         noise = step / (per_token + REFERENCE_GUARD)
     return reference_divergence(clean, f(embeds + noise), kind)
+    # END EXERCISE smart_ascent
 
 
 def below_resolution(epsilon: float, dtype: torch.dtype | None) -> bool:

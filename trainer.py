@@ -125,6 +125,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     if stage.weighting == "pcgrad" and len(tasks) > 1:
         loss = pcgrad_losses(model, stage, micro, weights, ctx, generator)
     else:
+        # BEGIN EXERCISE multitask_step: per micro-batch: sum over its tasks of weight * share * task_loss, + l2sp_pull once; backward each; loss sums them, detached
         loss = 0.0
         for k, parts in enumerate(micro):  # micro-batch k of every task
             part = sum(
@@ -135,6 +136,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
                 part = part + l2sp_pull(model, ctx)
             backward(part, rt.scaler)
             loss = loss + part.detach()
+        # END EXERCISE multitask_step
         sum_gradients(list(model.parameters()), rt)
     loss = sum_over_processes(torch.as_tensor(loss, dtype=torch.float32, device=rt.device), rt)
     if not torch.isfinite(loss):  # the same verdict on every process

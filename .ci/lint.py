@@ -21,6 +21,7 @@ TOP_LEVEL = 22  # modules at the top level: the course; experiments' tools live 
 # and the course never reaches into the lab.
 LAYERS = [
     {"base_bert", "checkpoint", "evaluation", "optimizer", "simcse", "smart"},
+    {"optimizer_test"},  # the handout's AdamW test: numpy, torch and the optimizer only
     {"tokenizer", "datasets"},
     {"runtime"},
     {"bert", "losses"},
@@ -101,6 +102,8 @@ def problems(root: Path) -> list[str]:
         for name, p in sorted(modules.items())
         for line in module_problems(p, path(name), trees[name])
     ]
+    for p in sorted((root / "grader").glob("*.py")):  # the TA's grader: sizes, not layers
+        out += module_problems(p, f"grader/{p.name}", ast.parse(p.read_text(), str(p)))
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += layer_problems(trees)

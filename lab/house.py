@@ -36,6 +36,7 @@ HOUSE = {
             ("datasets.py", "readers and batches"),
             ("evaluation.py", "metrics, forgetting table"),
             ("sanity_check.py", "the handout's check"),
+            ("optimizer_test.py", "the handout's AdamW test"),
             ("exercises.py", "make and grade a handout"),
         ],
     ),

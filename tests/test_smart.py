@@ -4,11 +4,11 @@ teacher, and the contract with the training loop (zero weights = a plain step)."
 import math
 from contextlib import nullcontext
 
-import mtdnn_smart
 import pytest
 import torch
 from torch import nn
 
+import mtdnn_smart
 from base_bert import BertConfig
 from bert import BertModel
 from smart import (
@@ -227,7 +227,7 @@ def test_reference_ascent_matches_the_reference_codes_update(scale):
 @pytest.mark.parametrize("kind", ["classification", "binary", "regression"])
 def test_reference_variant_is_the_reference_codes_computation(kind):
     """R_s of --smart_variant reference and its gradient on every parameter of a tiny BERT
-    equal a step-by-step transcription of mt-dnn's SmartPerturbation (tests/mtdnn_smart.py):
+    equal a step-by-step transcription of mt-dnn's SmartPerturbation (grader/mtdnn_smart.py):
     its ascent on stable_kl, and its loss whose KL terms each detach their target (so the
     gradient is half of a symmetric KL differentiated on both sides)."""
     model = TinyClassifier(n_out=3 if kind == "classification" else 1).eval()

@@ -2,7 +2,7 @@
 
 On the tiny BERT of tests/test_smart.py (eval mode: no dropout) and one batch, for each
 kind of head, R_s's gradient on every parameter is computed twice from the same noise: by
-smart.reference_regularizer, and by tests/mtdnn_smart.py, a step-by-step transcription of
+smart.reference_regularizer, and by grader/mtdnn_smart.py, a step-by-step transcription of
 namisan/mt-dnn's computation. It prints the ratio of the two gradients' norms and their
 largest difference; with --both_sides, the loss is smart.divergence instead (both outputs
 differentiated in both KL terms, what this variant took before): twice the reference's
@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "grader")]
 
 import torch  # noqa: E402
-from mtdnn_smart import smart_r_s  # noqa: E402
 from test_smart import TinyClassifier, batch  # noqa: E402
 
 import smart  # noqa: E402
+from mtdnn_smart import smart_r_s  # noqa: E402
 
 
 def gradient(model, loss_of, embed_ids) -> torch.Tensor:

@@ -2,8 +2,8 @@
 from namisan/mt-dnn at commit 7133352 (December 2020): SmartPerturbation.forward in
 mt_dnn/perturbation.py, with stable_kl, SymKlCriterion and MseCriterion of mt_dnn/loss.py.
 
-A second, independent path to smart.reference_regularizer for tests/test_smart.py and
-docs/scripts/smart_reference.py: class outputs are logits (B, C) as mt-dnn's heads give
+A second, independent path to smart.reference_regularizer for the grader (the TA's only),
+tests/test_smart.py and docs/scripts/smart_reference.py: class outputs are logits (B, C) as mt-dnn's heads give
 them (a binary head's logit x is the pair (0, x)), regression outputs (B,).
 """
 

@@ -1,0 +1,429 @@
+"""The checks that grade exercises.py's exercises: one generator per exercise, by its name.
+
+Each runs its exercise's piece on a small input, in eval and, where the piece has it, in
+training (dropout by its statistics), and yields parts: its values and its gradients
+beside an independent reference's (harness.Part). References come from Hugging Face's
+BERT, torch, scipy and sklearn, or from references.py, the definitions written out, which
+only the TA's grader holds. A piece that calls another exercise's gets a stand-in while it
+is graded, so each exercise passes or fails on its own body. Nothing here imports an
+exercise's module before its check runs: an open exercise stops only its own check.
+"""
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import Part, check, part, references
+
+R = references()
+f64 = torch.float64
+STEP = ("sst", "para", "sts")  # the multitask step's tasks
+P_DROP = 0.5  # dropout's p in the training-mode parts: each kept value is doubled
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def tiny_config(**overrides):
+    """A 2-layer BERT of hidden size 32, small enough to check in milliseconds."""
+    from base_bert import BertConfig
+
+    sizes = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    return BertConfig(**sizes, intermediate_size=64, max_position_embeddings=64, **overrides)
+
+
+def tiny_pair():
+    """(our BertModel, Hugging Face's) with the same random weights, in eval mode."""
+    import transformers
+
+    from base_bert import hf_to_ours
+    from bert import BertModel
+
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    fields = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
+    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
+    ours = BertModel(cfg)
+    ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
+    return ours.double().eval(), hf.double().eval()
+
+
+def padded(B=3, T=7, vocab=100, seed=0):
+    """(ids, token types, mask) with padding in one row and both token types."""
+    ids = torch.randint(1, vocab, (B, T), generator=gen(seed))
+    types = (torch.arange(T) >= T // 2).long().expand(B, T).clone()
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, T - 3 :] = 0
+    return ids, types, mask
+
+
+def additive(keep, dtype=torch.float32):
+    """(B, T) 1/0 -> (B, 1, 1, T): 0 where kept, the dtype's most negative where padded."""
+    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def grads(y, inputs, w):
+    """The gradients of sum(y * w) with respect to each input, stacked flat."""
+    return torch.cat([g.flatten() for g in torch.autograd.grad((y * w).sum(), inputs)])
+
+
+def dropout_parts(what: str, got, clean):
+    """Inverted dropout at p = 0.5: each element of `got` is 0 or 2x its `clean` value, and
+    about half are 0."""
+    kept = clean.abs() > 1e-6
+    ratio = got[kept] / clean[kept]
+    yield part(
+        f"{what}: each value dropped (0) or kept and scaled by 1 / (1 - p) (2x)",
+        torch.minimum(ratio.abs(), (ratio - 2).abs()),
+        lambda: torch.zeros(len(ratio)),
+        tol=1e-5,
+    )
+    share = (ratio.abs() < 1e-6).double().mean()
+    yield part(f"{what}: the share dropped at p = {P_DROP}", share, lambda: P_DROP, tol=0.15)
+
+
+# ---------------------------------------------------------------- the handout's BERT
+
+
+@check(1e-6, points=4)
+def attention():
+    """bert.attention against the definition (a loop over batch, head and query) and torch's
+    scaled_dot_product_attention, values and gradients; in training, dropout on the
+    probabilities; SelfAttention's head split and merge against Hugging Face's."""
+    from bert import attention as ours
+
+    B, nh, T, hs = 2, 3, 5, 4
+    q, k, v = (torch.randn(B, nh, T, hs, generator=gen(i), dtype=f64) for i in range(3))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    mask = additive(keep, f64)
+    out, probs = ours(q, k, v, mask)
+    w = torch.randn(out.shape, generator=gen(3), dtype=f64)
+    got = grads(out, (q, k, v), w)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    yield part("output", out, lambda: sdpa)
+    yield part("gradients of q, k, v", got, lambda: grads(sdpa, (q, k, v), w))
+    yield part("probabilities", probs, lambda: R.attention(q, k, v, keep)[1])
+    yield part("output against the loop", out, lambda: R.attention(q, k, v, keep)[0])
+    yield from attention_dropout(ours)
+    yield from self_attention()
+
+
+def attention_dropout(ours):
+    """Train mode, p = 0.5, values [I | V]: the output's first T columns are the dropped
+    probabilities themselves, the rest those times V."""
+    B, nh, T = 2, 3, 5
+    q, k = (torch.randn(B, nh, T, T + 3, generator=gen(10 + i), dtype=f64) for i in range(2))
+    extra = torch.randn(B, nh, T, 3, generator=gen(12), dtype=f64)
+    v = torch.cat([torch.eye(T, dtype=f64).expand(B, nh, T, T), extra], -1)  # (B, nh, T, T + 3)
+    mask = additive(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), f64)
+    _, clean = ours(q, k, v, mask)
+    torch.manual_seed(0)
+    out, _ = ours(q, k, v, mask, P_DROP, True)
+    dropped = out[..., :T]  # (B, nh, T, T)
+    yield from dropout_parts("training", dropped, clean.detach())
+    yield part(
+        "training: output = dropped probabilities times v", out[..., T:], lambda: dropped @ extra
+    )
+    not_training, _ = ours(q, k, v, mask, P_DROP, False)
+    yield part("dropout_p with training=False: no dropout", not_training, lambda: clean @ v)
+
+
+def self_attention():
+    """SelfAttention (queries, keys and values split into heads, attended, merged back)
+    against Hugging Face's BertSelfAttention with the same weights, padded rows aside."""
+    ours, hf = tiny_pair()
+    mine, theirs = ours.encoder["layer"][0].attention["self"], hf.encoder.layer[0].attention.self
+    mine.kind = "manual"
+    _, _, keep = padded()
+    x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
+    out, ref = mine(x, additive(keep, f64)), theirs(x, attention_mask=additive(keep, f64))[0]
+    w = torch.randn(out.shape, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
+    yield part("SelfAttention's output", out[keep.bool()], lambda: ref[keep.bool()])
+    yield part("SelfAttention's input gradient", grads(out, x, w), lambda: grads(ref, x, w))
+
+
+def hf_attention_in(ours, hf, i: int = 0):
+    """Layer i's SelfAttention of ours answered by Hugging Face's (same weights): the
+    attention exercise's stand-in while another is graded."""
+    theirs = hf.encoder.layer[i].attention.self
+    ours.encoder["layer"][i].attention["self"].forward = lambda x, mask, probs=None: theirs(
+        x, attention_mask=mask
+    )[0]
+
+
+@check(1e-9, points=3)
+def layer():
+    """BertLayer (with AddNorm) against Hugging Face's BertLayer with the same weights,
+    values and gradients, its feed-forward's exact GELU at inputs where tanh's differs; in
+    training, AddNorm's dropout on the dense output before the residual. Hugging Face's
+    attention stands in for the attention exercise."""
+    ours, hf = tiny_pair()
+    hf_attention_in(ours, hf)
+    mine, theirs = ours.encoder["layer"][0], hf.encoder.layer[0]
+    with torch.no_grad():  # pre-activations of a few units: where the two GELUs differ
+        for m in (mine.intermediate["dense"], theirs.intermediate.dense):
+            m.weight.mul_(20)
+    seen = {}
+    mine.output.dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
+    theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
+    _, _, keep = padded()
+    x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
+    out, ref = mine(x, additive(keep, f64)), theirs(x, attention_mask=additive(keep, f64))
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    rows = keep.bool()
+    yield part(
+        "the feed-forward's activation", seen["ours"][rows], lambda: seen["hf"][rows], tol=1e-6
+    )
+    yield part("output", out[rows], lambda: ref[rows])
+    w = torch.randn(out.shape, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
+    ours_p, hf_p = (
+        [p for n, p in m.named_parameters() if ".self." not in n] for m in (mine, theirs)
+    )
+    yield part("gradients", grads(out, [x, *ours_p], w), lambda: grads(ref, [x, *hf_p], w))
+    yield from add_norm_dropout(mine.attention["output"])
+
+
+def add_norm_dropout(add_norm):
+    """AddNorm in training at p = 0.5 with an identity dense layer and LayerNorm: its output
+    minus the residual must be the input, dropped or doubled."""
+    add_norm = copy.deepcopy(add_norm).train()
+    add_norm.LayerNorm = nn.Identity()
+    with torch.no_grad():
+        add_norm.dense.weight.copy_(torch.eye(add_norm.dense.in_features))
+        add_norm.dense.bias.zero_()
+    add_norm.dropout.p = P_DROP
+    x, residual = (torch.randn(2, 6, 32, generator=gen(i), dtype=f64) for i in (4, 5))
+    torch.manual_seed(0)
+    yield from dropout_parts("AddNorm in training", add_norm(x, residual) - residual, x)
+
+
+@check(1e-9, points=2)
+def embeddings():
+    """BertEmbeddings (word + position + token type, LayerNorm) against Hugging Face's with
+    the same weights, values and gradients; in training, dropout after the LayerNorm."""
+    ours, hf = tiny_pair()
+    ids, types, _ = padded()
+    out, ref = ours.embeddings(ids, types), hf.embeddings(ids, token_type_ids=types)
+    yield part("output", out, lambda: ref)
+    w = torch.randn(out.shape, generator=gen(1), dtype=f64)
+    yield part(
+        "gradients of the tables and LayerNorm",
+        grads(out, list(ours.embeddings.parameters()), w),
+        lambda: grads(ref, list(hf.embeddings.parameters()), w),
+    )
+    ours.embeddings.train().dropout.p = P_DROP
+    torch.manual_seed(0)
+    yield from dropout_parts("training", ours.embeddings(ids, types), out.detach())
+
+
+def adamw_runs(opt_class, foreach: bool | None, steps: int = 20) -> torch.Tensor:
+    """A small network's parameters, flat, after `steps` steps of opt_class with weight decay."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).double()
+    kwargs = {} if foreach is None else {"foreach": foreach}
+    opt = opt_class(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-6, **kwargs)
+    g = gen(1)
+    for _ in range(steps):
+        x = torch.randn(8, 4, generator=g, dtype=f64)
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@check(1e-6, points=4)
+def adamw():
+    """optimizer.AdamW's step, the loop over parameters and foreach=True (torch._foreach_*
+    over a group): parameters after 20 steps with weight decay, against torch.optim.AdamW
+    or the handout's AdamW (Kingma & Ba's efficient bias correction, decay after the update)."""
+    from optimizer import AdamW
+
+    for foreach in (False, True):
+        got = adamw_runs(AdamW, foreach)
+        yield Part(
+            f"parameters after 20 steps (foreach={foreach})",
+            got,
+            {
+                "torch.optim.AdamW": lambda: adamw_runs(torch.optim.AdamW, None),
+                "the handout's AdamW": lambda: adamw_runs(R.HandoutAdamW, None),
+            },
+        )
+
+
+# ---------------------------------------------------------------- the handout's multitask model
+
+
+def tiny_multitask(tasks, dropout=0.1):
+    from bert import BertModel
+    from multitask_classifier import MultitaskBERT
+
+    torch.manual_seed(0)
+    return MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
+
+
+@check(1e-6, points=2)
+def classifier():
+    """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
+    dropout on the pooled sentence, then the task's linear head; its logits in eval, their
+    mean and variance in training (p = 0.5, 4,000 draws) against dropout's before the head."""
+    model = tiny_multitask(("sst",), dropout=P_DROP).eval()
+    z = torch.randn(3, 32, generator=gen(0))
+    single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
+    logits = model.readout("sst", single, z)
+    yield part("logits", logits, lambda: R.sentiment_logits(z, model.heads["sst"]))
+    head, n = model.heads["sst"], 4000
+    model.train()
+    torch.manual_seed(0)
+    draws = model.readout("sst", {"input_ids": torch.zeros(3 * n, 7)}, z.repeat(n, 1))
+    draws = draws.detach().double().view(n, 3, -1)  # (n * B, C) -> (n, B, C)
+    expected = head(z).detach().double()  # (B, C): E[W dropout(z) + b] = W z + b
+    var = P_DROP / (1 - P_DROP) * (head.weight.double() ** 2) @ (z.double() ** 2).T  # (C, B)
+    se = (var.T / n).sqrt()
+    yield part(
+        "training: the mean of the logits, in standard errors",
+        (draws.mean(0) - expected) / se,
+        lambda: torch.zeros_like(expected),
+        tol=5.0,
+    )
+    yield part(
+        "training: the logits' variance / dropout's before the head",
+        draws.var(0) / var.T,
+        lambda: torch.ones_like(expected),
+        tol=0.15,
+    )
+
+
+def stand_in_sentences(model):
+    """model.sentences answered by a sum of fixed vectors per id and token type over the
+    tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
+    table = torch.randn(100, 32, generator=gen(7))
+
+    def sentences(batch, embeds=None):
+        ids, mask, types = model.flat_inputs(batch)
+        x = table[ids] + types[..., None] * table[0]  # (N, T, H)
+        return (x * mask[..., None]).sum(1)  # (N, H)
+
+    model.sentences = sentences
+
+
+@check(1e-5, points=3)
+def multitask():
+    """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
+    the model's own forward on the batches they stand for (pairs of different lengths; a
+    stand-in encoder), and the STS head's 0-5 score of the cosine."""
+    model = tiny_multitask(("sst", "para", "sts")).eval()
+    stand_in_sentences(model)
+    ids1, _, m1 = padded(B=3, T=7, seed=1)
+    ids2, _, m2 = padded(B=3, T=4, seed=2)
+    m2[0, 3:] = 0
+    zeros = torch.zeros_like(ids1)
+    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": zeros}
+    yield part("predict_sentiment", model.predict_sentiment(ids1, m1), lambda: model("sst", single))
+    for task, method in (("para", model.predict_paraphrase), ("sts", model.predict_similarity)):
+        got = method(ids1, m1, ids2, m2)
+        yield part(
+            f"{method.__name__}", got, lambda t=task: model(t, R.pair_batch(ids1, m1, ids2, m2))
+        )
+    u, v = torch.randn(2, 4, 32, generator=gen(3))
+    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
+    score = model.readout("sts", pair, torch.cat([u, v]))
+    yield part("the STS head's score", score, lambda: R.sts_score(u, v))
+    same = model.readout("sts", pair, torch.cat([u, u]))
+    yield part("the STS score of identical sentences", same, lambda: torch.full((4,), 5.0))
+
+
+class StandInModel(nn.Module):
+    """What a training step calls of MultitaskBERT, answered by an embedding table and one
+    linear head per task: the step's check needs none of the other exercises."""
+
+    def __init__(self):
+        super().__init__()
+        from evaluation import TASKS
+
+        torch.manual_seed(0)
+        self.bert = nn.Embedding(50, 8)
+        self.heads = nn.ModuleDict(
+            {t: nn.Linear(8 * (1 + 2 * TASKS[t].pair), TASKS[t].num_labels or 1) for t in STEP}
+        )
+
+    def embed(self, batch):
+        return self.bert(batch["input_ids"].flatten(0, -2))  # (N, T, 8)
+
+    def sentences(self, batch, embeds=None):
+        return (self.embed(batch) if embeds is None else embeds).mean(1)  # (N, 8)
+
+    def readout(self, task, batch, z):
+        if batch["input_ids"].dim() == 3:  # (2B, 8) -> [u, v, u * v]: (B, 24)
+            u, v = z.view(2, -1, z.size(-1))
+            z = torch.cat([u, v, u * v], -1)
+        out = self.heads[task](z)
+        return out if out.size(-1) > 1 else out.squeeze(-1)
+
+
+def step_batches():
+    """[(task, batch)] of four examples each for SST, Quora and STS."""
+    ids = torch.randint(0, 50, (2, 4, 5), generator=gen(0))
+    ones = torch.ones_like(ids)
+    pair = {"input_ids": ids, "attention_mask": ones, "token_type_ids": 0 * ids}
+    single = {k: v[0] for k, v in pair.items()}
+    return [
+        ("sst", single | {"labels": torch.tensor([0, 4, 2, 1])}),
+        ("para", pair | {"labels": torch.tensor([1.0, 0.0, 0.0, 1.0])}),
+        ("sts", pair | {"labels": torch.tensor([0.5, 4.0, 2.5, 3.0])}),
+    ]
+
+
+@check(1e-6, points=3)
+def multitask_step():
+    """One update of trainer.train_step over SST, Quora and STS together (random loss
+    weights, two micro-batches, an L2-SP pull): its loss and the gradient it hands the
+    optimizer, against the weighted sum of the tasks' losses, differentiated once."""
+    import trainer
+    from config import MultitaskConfig, OptimConfig
+    from plans import Stage
+    from runtime import make_runtime
+
+    model = StandInModel()
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen(1)))
+    mix = MultitaskConfig(weighting="random")
+    stage = Stage(STEP, 1e-3, 4, kind="multitask", multitask=mix)
+    rt = make_runtime("cpu", "fp32")
+    ctx = trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=0.5), reference=reference)
+    seen = {}
+
+    def capture(optimizer, scaler, max_norm):  # the step's gradient, no update
+        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        return torch.tensor(0.0)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    saved, trainer.optimizer_step = trainer.optimizer_step, capture
+    try:
+        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, gen(5))
+    finally:
+        trainer.optimizer_step = saved
+    heads = [model.heads[t].weight.grad for t in STEP]
+    yield part(
+        "every task's head has a gradient",
+        torch.tensor([h is not None for h in heads]),
+        lambda: torch.ones(3, dtype=torch.bool),
+    )
+
+    def expected():
+        from optimizer import loss_weights
+
+        weights = loss_weights(3, "random", gen(5))
+        fn = lambda t, b: trainer.task_loss(model, stage, t, b, ctx)  # noqa: E731
+        total = R.multitask_loss(model, step_batches(), weights, fn)
+        return total + trainer.l2sp_pull(model, ctx)
+
+    yield part("the step's loss", loss, lambda: expected())
+    yield part(
+        "the gradient", seen["grads"], lambda: grads(expected(), list(model.parameters()), 1.0)
+    )
