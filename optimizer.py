@@ -142,7 +142,7 @@ class AdamW(torch.optim.Optimizer):
             state["step"] += 1
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
 
-            # BEGIN EXERCISE adamw: update m and v in place; decay p by lr * weight_decay; p -= lr * m_hat / (sqrt(v_hat) + eps)
+            # BEGIN EXERCISE adamw: update m and v in place; bias corrections by _bias_corrections (correct_bias); decay p by lr * weight_decay; p -= lr * m_hat / (sqrt(v_hat) + eps)
             # m_t = beta1 * m_{t-1} + (1 - beta1) * g, i.e. m moves toward g by (1 - beta1)
             exp_avg.lerp_(grad, 1.0 - beta1)
             # v_t = beta2 * v_{t-1} + (1 - beta2) * g^2

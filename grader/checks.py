@@ -10,6 +10,7 @@ exercise's module before its check runs: an open exercise stops only its own che
 """
 
 import copy
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -148,11 +149,44 @@ def self_attention():
 
 def hf_attention_in(ours, hf, i: int = 0):
     """Layer i's SelfAttention of ours answered by Hugging Face's (same weights): the
-    attention exercise's stand-in while another is graded."""
+    attention exercise's stand-in while another is graded. Given a list, it appends one
+    tensor, as the real one appends its probabilities."""
     theirs = hf.encoder.layer[i].attention.self
-    ours.encoder["layer"][i].attention["self"].forward = lambda x, mask, probs=None: theirs(
-        x, attention_mask=mask
-    )[0]
+
+    def forward(x, mask, probs=None):
+        if probs is not None:
+            probs.append(torch.zeros(()))
+        return theirs(x, attention_mask=mask)[0]
+
+    ours.encoder["layer"][i].attention["self"].forward = forward
+
+
+@contextmanager
+def same_masks():
+    """Every dropout (F.dropout, nn.Dropout, this project's) draws its mask from the number
+    of its call: two forwards that drop the same tensors in the same order drop them alike,
+    and a dropout more, less or elsewhere changes what follows. Yields `restart`, which
+    numbers the calls from the start again."""
+    import bert
+    import runtime
+
+    calls = [0]
+
+    def dropout(x, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return x
+        calls[0] += 1
+        keep = torch.rand(x.shape, generator=gen(1000 + calls[0]), dtype=f64) >= p
+        return x * keep.to(x.dtype) / (1 - p)
+
+    saved = [(m, m.dropout) for m in (F, runtime, bert)]
+    for m, _ in saved:
+        m.dropout = dropout
+    try:
+        yield lambda: calls.__setitem__(0, 0)
+    finally:
+        for m, fn in saved:
+            m.dropout = fn
 
 
 @check(1e-9, points=3)
@@ -184,7 +218,24 @@ def layer():
         [p for n, p in m.named_parameters() if ".self." not in n] for m in (mine, theirs)
     )
     yield part("gradients", grads(out, [x, *ours_p], w), lambda: grads(ref, [x, *hf_p], w))
+    probs = []
+    mine(x, additive(keep, f64), probs)
+    yield part("attention probabilities asked for: the layer's one", len(probs), 1)
     yield from add_norm_dropout(mine.attention["output"])
+    yield from layer_in_training(mine, theirs, x, keep)
+
+
+def layer_in_training(mine, theirs, x, keep):
+    """The layer in training against Hugging Face's, every dropout drawing the same masks
+    in the same order (same_masks): a dropout added, left out or moved changes the output."""
+    mine.train(), theirs.train()
+    with same_masks() as restart:
+        out = mine(x, additive(keep, f64))
+        restart()
+        ref = theirs(x, attention_mask=additive(keep, f64))
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    rows = keep.bool()
+    yield part("output in training (dropout's masks shared)", out[rows], lambda: ref[rows])
 
 
 def add_norm_dropout(add_norm):
@@ -220,12 +271,11 @@ def embeddings():
     yield from dropout_parts("training", ours.embeddings(ids, types), out.detach())
 
 
-def adamw_runs(opt_class, foreach: bool | None, steps: int = 20) -> torch.Tensor:
+def adamw_runs(opt_class, steps: int = 20, **options) -> torch.Tensor:
     """A small network's parameters, flat, after `steps` steps of opt_class with weight decay."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).double()
-    kwargs = {} if foreach is None else {"foreach": foreach}
-    opt = opt_class(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-6, **kwargs)
+    opt = opt_class(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-6, **options)
     g = gen(1)
     for _ in range(steps):
         x = torch.randn(8, 4, generator=g, dtype=f64)
@@ -235,21 +285,39 @@ def adamw_runs(opt_class, foreach: bool | None, steps: int = 20) -> torch.Tensor
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def handout(**how):
+    """The handout's AdamW run, with its choices `how` (references.HandoutAdamW)."""
+    return lambda: adamw_runs(R.HandoutAdamW, **how)
+
+
 @check(1e-6, points=4)
 def adamw():
     """optimizer.AdamW's step, the loop over parameters and foreach=True (torch._foreach_*
     over a group): parameters after 20 steps with weight decay, against torch.optim.AdamW
-    or the handout's AdamW (Kingma & Ba's efficient bias correction, decay after the update)."""
+    or the handout's AdamW (Kingma & Ba's efficient bias correction, decay after the
+    update) or either's mix of the two choices; and with correct_bias=False."""
     from optimizer import AdamW
 
     for foreach in (False, True):
-        got = adamw_runs(AdamW, foreach)
+        got = adamw_runs(AdamW, foreach=foreach)
         yield Part(
             f"parameters after 20 steps (foreach={foreach})",
             got,
             {
-                "torch.optim.AdamW": lambda: adamw_runs(torch.optim.AdamW, None),
-                "the handout's AdamW": lambda: adamw_runs(R.HandoutAdamW, None),
+                "torch.optim.AdamW": lambda: adamw_runs(torch.optim.AdamW),
+                "the handout's AdamW": handout(),
+                "the handout's AdamW, decay first": handout(decay_first=True),
+                "the handout's AdamW, torch's eps": handout(eps_on_v_hat=True),
+            },
+        )
+        unbiased = adamw_runs(AdamW, foreach=foreach, correct_bias=False)
+        yield Part(
+            f"correct_bias=False (foreach={foreach})",
+            unbiased,
+            {
+                # without the correction, torch's arithmetic is the handout's with decay first
+                "torch.optim.AdamW": handout(correct_bias=False, decay_first=True),
+                "the handout's AdamW": handout(correct_bias=False),
             },
         )
 
@@ -270,11 +338,12 @@ def classifier():
     """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
     dropout on the pooled sentence, then the task's linear head; its logits in eval, their
     mean and variance in training (p = 0.5, 4,000 draws) against dropout's before the head."""
-    model = tiny_multitask(("sst",), dropout=P_DROP).eval()
+    model = tiny_multitask(("sst", "cfimdb"), dropout=P_DROP).eval()
     z = torch.randn(3, 32, generator=gen(0))
     single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
-    logits = model.readout("sst", single, z)
-    yield part("logits", logits, lambda: R.sentiment_logits(z, model.heads["sst"]))
+    for task in ("sst", "cfimdb"):
+        logits = model.readout(task, single, z)
+        yield part(f"{task} logits", logits, lambda t=task: R.sentiment_logits(z, model.heads[t]))
     head, n = model.heads["sst"], 4000
     model.train()
     torch.manual_seed(0)
@@ -298,13 +367,14 @@ def classifier():
 
 
 def stand_in_sentences(model):
-    """model.sentences answered by a sum of fixed vectors per id and token type over the
-    tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
-    table = torch.randn(100, 32, generator=gen(7))
+    """model.sentences answered by a sum of fixed vectors per id, position and token type
+    over the tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
+    table, position = torch.randn(2, 100, 32, generator=gen(7))
 
     def sentences(batch, embeds=None):
         ids, mask, types = model.flat_inputs(batch)
-        x = table[ids] + types[..., None] * table[0]  # (N, T, H)
+        T = ids.size(1)
+        x = table[ids] + position[:T] + types[..., None] * table[0]  # (N, T, H)
         return (x * mask[..., None]).sum(1)  # (N, H)
 
     model.sentences = sentences
@@ -324,10 +394,14 @@ def multitask():
     single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": zeros}
     yield part("predict_sentiment", model.predict_sentiment(ids1, m1), lambda: model("sst", single))
     for task, method in (("para", model.predict_paraphrase), ("sts", model.predict_similarity)):
-        got = method(ids1, m1, ids2, m2)
-        yield part(
-            f"{method.__name__}", got, lambda t=task: model(t, R.pair_batch(ids1, m1, ids2, m2))
-        )
+        for sides in ((ids1, m1, ids2, m2), (ids2, m2, ids1, m1)):  # the longer first, then second
+            got = method(*sides)
+            expected = lambda t=task, s=sides: model(t, R.pair_batch(*s))  # noqa: E731
+            yield part(
+                f"{method.__name__}, sides of {sides[0].size(1)} and {sides[2].size(1)}",
+                got,
+                expected,
+            )
     u, v = torch.randn(2, 4, 32, generator=gen(3))
     pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
     score = model.readout("sts", pair, torch.cat([u, v]))
@@ -365,25 +439,57 @@ class StandInModel(nn.Module):
 
 
 def step_batches():
-    """[(task, batch)] of four examples each for SST, Quora and STS."""
-    ids = torch.randint(0, 50, (2, 4, 5), generator=gen(0))
+    """[(task, batch)] of five examples each for SST, Quora and STS: two micro-batches of
+    three and two."""
+    ids = torch.randint(0, 50, (2, 5, 6), generator=gen(0))
     ones = torch.ones_like(ids)
     pair = {"input_ids": ids, "attention_mask": ones, "token_type_ids": 0 * ids}
     single = {k: v[0] for k, v in pair.items()}
     return [
-        ("sst", single | {"labels": torch.tensor([0, 4, 2, 1])}),
-        ("para", pair | {"labels": torch.tensor([1.0, 0.0, 0.0, 1.0])}),
-        ("sts", pair | {"labels": torch.tensor([0.5, 4.0, 2.5, 3.0])}),
+        ("sst", single | {"labels": torch.tensor([0, 4, 2, 1, 3])}),
+        ("para", pair | {"labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])}),
+        ("sts", pair | {"labels": torch.tensor([0.5, 4.0, 2.5, 3.0, 1.0])}),
     ]
+
+
+class ScaleBy8:
+    """A loss scaler's one call a step makes before its backward: times 8."""
+
+    def scale(self, loss):
+        return loss * 8
+
+
+def stepped(model, stage, ctx, generator):
+    """(loss, the gradient handed to the optimizer, unscaled) of one trainer.train_step,
+    the optimizer's step itself left out."""
+    import trainer
+
+    seen = {}
+
+    def capture(optimizer, scaler, max_norm):
+        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / 8
+        return torch.tensor(0.0)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    saved, trainer.optimizer_step = trainer.optimizer_step, capture
+    try:
+        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
+    finally:
+        trainer.optimizer_step = saved
+    return loss, seen["grads"]
 
 
 @check(1e-6, points=3)
 def multitask_step():
     """One update of trainer.train_step over SST, Quora and STS together (random loss
-    weights, two micro-batches, an L2-SP pull): its loss and the gradient it hands the
-    optimizer, against the weighted sum of the tasks' losses, differentiated once."""
+    weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler): its loss,
+    detached, and the gradient it hands the optimizer, against the weighted sum of the
+    tasks' losses, differentiated once."""
+    from dataclasses import replace
+
     import trainer
     from config import MultitaskConfig, OptimConfig
+    from optimizer import loss_weights
     from plans import Stage
     from runtime import make_runtime
 
@@ -392,38 +498,18 @@ def multitask_step():
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=gen(1)))
-    mix = MultitaskConfig(weighting="random")
-    stage = Stage(STEP, 1e-3, 4, kind="multitask", multitask=mix)
-    rt = make_runtime("cpu", "fp32")
+    stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=MultitaskConfig(weighting="random"))
+    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8())
     ctx = trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=0.5), reference=reference)
-    seen = {}
-
-    def capture(optimizer, scaler, max_norm):  # the step's gradient, no update
-        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()])
-        return torch.tensor(0.0)
-
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    saved, trainer.optimizer_step = trainer.optimizer_step, capture
-    try:
-        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, gen(5))
-    finally:
-        trainer.optimizer_step = saved
-    heads = [model.heads[t].weight.grad for t in STEP]
-    yield part(
-        "every task's head has a gradient",
-        torch.tensor([h is not None for h in heads]),
-        lambda: torch.ones(3, dtype=torch.bool),
-    )
+    loss, got = stepped(model, stage, ctx, gen(5))
+    heads = torch.tensor([model.heads[t].weight.grad is not None for t in STEP])
+    yield part("every task's head has a gradient", heads, torch.ones(3, dtype=torch.bool))
+    yield part("the step's loss keeps no graph", loss.requires_grad, False)
 
     def expected():
-        from optimizer import loss_weights
-
-        weights = loss_weights(3, "random", gen(5))
         fn = lambda t, b: trainer.task_loss(model, stage, t, b, ctx)  # noqa: E731
-        total = R.multitask_loss(model, step_batches(), weights, fn)
+        total = R.multitask_loss(model, step_batches(), loss_weights(3, "random", gen(5)), fn)
         return total + trainer.l2sp_pull(model, ctx)
 
-    yield part("the step's loss", loss, lambda: expected())
-    yield part(
-        "the gradient", seen["grads"], lambda: grads(expected(), list(model.parameters()), 1.0)
-    )
+    yield part("the step's loss", loss, expected)
+    yield part("the gradient", got, lambda: grads(expected(), list(model.parameters()), 1.0))

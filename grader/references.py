@@ -37,15 +37,19 @@ def attention(q, k, v, keep):
 class HandoutAdamW(torch.optim.Optimizer):
     """AdamW as the CS224n handout asks for it: Kingma & Ba's "efficient version" of the
     bias correction (alpha_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), eps added to sqrt(v)),
-    then the weight decay, with the learning rate, after the Adam update."""
+    then the weight decay, with the learning rate, after the Adam update. The choices the
+    handout's tolerance also takes: decay_first (torch's order), eps_on_v_hat (torch's
+    eps), and correct_bias=False (alpha_t = lr)."""
 
-    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "wd": weight_decay})
+    def __init__(self, params, lr, eps=1e-6, weight_decay=0.0, **how):
+        how = {"decay_first": False, "eps_on_v_hat": False, "correct_bias": True} | how
+        super().__init__(params, {"lr": lr, "eps": eps, "wd": weight_decay} | how)
 
     @torch.no_grad()
     def step(self):
+        (b1, b2) = (0.9, 0.999)
         for group in self.param_groups:
-            (b1, b2), lr = group["betas"], group["lr"]
+            lr, eps = group["lr"], group["eps"]
             for p in group["params"]:
                 s = self.state[p]
                 if not s:
@@ -53,9 +57,14 @@ class HandoutAdamW(torch.optim.Optimizer):
                 s["t"] += 1
                 s["m"] = b1 * s["m"] + (1 - b1) * p.grad
                 s["v"] = b2 * s["v"] + (1 - b2) * p.grad * p.grad
-                alpha = lr * math.sqrt(1 - b2 ** s["t"]) / (1 - b1 ** s["t"])
-                p -= alpha * s["m"] / (s["v"].sqrt() + group["eps"])
-                p -= lr * group["wd"] * p
+                c1, c2 = (1 - b1 ** s["t"], 1 - b2 ** s["t"]) if group["correct_bias"] else (1, 1)
+                if group["eps_on_v_hat"]:
+                    eps = group["eps"] * math.sqrt(c2)  # eps + sqrt(v_hat), scaled by sqrt(c2)
+                if group["decay_first"]:
+                    p -= lr * group["wd"] * p
+                p -= lr * math.sqrt(c2) / c1 * s["m"] / (s["v"].sqrt() + eps)
+                if not group["decay_first"]:
+                    p -= lr * group["wd"] * p
 
 
 def mean_pool(hidden, mask):

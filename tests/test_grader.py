@@ -97,6 +97,28 @@ SLIPS = {
             "the layer's input as the second residual",
             [("return self.output(h, a)", "return self.output(h, x)")],
         ),
+        (
+            "dropout after the GELU",
+            [
+                (
+                    'h = F.gelu(self.intermediate["dense"](a))',
+                    'h = self.output.dropout(F.gelu(self.intermediate["dense"](a)))',
+                )
+            ],
+        ),
+        (
+            "dropout on the attention's output before AddNorm",
+            [
+                (
+                    'self.attention["output"](self.attention["self"](x, mask, probs), x)',
+                    'self.attention["output"](self.attention["output"].dropout(self.attention["self"](x, mask, probs)), x)',
+                )
+            ],
+        ),
+        (
+            "probabilities not passed on",
+            [('self.attention["self"](x, mask, probs)', 'self.attention["self"](x, mask)')],
+        ),
     ],
     "embeddings": [
         (
@@ -159,11 +181,20 @@ SLIPS = {
             ],
         ),
         (
-            "eps outside the bias correction (foreach)",
+            "no bias correction (foreach)",
             [
                 (
-                    "torch._foreach_add_(denoms, [eps * root2 for root2 in roots2])",
-                    "torch._foreach_add_(denoms, eps)",
+                    "roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
+                    "roots2 = [1.0 for _ in biases]",
+                )
+            ],
+        ),
+        (
+            "correct_bias ignored",
+            [
+                (
+                    'bias1, bias2 = self._bias_corrections(group, state["step"])',
+                    'bias1, bias2 = 1 - beta1 ** state["step"], 1 - beta2 ** state["step"]',
                 )
             ],
         ),
@@ -190,6 +221,10 @@ SLIPS = {
                     "end = min(len(word), start + self.max_piece_chars) - 1",
                 )
             ],
+        ),
+        (
+            "the longest pieces out of reach",
+            [("start + self.max_piece_chars)", "start + self.max_piece_chars - 1)")],
         ),
     ],
     "mean_pool": [
@@ -235,6 +270,15 @@ SLIPS = {
                 )
             ],
         ),
+        (
+            "SST's head for every task",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    'self.heads["sst"](self.dropout(sentences))',
+                )
+            ],
+        ),
     ],
     "multitask": [
         (
@@ -272,6 +316,23 @@ SLIPS = {
                 )
             ],
         ),
+        (
+            "the shorter side padded on the left",
+            [
+                (
+                    "[F.pad(ids_1, (0, T - ids_1.size(1))), F.pad(ids_2, (0, T - ids_2.size(1)))]",
+                    "[F.pad(ids_1, (T - ids_1.size(1), 0)), F.pad(ids_2, (T - ids_2.size(1), 0))]",
+                ),
+                (
+                    "[F.pad(mask_1, (0, T - mask_1.size(1))), F.pad(mask_2, (0, T - mask_2.size(1)))]",
+                    "[F.pad(mask_1, (T - mask_1.size(1), 0)), F.pad(mask_2, (T - mask_2.size(1), 0))]",
+                ),
+            ],
+        ),
+        (
+            "T taken from the first side",
+            [("T = max(ids_1.size(1), ids_2.size(1))", "T = ids_1.size(1)")],
+        ),
     ],
     "multitask_step": [
         (
@@ -295,6 +356,20 @@ SLIPS = {
                     "if k == len(micro) - 1:\n                backward(part, rt.scaler)",
                 )
             ],
+        ),
+        ("the loss scaler bypassed", [("backward(part, rt.scaler)", "part.backward()")]),
+        (
+            "1 / micro-batches for the share",
+            [
+                (
+                    "weights[p.task] * p.share * task_loss(",
+                    "weights[p.task] / len(micro) * task_loss(",
+                )
+            ],
+        ),
+        (
+            "the returned loss keeps its graph",
+            [("loss = loss + part.detach()", "loss = loss + part")],
         ),
     ],
     "pair_head": [
@@ -367,6 +442,42 @@ SLIPS = {
             "mt-dnn's: regression's error averaged",
             [("climb = (adv - y).pow(2).sum()", "climb = (adv - y).pow(2).mean()")],
         ),
+        (
+            "the final pass on detached embeddings",
+            [
+                (
+                    "return divergence(f(embeds + noise.detach()), clean, kind)",
+                    "return divergence(f(base + noise.detach()), clean, kind)",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: the final pass on detached embeddings",
+            [
+                (
+                    "return reference_divergence(clean, f(embeds + noise), kind)",
+                    "return reference_divergence(clean, f(base + noise), kind)",
+                )
+            ],
+        ),
+        (
+            "backward() for the noise's gradient",
+            [
+                (
+                    "(grad,) = torch.autograd.grad(\n                adv / adv.detach().clamp(min=1e-30),\n                noise,\n                allow_unused=True,\n                materialize_grads=True,\n            )",
+                    "adv.backward()\n            grad = noise.grad",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: backward() for the noise's gradient",
+            [
+                (
+                    "(grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)",
+                    "climb.backward()\n            grad = noise.grad",
+                )
+            ],
+        ),
     ],
     "momentum_teacher": [
         (
@@ -430,6 +541,16 @@ SLIPS = {
         ),
         ("projected whether or not they conflict", [("if dot < 0:", "if dot != 0:")]),
         ("the inputs changed in place", [("g_i = grads[i].clone()", "g_i = grads[i]")]),
+        (
+            "one order shared by every task",
+            [
+                ("        order = torch.randperm(num_tasks, generator=generator).tolist()\n", ""),
+                (
+                    "projected = []\n",
+                    "projected = []\n    order = torch.randperm(num_tasks, generator=generator).tolist()\n",
+                ),
+            ],
+        ),
     ],
     "distillation": [
         (
@@ -448,6 +569,15 @@ SLIPS = {
                 (
                     "denom = np.sqrt(np.sum(dx * dx) * np.sum(dy * dy))",
                     "denom = (len(x) - 1) * x.std() * y.std()",
+                )
+            ],
+        ),
+        (
+            "|r|",
+            [
+                (
+                    "return float(np.sum(dx * dy) / denom)",
+                    "return float(abs(np.sum(dx * dy)) / denom)",
                 )
             ],
         ),
@@ -470,8 +600,8 @@ HANDOUT_ADAMW = (  # the CS224n handout's AdamW: Kingma & Ba's efficient bias co
     # eps on sqrt(v), the decay after the update with the lr
     "            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)\n"
     "            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)\n"
-    '            t = state["step"]\n'
-    "            alpha = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)\n"
+    '            bias1, bias2 = self._bias_corrections(group, state["step"])  # given\n'
+    "            alpha = lr * math.sqrt(bias2) / bias1\n"
     "            p.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(eps), value=-alpha)\n"
     '            p.mul_(1 - lr * group["weight_decay"])\n'
 )
@@ -479,19 +609,44 @@ HANDOUT_FOREACH = (
     "        for p, m, v, s in zip(params, exp_avgs, exp_avg_sqs, states, strict=True):\n"
     "            m.mul_(beta1).add_(p.grad, alpha=1 - beta1)\n"
     "            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)\n"
-    '            alpha = lr * math.sqrt(1 - beta2 ** s["step"]) / (1 - beta1 ** s["step"])\n'
+    '            bias1, bias2 = self._bias_corrections(group, s["step"])\n'
+    "            alpha = lr * math.sqrt(bias2) / bias1\n"
     "            p.addcdiv_(m, v.sqrt().add_(eps), value=-alpha)\n"
     '            p.mul_(1 - lr * group["weight_decay"])\n'
 )
 # exercise -> [(what the variant is, [whole bodies, one per region] or [(old, new), ...])]
 VARIANTS = {
+    "adamw": [
+        ("the handout's algorithm", [HANDOUT_ADAMW, HANDOUT_FOREACH]),
+        (
+            "the handout's eps, decay first",
+            [
+                (
+                    "denom = torch.sqrt(exp_avg_sq, out=self._scratch(p)).add_(eps * root2)",
+                    "denom = torch.sqrt(exp_avg_sq, out=self._scratch(p)).add_(eps)",
+                )
+            ],
+        ),
+        (
+            "torch's eps, decay after",
+            [
+                (
+                    'if group["weight_decay"]:\n                p.mul_(1.0 - lr * group["weight_decay"])',
+                    "pass",
+                ),
+                (
+                    "p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)",
+                    'p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)\n            p.mul_(1.0 - lr * group["weight_decay"])',
+                ),
+            ],
+        ),
+    ],
     "attention": [
         (
             "F.dropout",
             [("dropout(probs, dropout_p, training)", "F.dropout(probs, dropout_p, training)")],
         )
     ],
-    "adamw": [("the handout's algorithm", [HANDOUT_ADAMW, HANDOUT_FOREACH])],
     "classifier": [
         (
             "F.dropout",
@@ -601,8 +756,8 @@ def test_the_variants_the_handout_allows_pass(name, grade_changed):
     for what, edits in VARIANTS[name]:
         row = grade_changed(name, edits)
         assert row["result"] == "pass", f"{name}, {what}: {row}"
-    if name == "adamw":
-        assert row["detail"] == "matched the handout's AdamW"
+        if what == "the handout's algorithm":  # the scorecard says which AdamW it matched
+            assert row["detail"] == "matched the handout's AdamW"
 
 
 def slip_table() -> str:
