@@ -8,7 +8,7 @@ STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs
+.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs submit
 
 venv: $(STAMP)
 
@@ -37,6 +37,14 @@ demo: venv
 	$(PY) -m lab.fetch --quiet
 	$(PY) multitask_classifier.py --preset demo --run_dir=$(DEMO_DIR) $(DEMO_FLAGS)
 	$(PY) -m lab.explore report $(DEMO_DIR)
+
+# A trained run's test predictions in the handout's files, zipped with the code for the
+# leaderboard: make submit RUN=runs/thesis-... (SUBMIT_FLAGS: e.g. --part1 runs/finetune-...)
+RUN ?=
+SUBMIT_FLAGS ?=
+submit: venv
+	$(if $(RUN),,$(error make submit needs RUN=the run folder, e.g. RUN=runs/thesis-20251201-120000))
+	$(PY) submit.py $(RUN) $(SUBMIT_FLAGS)
 
 bench: venv
 	$(PY) -m lab.bench

@@ -1,25 +1,30 @@
 """Single-task sentiment classification: the thesis's Phase 1 (CS224n handout part 1).
 
-SST-5 (5 classes) or CFIMDB (2 classes) with a linear head on the pooled sentence:
-- `--option last-linear-layer`: BERT frozen, only the head learns (lr 1e-3 unless --lr);
+SST-5 (5 classes) and CFIMDB (2 classes), each with a linear head on the pooled sentence:
+- `--option pretrain` (or last-linear-layer): BERT frozen, only the head learns (lr 1e-3
+  unless --lr);
 - `--option finetune`: every parameter learns (--lr, default 1e-5).
 It is the multitask code with one task: the same model class, the same training loop
-(trainer.run_plan) and the same evaluation, scored on that task's dev set.
+(trainer.run_plan) and the same evaluation, scored on that task's dev set. As the
+handout's command does, one run trains SST, then CFIMDB (`--task` picks one), and writes
+predictions/{pretrain|finetune}-{sst|cfimdb}-{dev|test}-out.csv, the handout's names.
 
-    python classifier.py --task sst --option finetune
+    python classifier.py --option finetune --use_gpu --epochs 10 --lr 1e-5
 """
 
+import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-import cli
+import checkpoint
 import config
 import datasets as data
 import multitask_classifier as mt
-from base_bert import EMBEDDED
+import runtime
 from config import (
     DataConfig,
     DeviceConfig,
@@ -29,6 +34,7 @@ from config import (
     ScheduleConfig,
 )
 from plans import Stage, check_compile
+from presets import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
 from runfolder import Run, finish
 from runtime import make_runtime
 from tokenizer import BertTokenizer
@@ -41,57 +47,82 @@ FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on 
 class ClassifierConfig:
     """what to run"""
 
-    task: str = config.option("sst", "data set", choices=("sst", "cfimdb"))
+    task: str = config.option(
+        "both", "data set; both: SST, then CFIMDB", choices=("sst", "cfimdb", "both")
+    )
     option: str = config.option(
         "finetune",
-        f"last-linear-layer: BERT frozen, train the head (--lr {FROZEN_LR} unless given); "
-        "finetune: train everything",
-        choices=("last-linear-layer", "finetune"),
+        f"pretrain (or last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
+        "unless given); finetune: train everything",
+        choices=("pretrain", "last-linear-layer", "finetune"),
     )
     epochs: int = config.option(10, "passes over the training set", minimum=1)
     seed: int = config.option(RunConfig.seed, "random seed")
     run_dir: str | None = config.option(None, "output folder; unset: runs/<task>-<option>-<time>")
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(bert=EMBEDDED, dropout=0.3))
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(dropout=0.3))
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=16))
     device: DeviceConfig = field(default_factory=DeviceConfig)
 
 
+FROZEN = ("pretrain", "last-linear-layer")
+# The handout's classifier.py names its files itself, whatever its --dev_out and --test_out say
+NAMED = "accepted: predictions/{option}-{task}-{split}-out.csv, as the handout names them"
+HANDOUT = HANDOUT_FLAGS | {"--dev_out": (1, no_flags, NAMED), "--test_out": (1, no_flags, NAMED)}
+
+
 def frozen_lr(typed: dict) -> dict:
     """The frozen option's own learning rate, under an --lr the user typed."""
-    return {"optim.lr": FROZEN_LR} if typed.get("option") == "last-linear-layer" else {}
+    return {"optim.lr": FROZEN_LR} if typed.get("option") in FROZEN else {}
 
 
 def main(argv=None):
-    cfg, _, _ = cli.parse(
+    argv = handout_argv(sys.argv[1:] if argv is None else argv, HANDOUT)
+    cfg, _, _ = config.parse(
         ClassifierConfig(),
         argv,
         "Sentiment classification with a frozen or fine-tuned BERT.",
+        handout_help(HANDOUT),
         overrides=frozen_lr,
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(cfg.run_dir or f"runs/{cfg.task}-{cfg.option}-{stamp}")
-    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     check_compile(cfg.device.compile, rt.device)
+    tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
+    return {t: train_task(cfg, t, run_dir / t if len(tasks) > 1 else run_dir, rt) for t in tasks}
+
+
+def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt):
+    """Train and score one task, the best epoch kept; its predictions by the handout's names."""
+    torch.manual_seed(cfg.seed)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    tasks = (cfg.task,)
-    task_data = data.load_task_data(cfg.data, tokenizer, tasks, cfg.seed)
-    frozen = cfg.option == "last-linear-layer"
-    make_model = mt.model_factory(cfg.model, tasks, compile=cfg.device.compile)
+    task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
+    frozen = cfg.option in FROZEN
+    make_model = mt.model_factory(cfg.model, (task,), compile=cfg.device.compile)
     stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
         Stage(
-            tasks, cfg.optim.lr, cfg.optim.batch_size, name=f"epoch {e + 1}", freeze_encoder=frozen
+            (task,),
+            cfg.optim.lr,
+            cfg.optim.batch_size,
+            name=f"epoch {e + 1}",
+            freeze_encoder=frozen,
         )
         for e in range(cfg.epochs)
     ]
-    print(f"{cfg.task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
-    run = Run(run_dir, rt, tasks, cfg.data.eval_batch_size, cfg.seed, score_train=True)
+    print(f"{task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
+    run_dir.mkdir(parents=True, exist_ok=True)  # its settings, for submit.py to read
+    checkpoint.atomic_write(json.dumps(config.to_dict(cfg), indent=1), run_dir / "config.json")
+    run = Run(run_dir, rt, (task,), cfg.data.eval_batch_size, cfg.seed, score_train=True)
     t0 = time.time()
     model, rows, best = run_plan(stages, make_model(), task_data, cfg.optim, run)
     finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
+    option = "pretrain" if frozen else "finetune"
+    for written in sorted((run_dir / "predictions").glob(f"{task}-*-output.csv")):
+        split = written.name.split("-")[1]
+        written.rename(written.with_name(f"{option}-{task}-{split}-out.csv"))
     return rows, best
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

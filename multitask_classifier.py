@@ -26,6 +26,7 @@ every stage all three dev sets are scored: one row of the forgetting table.
 
 import json
 import random
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -38,11 +39,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import checkpoint
-import cli
 import config
 import datasets as data
 import evaluation
 import presets
+import runtime
 import simcse
 import trainer
 from base_bert import read_json_object
@@ -51,8 +52,16 @@ from config import ModelConfig, OptimConfig, RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from plans import check_loading, check_run, concat_tasks, cosine_tasks, plan_data, plan_files
-from presets import PRESETS, show
+from plans import (
+    check_loading,
+    check_run,
+    concat_tasks,
+    cosine_tasks,
+    from_dict,
+    plan_data,
+    plan_files,
+)
+from presets import MULTITASK_HANDOUT, PRESETS, show
 from runfolder import Run, finish, write_prediction_files
 from runtime import Dropout, compile_layers, from_main, make_runtime, out_of_memory
 from tokenizer import BertTokenizer
@@ -282,6 +291,7 @@ RESUME = ("--resume", "continue the run in this folder from its last checkpoint"
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
 MACHINE |= {"checkpoint_minutes", "stage_checkpoints", "device.dist_timeout", "tensorboard"}
 MACHINE |= {"optim.accumulate"}
+SCORING = {"data.dev_size", "data.test_predictions", "data.eval_batch_size"}  # --predict's own
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 SHOW = (
     "--show",
@@ -302,7 +312,7 @@ def load_run_config(run_dir: str) -> RunConfig:
     if not saved.is_file():
         raise SystemExit(f"{run_dir}: no config.json there; is it a run folder?")
     text = read_json_object(saved)
-    cfg = config.from_dict(RunConfig, text, str(saved))
+    cfg = from_dict(RunConfig, text, str(saved))
     presets.overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
     if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
         old = "auto" if cfg.device.amp and torch.cuda.is_available() else "fp32"
@@ -313,11 +323,12 @@ def load_run_config(run_dir: str) -> RunConfig:
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'estimate': True
     or None})."""
-    cfg, typed, folders = cli.parse(
+    argv = presets.handout_argv(sys.argv[1:] if argv is None else argv, MULTITASK_HANDOUT)
+    cfg, typed, folders = config.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
-        presets.epilog(),
+        presets.epilog() + "\n\n" + presets.handout_help(MULTITASK_HANDOUT),
         presets.overrides,
         extra=[RESUME, PREDICT, SHOW, ESTIMATE],
     )
@@ -327,8 +338,9 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         if more:
             raise SystemExit(f"--{name} takes no --{more[0][0]}; give one run folder flag")
         saved = load_run_config(folder)
-        cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in MACHINE})
-        if changed := cli.changed_flags(saved, typed, MACHINE):  # the same ones may stay
+        free = MACHINE | (SCORING if name == "predict" else set())  # sampling is not the model
+        cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in free})
+        if changed := config.changed_flags(saved, typed, free):  # the same ones may stay
             raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
     check_run(cfg, PRESETS[cfg.preset].plans_of(cfg))  # before any folder is made
     return cfg, folders
@@ -356,38 +368,17 @@ def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: b
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
 
 
-def estimate(cfg: RunConfig, plans: dict, rt, probe: int = 4) -> float:
+def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     """Print each stage's expected minutes and return the whole run's, before any run
-    folder exists (--estimate; lab/sweep.py asks it through main): `probe` real
-    steps of each kind of stage on this device and precision, each run twice and timed
-    the second time (kernels for a new shape are built on first use), give seconds per
-    padded token, times the stage's tokens; plus one timed dev scoring after each stage."""
+    folder exists (--estimate; lab/sweep.py asks it through main): trainer.estimate_plans
+    times a few real steps of each kind of stage, plus one dev scoring."""
     task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
     reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
     t0 = time.perf_counter()
     sub_run(cfg, Path(), "", rt).score(model, task_data)
-    scoring, rates, total = time.perf_counter() - t0, {}, 0.0
-    print(f"{'stage':28s} {'steps':>6s} {'examples':>9s} {'s/step':>7s} {'minutes':>8s}")
-    for name, plan in plans.items():
-        for k, stage in enumerate(plan):
-            order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
-            steps = list(trainer.stage_steps(task_data, stage, order, cfg.seed))
-            tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
-            kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
-            if kind not in rates:  # seconds per token of this kind of stage
-                rates[kind] = trainer.time_steps(
-                    model, cfg.optim, stage, steps[:probe], reference, rt
-                )
-            n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
-            examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
-            label = f"{name}: {stage.name}" if name else stage.name
-            print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
-            total += seconds + scoring * stage.epochs
-    print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
-    minutes = (total + scoring) / 60
-    print(f"whole run: about {minutes:.1f} minutes ({rt.device}, {rt.precision})")
-    return minutes
+    scoring = time.perf_counter() - t0
+    return trainer.estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
@@ -470,4 +461,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

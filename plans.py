@@ -411,3 +411,35 @@ def in_batch_stage(s: Stage, optim) -> bool:
         or bool(s.contrastive and s.contrastive.simcse_weight > 0)  # a SimCSE term's negatives
         or optim.distill > 0  # a task batch's cosines, distilled
     )
+
+
+def from_dict(cls, saved: dict, source="config"):
+    """A config from its JSON form; fields added since it was saved keep today's defaults.
+    A value of the wrong type, or a setting this version lacks (a typo, one removed since),
+    stops with the field and the file (`source`). `saved` is a dict: base_bert.read_json_object
+    reads a run's config.json and refuses anything else."""
+    cfg = cls()
+    known = {path for path, _, _ in config.leaves(cfg)}
+    given = set()
+    for key, value in saved.items():  # 'seed' on top, 'optim.lr' inside a group
+        given |= {f"{key}.{n}" for n in value} if isinstance(value, dict) else {key}
+    if given - known:  # a typo would otherwise run with the default
+        raise SystemExit(f"{source}: unknown settings {', '.join(sorted(given - known))}")
+    if not given:
+        raise SystemExit(f"{source}: no settings; expected those of a run's config.json")
+    changes = {}
+    for path, _, default in config.leaves(cfg):
+        owner, _, name = path.rpartition(".")
+        node = saved.get(owner, {}) if owner else saved
+        if not isinstance(node, dict) or name not in node:
+            continue
+        value = node[name]
+        expected = str if default is None else type(default)
+        numeric = expected is float and isinstance(value, int) and not isinstance(value, bool)
+        fits = isinstance(value, list if expected is tuple else expected) or numeric
+        if not (fits or (default is None and value is None)):
+            raise SystemExit(f"{source}: {path} is {value!r}; expected a {expected.__name__}")
+        changes[path] = tuple(value) if expected is tuple else value
+    cfg = config.replace_paths(cfg, changes)
+    config.check(cfg)
+    return cfg

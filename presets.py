@@ -15,11 +15,12 @@ row to PRESETS (and `task_stage` to the names imported from plans):
 
 `python multitask_classifier.py --preset NAME --show` prints what it resolves to, stage by
 stage, without loading anything (`show`, at the end). What a combination of flags cannot
-do is refused by plans.check_run.
+do is refused by plans.check_run. The CS224n handout's own flags (`--use_gpu`, `--option
+pretrain`, ...) are rewritten into this project's by `handout_argv`, last.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import config
 from config import RunConfig, refuse
@@ -52,9 +53,24 @@ class Preset:
     published: tuple | None = None  # a report's row: its dev SST acc, QQP acc, STS r
 
     def plans_of(self, cfg: RunConfig) -> dict[str, list[Stage]]:
-        """Sub-run name -> its stages; '' is the one model scored on all three tasks."""
+        """Sub-run name -> its stages; '' is the one model scored on all three tasks. With
+        --freeze_encoder every stage trains the heads only."""
         plan = self.plan(cfg)
-        return plan if isinstance(plan, dict) else {"": plan}
+        plans = plan if isinstance(plan, dict) else {"": plan}
+        if not cfg.model.freeze_encoder:
+            return plans
+        stages = [s for stages in plans.values() for s in stages]
+        refuse(
+            any(s.kind == "contrastive" for s in stages),
+            f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "
+            f"{cfg.preset} also trains the encoder contrastively",
+        )
+        refuse(
+            cfg.model.pair_head == "sbert" and any("sts" in s.tasks for s in stages),
+            "--freeze_encoder: STS's output is the cosine, with no head to train on a frozen "
+            "encoder; add --pair_head concat (a head on [u, v])",
+        )
+        return {n: [replace(s, freeze_encoder=True) for s in ss] for n, ss in plans.items()}
 
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
@@ -395,7 +411,7 @@ PRESETS = {
 
 
 def overrides(typed: dict) -> dict:
-    """The settings of the preset the user typed (or the default one), for cli.parse."""
+    """The settings of the preset the user typed (or the default one), for config.parse."""
     name = typed.get("preset", RunConfig().preset)
     if name not in PRESETS:
         raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
@@ -483,3 +499,65 @@ def show(cfg: RunConfig, preset) -> str:
     if any(s.contrastive and s.contrastive.simcse_data == "snli" for s in stages):
         lines.append(SNLI_NOTE)
     return "\n".join(lines)
+
+
+# The CS224n handout's own flags, as its commands take them: flag -> (how many values, the
+# flags of this project it stands for, what --help says). Each command adds its own.
+HANDOUT_FLAGS = {
+    "--use_gpu": (0, lambda: ["--device", "cuda"], "--device cuda"),
+    "--hidden_dropout_prob": (1, lambda p: ["--dropout", p], "--dropout"),
+}
+
+
+def handout_argv(argv: list[str], table: dict) -> list[str]:
+    """argv with each of the handout's flags in `table` rewritten into this project's:
+    `--use_gpu` becomes `--device cuda`."""
+    out, i = [], 0
+    while i < len(argv):
+        flag, _, inline = argv[i].partition("=")
+        if flag not in table:
+            out, i = [*out, argv[i]], i + 1
+            continue
+        arity, ours, _ = table[flag]
+        values = [inline] if inline else argv[i + 1 : i + 1 + arity]
+        if len(values) != arity or any(v.startswith("--") for v in values):
+            raise SystemExit(f"{flag} (the handout's flag) takes {arity} value(s)")
+        out, i = [*out, *ours(*values)], i + 1 + (0 if inline else arity)
+    return out
+
+
+def handout_help(table: dict) -> str:
+    """--help's lines on the handout's flags this command takes."""
+    lines = [f"  {flag:22s} {help}" for flag, (_, _, help) in table.items()]
+    return "the CS224n handout's flags, taken as this project's:\n" + "\n".join(lines)
+
+
+OUTPUTS = "accepted: the run writes the handout's files to RUN_DIR/predictions/; submit.py copies them to ./predictions/"
+
+
+def no_flags(_):
+    return []
+
+
+def multitask_option(option: str) -> list[str]:
+    refuse(option not in ("pretrain", "finetune"), f"--option {option}: pretrain or finetune")
+    return ["--freeze_encoder", "--pair_head", "concat"] if option == "pretrain" else []
+
+
+def epochs_flags(n: str) -> list[str]:
+    return ["--loops", n, "--individual_epochs", n, "--multitask_epochs", n]
+
+
+MULTITASK_HANDOUT = HANDOUT_FLAGS | {  # multitask_classifier.py's
+    "--option": (
+        1,
+        multitask_option,
+        "pretrain: --freeze_encoder --pair_head concat; finetune: the default",
+    ),
+    "--epochs": (1, epochs_flags, "--loops (thesis presets), --individual/multitask_epochs"),
+    **{
+        f"--{t}_{s}_out": (1, no_flags, OUTPUTS)
+        for t in ("sst", "para", "sts")
+        for s in ("dev", "test")
+    },
+}

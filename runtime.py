@@ -10,6 +10,7 @@ the CPU than F.dropout's.
 """
 
 import atexit
+import errno
 import os
 import sys
 from contextlib import nullcontext
@@ -22,6 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike dist's
 
+from base_bert import ModelError
+from checkpoint import CheckpointError
+from datasets import DataError
 from optimizer import flatten_grads, write_flat_grads
 
 
@@ -322,3 +326,31 @@ def out_of_memory(e: torch.cuda.OutOfMemoryError, accumulate: int, run_dir) -> s
         f"gradient), or start again with a smaller --batch_size, --max_length or "
         f"--eval_batch_size (scoring)"
     )
+
+
+USER_ERRORS = (DataError, ModelError, CheckpointError, FileNotFoundError)
+
+
+def run_cli(main, argv=None):
+    """Run a command's main(argv): a mistake in the user's files or flags prints one line
+    (what, where, what was expected) and exits 1; --debug shows the traceback instead."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return main(argv)
+    except USER_ERRORS as e:
+        if "--debug" in argv:
+            raise
+        raise SystemExit(f"error: {e}") from None
+    except BrokenPipeError:  # the reader stopped early (| head): quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+    except OSError as e:  # a full disk is the machine's state, not a bug: say what to do
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or "--debug" in argv:
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        raise SystemExit(
+            f"error: the disk is full{where}; free space and run it again (a training run: "
+            "--resume its folder, whose last checkpoint is intact)"
+        ) from None
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted") from None

@@ -469,3 +469,29 @@ def time_steps(model, optim: OptimConfig, stage: Stage, steps, reference, rt) ->
     seconds = time.perf_counter() - t0
     model.bert.requires_grad_(True)
     return seconds / sum(b["input_ids"].numel() for step in steps for _, b in step)
+
+
+def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: float, probe=4):
+    """Print each stage's expected minutes and return the whole run's: `probe` real steps
+    of each kind of stage on this device and precision, each run twice and timed the second
+    time (kernels for a new shape are built on first use), give seconds per padded token,
+    times the stage's tokens; plus `scoring` seconds of dev scoring after each epoch."""
+    rates, total = {}, 0.0
+    print(f"{'stage':28s} {'steps':>6s} {'examples':>9s} {'s/step':>7s} {'minutes':>8s}")
+    for name, plan in plans.items():
+        for k, stage in enumerate(plan):
+            order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
+            steps = list(stage_steps(task_data, stage, order, cfg.seed))
+            tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
+            kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
+            if kind not in rates:  # seconds per token of this kind of stage
+                rates[kind] = time_steps(model, cfg.optim, stage, steps[:probe], reference, rt)
+            n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
+            examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
+            label = f"{name}: {stage.name}" if name else stage.name
+            print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
+            total += seconds + scoring * stage.epochs
+    print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
+    minutes = (total + scoring) / 60
+    print(f"whole run: about {minutes:.1f} minutes ({rt.device}, {rt.precision})")
+    return minutes

@@ -26,9 +26,9 @@ LAYERS = [
     {"runtime"},
     {"bert", "losses"},
     {"config", "runfolder"},
-    {"plans", "cli"},
+    {"plans"},
     {"presets", "trainer"},
-    {"multitask_classifier", "sanity_check", "exercises"},  # the course's commands
+    {"multitask_classifier", "sanity_check", "exercises", "submit"},  # the course's commands
     {"classifier", "lab", "lab.fetch", "lab.plots", "lab.export", "lab.house", "lab.timing"},
     {"lab.bench", "lab.ensemble", "lab.gpu_check", "lab.explore", "lab.reports"},
     {"lab.sweep"},

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import cli
+import config
 import datasets as data
 import runtime
 from base_bert import BertConfig, resolve_model_dir
@@ -421,7 +421,7 @@ class BenchConfig:
 def main(argv=None) -> int:
     import transformers
 
-    args, _, _ = cli.parse(BenchConfig(), argv, __doc__)
+    args, _, _ = config.parse(BenchConfig(), argv, __doc__)
     rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -463,4 +463,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run_cli(main))
+    sys.exit(runtime.run_cli(main))

@@ -20,10 +20,11 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
-import cli
+import config
 import datasets as data
 import evaluation
 import multitask_classifier as mt
+import runtime
 from evaluation import MULTITASK, TASKS, TaskResult
 from runtime import make_runtime
 
@@ -114,7 +115,7 @@ def scored(outputs: dict, split: str = "dev") -> dict[str, TaskResult]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=config.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (their best models)")
     parser.add_argument("--out", type=Path, default=Path("runs/ensemble"), help="output folder")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -140,4 +141,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_cli(main))
+    raise SystemExit(runtime.run_cli(main))

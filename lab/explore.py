@@ -39,9 +39,10 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import numpy as np
 import torch
 
-import cli
+import config
 import evaluation
 import multitask_classifier as mt
+import runtime
 from bert import BertModel
 from checkpoint import BEST, atomic_write
 from datasets import (
@@ -439,7 +440,9 @@ def label(cfg, model, rt, lines) -> None:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=config.prog(),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     look = commands.add_parser("attention", help="draw a sentence's attention, before and after")
@@ -472,4 +475,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

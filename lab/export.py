@@ -22,10 +22,10 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import torch
 from safetensors.torch import save
 
-import cli
 import config
 import evaluation
 import multitask_classifier as mt
+import runtime
 from checkpoint import atomic_write, read_rows, write_tensors
 from config import RunConfig
 from evaluation import MULTITASK
@@ -176,7 +176,9 @@ def push(folder: Path, repo: str) -> str:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=config.prog(),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("run_dir", type=Path, help="a finished run folder (its kept model)")
     parser.add_argument(
@@ -193,4 +195,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

@@ -34,8 +34,9 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
-import cli
+import config
 import datasets as data
+import runtime
 from base_bert import embedded_model_dir
 from checkpoint import read_rows
 from config import option
@@ -270,7 +271,7 @@ def pack_minilm(package: Path) -> None:
 
 
 def main(argv=None) -> int:
-    cfg, _, _ = cli.parse(GpuCheckConfig(), argv, __doc__)
+    cfg, _, _ = config.parse(GpuCheckConfig(), argv, __doc__)
     if cfg.pack:
         size = pack(Path(cfg.pack))
         print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python -m lab.gpu_check")
@@ -279,4 +280,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run_cli(main))
+    sys.exit(runtime.run_cli(main))

@@ -16,7 +16,8 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import cli
+import config
+import runtime
 from checkpoint import atomic_write
 
 # part: (what it is, [(file, what it holds)]); the arrows say who uses whom
@@ -38,6 +39,7 @@ HOUSE = {
             ("sanity_check.py", "the handout's check"),
             ("optimizer_test.py", "the handout's AdamW test"),
             ("exercises.py", "make and grade a handout"),
+            ("submit.py", "predictions zipped for the leaderboard"),
         ],
     ),
     "the training": (
@@ -46,8 +48,7 @@ HOUSE = {
             ("trainer.py", "one step; one stage; a plan"),
             ("plans.py", "stages; what cannot work"),
             ("presets.py", "named plans, one row each"),
-            ("config.py", "every setting, once"),
-            ("cli.py", "flags from the settings"),
+            ("config.py", "every setting, once; its flag"),
             ("runtime.py", "device, precision, dropout"),
             ("runfolder.py", "what a run writes"),
             ("checkpoint.py", "safe files, resume"),
@@ -112,7 +113,7 @@ def svg() -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=config.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "house.svg", help="the SVG")
     args = parser.parse_args(argv)
     atomic_write(svg(), args.out)
@@ -121,4 +122,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

@@ -44,7 +44,8 @@ except ImportError:  # requirements.txt leaves it out: training never draws
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
 import checkpoint
-import cli
+import config
+import runtime
 from checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 
@@ -357,7 +358,9 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(
-        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=config.prog(),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "run_dir",
@@ -403,4 +406,4 @@ def main(argv=None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

@@ -28,8 +28,9 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import checkpoint
-import cli
+import config
 import evaluation
+import runtime
 from evaluation import MULTITASK
 from presets import PRESETS
 
@@ -190,7 +191,7 @@ def make_table(name: str, args) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        prog=cli.prog(),
+        prog=config.prog(),
         description=__doc__.split("\n")[0],
         epilog="tables:\n" + "\n".join(f"  {k:<16} {t.source}" for k, t in TABLES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -222,4 +223,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

@@ -34,10 +34,10 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import torch
 
 import checkpoint
-import cli
 import config
 import evaluation
 import multitask_classifier as mt
+import runtime
 from checkpoint import METRICS, STATE, atomic_write
 from config import RunConfig
 
@@ -306,7 +306,9 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog=cli.prog(), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=config.prog(),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sweep_dir", type=Path, help="the sweep's folder (a new one, or --resume)")
     parser.add_argument("--preset", default="demo", help="the preset every trial runs")
@@ -347,4 +349,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    cli.run_cli(main)
+    runtime.run_cli(main)

@@ -10,7 +10,7 @@ from helpers import tiny_flags, weights
 
 def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
     flags = "--task cfimdb --option last-linear-layer --epochs 2 --batch_size 8 --max_length 64"
-    rows, best = classifier.main(tiny_flags(tiny_env, tmp_path / "run", flags))
+    rows, best = classifier.main(tiny_flags(tiny_env, tmp_path / "run", flags))["cfimdb"]
     assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
     assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
     trained = weights(tmp_path / "run" / "state.safetensors")
@@ -22,7 +22,7 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
-    parse = classifier.cli.parse
+    parse = classifier.config.parse
     frozen = ["--option", "last-linear-layer"]
     assert (
         parse(classifier.ClassifierConfig(), frozen, overrides=classifier.frozen_lr)[0].optim.lr

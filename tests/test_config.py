@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import cli
 import config
 import multitask_classifier as mt
 import plans
@@ -18,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_defaults_come_from_the_dataclasses():
-    cfg, typed, extras = cli.parse(RunConfig(), [])
+    cfg, typed, extras = config.parse(RunConfig(), [])
     assert cfg == RunConfig() and typed == {} and extras == {}
     assert cfg.optim.lr == 1e-5 and cfg.smart.lambda_sst == 10.0 and cfg.device.amp
 
@@ -39,7 +38,7 @@ def test_a_preset_sets_values_under_the_flags_the_user_typed():
 
 
 def test_switches_and_lists_parse():
-    cfg, typed, _ = cli.parse(
+    cfg, typed, _ = config.parse(
         RunConfig(),
         [
             "--no_amp",
@@ -81,20 +80,20 @@ def test_switches_and_lists_parse():
 )
 def test_out_of_range_values_name_the_flag(argv, message):
     with pytest.raises(SystemExit, match=message):
-        cli.parse(RunConfig(), argv)
+        config.parse(RunConfig(), argv)
 
 
 def test_json_round_trip_and_settings_added_since():
     cfg, _ = mt.parse_args(["--lr", "3e-5", "--sequential_epochs", "1", "2", "3", "--smart"])
     saved = json.loads(json.dumps(config.to_dict(cfg)))
-    assert config.from_dict(RunConfig, saved) == cfg
+    assert plans.from_dict(RunConfig, saved) == cfg
     del saved["smart"]["mu"]  # a run saved before `mu` existed gets today's default
-    assert config.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
+    assert plans.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
     saved["optim"]["lrr"] = 1.0  # a hand edit's typo would otherwise train with the default
     with pytest.raises(SystemExit, match=r"^c.json: unknown settings optim.lrr$"):
-        config.from_dict(RunConfig, saved, "c.json")
+        plans.from_dict(RunConfig, saved, "c.json")
     with pytest.raises(SystemExit, match=r"^c.json: no settings"):
-        config.from_dict(RunConfig, {}, "c.json")
+        plans.from_dict(RunConfig, {}, "c.json")
 
 
 def test_the_flags_in_the_readme_docs_and_makefile_still_parse():

@@ -376,7 +376,7 @@ def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, mon
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
-    from cli import run_cli
+    from runtime import run_cli
 
     config_json = tiny_env[0] / "config.json"
     config_json.write_text(config_json.read_text()[:-3])
@@ -392,7 +392,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     import os
 
     import evaluation
-    from cli import run_cli
+    from runtime import run_cli
 
     def full(*a, **k):  # the predictions, written after the last stage's checkpoint
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -573,7 +573,7 @@ def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
     import io
     import os
 
-    from cli import run_cli
+    from runtime import run_cli
 
     run(tiny_env, tmp_path / "run", "--loops", "0")
     strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes

@@ -1,0 +1,120 @@
+"""submit.py and the handout's command lines: a tiny run becomes the archive the handout's
+prepare_submit.py would make of the same files, every test id in it; a sampled run is
+refused, naming the flag, until --predict writes its predictions in full."""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import classifier
+import datasets as data
+import multitask_classifier as mt
+import submit
+from evaluation import MULTITASK, read_predictions
+from helpers import tiny_flags
+
+REPO = Path(__file__).resolve().parents[1]
+PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
+TINY = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64 --preset thesis"
+
+
+def a_clone(tmp_path) -> Path:
+    """A folder holding the repository's top-level modules, where submit.py runs."""
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    for f in REPO.glob("*.py"):
+        shutil.copy2(f, folder / f.name)
+    return folder
+
+
+def submit_in(folder, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "submit.py", *map(str, args)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_path):
+    """Full predictions (--dev_size 0), the handout's names and QQP's 1.0 / 0.0; the
+    archive lists what the handout's prepare_submit.py lists for the same folder."""
+    run_dir = tmp_path / "run"
+    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    clone = a_clone(tmp_path)
+    done = submit_in(clone, run_dir)
+    assert done.returncode == 0, done.stderr
+    for task in MULTITASK:
+        for split in ("dev", "test"):
+            ids, preds = read_predictions(clone / "predictions" / f"{task}-{split}-output.csv")
+            assert set(ids) == set(submit.file_ids(data.task_file(tiny_env[1], task, split)))
+    qqp = (clone / "predictions" / "para-test-output.csv").read_text().splitlines()[1:]
+    assert {line.split(",")[1].strip() for line in qqp} <= {"1.0", "0.0"}  # the handout's
+    with zipfile.ZipFile(clone / submit.ARCHIVE) as z:
+        ours = sorted(z.namelist())
+    if not PREPARE.is_file():
+        pytest.skip(f"no handout zipper at {PREPARE}")
+    (clone / submit.ARCHIVE).unlink()
+    subprocess.run([sys.executable, str(PREPARE)], cwd=clone, check=True, capture_output=True)
+    with zipfile.ZipFile(clone / submit.ARCHIVE) as z:
+        assert ours == sorted(z.namelist()) and "submit.py" in ours
+
+
+def test_a_sampled_run_is_refused_until_predict_writes_every_row(tiny_env, tmp_path):
+    run_dir = tmp_path / "run"
+    mt.main(tiny_flags(tiny_env, run_dir, TINY, "--dev_size", "6"))
+    clone = a_clone(tmp_path)
+    refused = submit_in(clone, run_dir)
+    assert refused.returncode == 1 and "--dev_size 6" in refused.stderr
+    fix = f"python multitask_classifier.py --predict {run_dir} --dev_size 0"
+    assert fix in refused.stderr and refused.stderr.count("\n") == 1
+    mt.main(["--predict", str(run_dir), "--dev_size", "0", "--data_dir", str(tiny_env[1])])
+    assert submit_in(clone, run_dir).returncode == 0
+
+
+def test_minilm_is_refused_unless_told(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"model": {"bert": "minilm"}}))
+    with pytest.raises(SystemExit, match="MiniLM, which was trained on Quora and NLI pairs"):
+        submit.main([str(tmp_path / "run")])
+    with pytest.raises(SystemExit, match="missing data file"):  # on to the next check
+        submit.main([str(tmp_path / "run"), "--allow_outside_pretraining", "--data_dir", "no"])
+
+
+def test_the_handouts_part1_command_writes_its_file_names(tiny_env, tmp_path):
+    """classifier.py as the handout runs it: SST, then CFIMDB, one command; --use_gpu where
+    there is none is one line."""
+    argv = ["--option", "pretrain", "--epochs", "1", "--lr", "1e-3", "--batch_size", "8"]
+    argv += ["--dev_out", "x.csv", "--test_out", "y.csv"]
+    results = classifier.main(tiny_flags(tiny_env, tmp_path / "p1", "", *argv))
+    assert set(results) == {"sst", "cfimdb"}
+    written = sorted(p.name for p in (tmp_path / "p1").rglob("predictions/*.csv"))
+    assert written == sorted(
+        f"pretrain-{task}-{split}-out.csv"
+        for task in ("sst", "cfimdb")
+        for split in ("dev", "test")
+    )
+    if not shutil.which("nvidia-smi"):
+        with pytest.raises(SystemExit, match="--device cuda: no CUDA device"):
+            classifier.main(tiny_flags(tiny_env, tmp_path / "p2", "", "--use_gpu", *argv))
+
+
+def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
+    """multitask_classifier.py with the handout's flags: --option pretrain freezes the
+    encoder in every stage, --epochs sets the loops, its output flags are taken."""
+    argv = ["--option", "pretrain", "--epochs", "1", "--lr", "1e-3", "--hidden_dropout_prob", "0.3"]
+    argv += ["--sst_dev_out", "predictions/sst-dev-output.csv", "--max_length", "64"]
+    cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
+    assert cfg.model.freeze_encoder and cfg.schedule.loops == 1 and cfg.model.dropout == 0.3
+    assert all(s.freeze_encoder for s in mt.PRESETS[cfg.preset].plans_of(cfg)[""])
+    mt.main(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
+    names = sorted(p.name for p in (tmp_path / "p2" / "predictions").iterdir())
+    assert names == sorted(f"{t}-{s}-output.csv" for t in MULTITASK for s in ("dev", "test"))
+    with pytest.raises(SystemExit, match="--option nonsense: pretrain or finetune"):
+        mt.parse_args(["--option", "nonsense"])
