@@ -5,7 +5,8 @@
 PARAMETERS: Python run right after the parameters cell, as papermill injects a cell of
 parameters (e.g. 'CHECKPOINT_MINUTES = 0.01'). `kernel` starts it as a process of its own,
 on the tiny BERT, with a folder standing in for Google Drive, so that a test can kill it as
-a Colab VM reset would and count what the run wrote to that Drive (tests/drive_audit).
+a Colab VM reset would and count what the run wrote to that Drive (tests/drive_audit), and
+another standing in for the clone the notebook works in (`working_copy`).
 """
 
 import json
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "colab.ipynb"
+ARCHIVE = "cs224n_default_final_project_submission.zip"  # submit.py's, the handout's name
 
 
 def code_cells() -> list[str]:
@@ -30,10 +32,24 @@ def run_cells(namespace: dict, cells: list[str], parameters: str = "") -> None:
             exec(compile(parameters, "injected parameters", "exec"), namespace)
 
 
+def working_copy(folder: Path) -> Path:
+    """`folder` made to stand in for the notebook's clone of the repository: a link to each of
+    its files and folders. What the notebook writes where it works (submit.py's predictions/
+    and archive) lands in `folder`, not in the repository."""
+    kept_out = (".git", "data", "runs", "predictions", ARCHIVE)  # a student's own: untouched
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in NOTEBOOK.parent.iterdir():
+        link = folder / entry.name
+        if entry.name not in kept_out and not link.is_symlink():
+            link.symlink_to(entry)
+    return folder
+
+
 def kernel(bert: Path, folder: Path, drive: Path, parameters="", log=None) -> subprocess.Popen:
     """The notebook in a kernel process of its own process group (as a Colab VM's), on the
     tiny BERT in `bert` and the data in folder/data, its output in folder/DRIVE.out, its
-    Drive played by `drive`; with `log`, each file operation under `folder` is logged there."""
+    Drive played by `drive`, its clone by folder/DRIVE.clone; with `log`, each file
+    operation under `folder` is logged there."""
     env = os.environ | {
         "MINBERT_NOTEBOOK_TINY": "1",
         "MINBERT_NOTEBOOK_BERT": str(bert),
@@ -49,7 +65,7 @@ def kernel(bert: Path, folder: Path, drive: Path, parameters="", log=None) -> su
     with open(folder / f"{drive.name}.out", "a") as out:
         return subprocess.Popen(
             [sys.executable, __file__, parameters],
-            cwd=NOTEBOOK.parent,
+            cwd=working_copy(folder / f"{drive.name}.clone"),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,16 +1,25 @@
 """colab.ipynb: plain-Python cells that run in order, headless on the CPU, on the tiny BERT.
 
 The cells are run with `exec` in one shared namespace, as a notebook kernel would run
-them (tests/notebook_kernel.py), from the repository root (the notebook's subprocesses run
-`sys.executable multitask_classifier.py` and `lab/plots.py` there); MINBERT_NOTEBOOK_TINY
-switches the notebook to the tiny model and data of the `tiny_env` fixture and a run
-folder in tmp_path. A Colab session on Google Drive is played by a folder that stands in
-for Drive and a kernel process that is killed as a VM reset kills it.
+them (tests/notebook_kernel.py), in a folder of links to the repository that stands in for
+the notebook's clone (`working_copy`: the notebook's subprocesses run
+`sys.executable multitask_classifier.py` and `submit.py` there, and submit.py writes its
+archive there, not in the repository); MINBERT_NOTEBOOK_TINY switches the notebook to the
+tiny model and data of the `tiny_env` fixture and a run folder in tmp_path. A Colab
+session on Google Drive is played by a folder that stands in for Drive and a kernel
+process that is killed as a VM reset kills it; GitHub, for a private repository, by a
+server on 127.0.0.1 that answers git only with the token.
 """
 
+import base64
+import functools
+import http.server
 import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -18,7 +27,15 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_tiny_data
-from notebook_kernel import NOTEBOOK, code_cells, drive_charges, kernel, run_cells
+from notebook_kernel import (
+    ARCHIVE,
+    NOTEBOOK,
+    code_cells,
+    drive_charges,
+    kernel,
+    run_cells,
+    working_copy,
+)
 from safetensors import safe_open
 
 import checkpoint
@@ -27,6 +44,12 @@ from helpers import weights
 REPO = NOTEBOOK.parent
 CODE = code_cells()
 CELLS = json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def cell(text: str) -> int:
+    """The index in CODE of the one code cell that holds `text`."""
+    (found,) = [i for i, source in enumerate(CODE) if text in source]
+    return found
 
 
 def test_every_code_cell_is_plain_python_explained_by_the_cell_before_it():
@@ -42,11 +65,112 @@ def test_every_code_cell_is_plain_python_explained_by_the_cell_before_it():
         assert not any("torch" in line for line in installs), "keep Colab's CUDA torch"
 
 
-@pytest.mark.slow
-def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypatch, capsys):
+def test_drive_is_mounted_first_before_what_a_reset_runs_again():
+    """Drive asks to be allowed, and Run all waits there: right after the parameters, before
+    the clone, the packages and the data that a VM reset makes run again."""
+    drive = cell('drive.mount("/content/drive")')
+    assert drive == 1  # CODE[0]: the parameters
+    again = [cell('"clone"'), cell('"-r", "requirements.txt"'), cell('"lab.fetch"')]
+    assert drive < min(again) and cell("get_total_norm") < min(again)
+
+
+def test_an_older_torch_stops_in_one_line(monkeypatch):
+    monkeypatch.delenv("MINBERT_NOTEBOOK_TINY", raising=False)
+    torch_cell = cell("get_total_norm")
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
+    with pytest.raises(SystemExit, match=r"^torch 2\.5\.1\+cu124 is older than 2\.6, .*Runtime"):
+        run_cells({"__name__": "__main__"}, CODE[: torch_cell + 1])
+    monkeypatch.setattr(torch, "__version__", "2.10.0+cu128")  # 10 > 6, though "1" < "6"
+    run_cells({"__name__": "__main__"}, CODE[: torch_cell + 1])
+
+
+TOKEN = "github_pat_11ASTANDIN0TOKEN0THAT0ONLY0THE0TESTS0KNOW"
+
+
+class TokenOnly(http.server.SimpleHTTPRequestHandler):
+    """A private repository as GitHub serves one, to git's dumb HTTP protocol (static
+    files): 401 to a request without x-access-token:TOKEN, as Basic auth."""
+
+    def do_GET(self):
+        login = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+        if self.headers.get("Authorization") == f"Basic {login}":
+            return super().do_GET()
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="a private repository"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def private_repo(tmp_path, monkeypatch):
+    """The URL of a one-commit repository on 127.0.0.1 that only TOKEN clones, for a git
+    whose configuration has a credential helper that would store it in tmp_path/stored."""
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[credential]\n\thelper = store --file {tmp_path / 'stored'}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("GIT_ASKPASS", "SSH_ASKPASS", "GIT_TERMINAL_PROMPT"):
+        monkeypatch.setenv(name, "")  # recorded: restored after the test, as the cell sets one
+        monkeypatch.delenv(name)  # unset, as on Colab: the cell must keep git from asking
+    bare, work = tmp_path / "served" / "project.git", tmp_path / "work"
+    for args in (
+        ["init", "-q", "--bare", "-b", "main", bare],
+        ["init", "-q", "-b", "main", work],
+        ["-C", work, "commit", "-q", "--allow-empty", "-m", "the student's project"],
+        ["-C", work, "push", "-q", bare, "main"],
+        ["-C", bare, "update-server-info"],  # the dumb protocol's index of refs
+    ):
+        identity = ["-c", "user.name=A Student", "-c", "user.email=student@example.org"]
+        subprocess.run(["git", *identity, *map(str, args)], check=True)
+    handler = functools.partial(TokenOnly, directory=str(bare.parent))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        serve = functools.partial(server.serve_forever, poll_interval=0.01)  # quick to stop
+        threading.Thread(target=serve, daemon=True).start()
+        yield f"http://127.0.0.1:{server.server_port}/project.git"
+        server.shutdown()
+
+
+def test_a_private_repository_is_cloned_with_the_secret_kept_out_of_outputs_and_files(
+    private_repo, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)  # not in the repository: the cell clones REPO_URL
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the cell adds its clone
+    for name in ("MINBERT_NOTEBOOK_TINY", "MINBERT_NOTEBOOK_DRIVE"):
+        monkeypatch.delenv(name, raising=False)
+    cells, url = CODE[: cell('"clone"') + 1], f'REPO_URL = "{private_repo}"'
+    monkeypatch.delenv("MINBERT_NOTEBOOK_TOKEN", raising=False)  # no secret
+    with pytest.raises(SystemExit, match="^git clone failed: is REPO_URL right. A private"):
+        run_cells({"__name__": "__main__"}, cells, url)
+    wrong = TOKEN.replace("TESTS", "OTHERS")
+    monkeypatch.setenv("MINBERT_NOTEBOOK_TOKEN", wrong)
+    with pytest.raises(SystemExit, match="^git clone failed: can the token in the Colab secret"):
+        run_cells({"__name__": "__main__"}, cells, url)
+    monkeypatch.setenv("MINBERT_NOTEBOOK_TOKEN", TOKEN)
+    run_cells({"__name__": "__main__"}, cells, url)
+
+    shown = "".join(capsys.readouterr())
+    assert "terminal prompts disabled" in shown  # no secret: git failed, asked nothing
+    assert f"clone http://x-access-token:***@{private_repo.removeprefix('http://')}" in shown
+    assert TOKEN not in shown and wrong not in shown
+    clone = tmp_path / "project"
+    assert Path.cwd() == clone and f"working in {clone}" in shown
+    for args, answer in (
+        (["log", "--format=%s"], "the student's project"),
+        (["remote", "get-url", "origin"], private_repo),
+    ):
+        done = subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True)
+        assert done.stdout == f"{answer}\n"
+    files = [f for f in clone.rglob("*") if f.is_file()]
+    assert files and not [f for f in files if TOKEN.encode() in f.read_bytes()]
+    assert not (tmp_path / "stored").exists()  # the credential helper stored nothing
+
+
+def tiny_notebook(monkeypatch, tiny_env, run_dir: Path) -> None:
+    """The notebook's environment for a tiny run (MINBERT_NOTEBOOK_TINY) into run_dir."""
     bert_dir, data_dir = tiny_env
-    run_dir = tmp_path / "run"
-    monkeypatch.chdir(REPO)
     monkeypatch.setenv("MINBERT_DATA", str(data_dir))  # the notebook sets it: restore it after
     # tiny matrices: one thread is faster, and does not crawl when other jobs share the CPU
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -54,11 +178,34 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     monkeypatch.setenv("MINBERT_NOTEBOOK_BERT", str(bert_dir))
     monkeypatch.setenv("MINBERT_NOTEBOOK_DATA", str(data_dir))
     monkeypatch.setenv("MINBERT_NOTEBOOK_RUN_DIR", str(run_dir))
+
+
+def as_minilm(run_dir: Path, folder: Path) -> Path:
+    """folder: run_dir's settings and predictions, as if the run had started from MiniLM."""
+    (folder / "predictions").mkdir(parents=True)
+    for file in (run_dir / "predictions").iterdir():
+        (folder / "predictions" / file.name).write_bytes(file.read_bytes())
+    settings = json.loads((run_dir / "config.json").read_text())
+    settings["model"]["bert"] = "minilm"
+    (folder / "config.json").write_text(json.dumps(settings))
+    return folder
+
+
+@pytest.mark.slow
+def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    clone = working_copy(tmp_path / "clone")  # where submit.py writes the archive
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the notebook adds its clone
+    tiny_notebook(monkeypatch, tiny_env, run_dir)
     namespace = {"__name__": "__main__"}
     run_cells(namespace, CODE)
     out = capsys.readouterr().out
 
     assert namespace["RUN_DIR"] == str(run_dir) and not namespace["ON_COLAB"]
+    # the Drive cell first, then the clone, the packages and the data
+    order = ["run folder:", "working in", "tiny test run", "data from"]
+    assert [out.index(line) for line in order] == sorted(out.index(line) for line in order)
     assert "--preset thesis" in out and "best stage:" in out  # the run's own output, streamed
     assert "2/2 exercises pass" in out  # GRADE: exercises.py check pearson auc
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -78,29 +225,34 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     assert [len(line) for line in labels] == [2, 2, 4]  # the pair: paraphrase, similarity
     predictions = sorted(p.name for p in (run_dir / "predictions").iterdir())
     assert len(predictions) == 6  # dev and test for three tasks
-    with zipfile.ZipFile(run_dir / "predictions.zip") as archive:
-        assert sorted(archive.namelist()) == predictions
+    assert f"$ {sys.executable} submit.py {run_dir}\n" in out  # not MiniLM: no other flag
+    assert sorted(p.name for p in (clone / "predictions").iterdir()) == predictions
+    with zipfile.ZipFile(clone / ARCHIVE) as archive:
+        assert {f"predictions/{name}" for name in predictions} <= set(archive.namelist())
 
-    training_cell = next(i for i, source in enumerate(CODE) if "--resume" in source)
+    training_cell = cell("--resume")
     run_cells(namespace, [CODE[training_cell]])  # running the cell again continues the run
     assert f"--resume {run_dir}" in capsys.readouterr().out
     namespace["FLAGS"] = [*namespace["FLAGS"], "--lr", "5e-4"]  # the run was made with 1e-3
     with pytest.raises(SystemExit, match=r"made otherwise: --lr 0.0005 \(the run's: 0.001\)"):
         run_cells(namespace, [CODE[training_cell]])
 
+    namespace["RUN_DIR"] = str(minilm := as_minilm(run_dir, tmp_path / "minilm"))
+    with pytest.raises(RuntimeError, match="exited with status 1"):  # refused, in one line
+        run_cells(namespace, [CODE[cell("submit.py")]])
+    assert "MiniLM, which was trained on Quora and NLI pairs" in capsys.readouterr().out
+    namespace["ALLOW_OUTSIDE_PRETRAINING"] = True  # the student says so
+    run_cells(namespace, [CODE[cell("submit.py")]])
+    assert f"submit.py {minilm} --allow_outside_pretraining\n" in capsys.readouterr().out
+
 
 def test_without_a_gpu_a_model_other_than_minilm_stops_unless_forced(
     tiny_env, tmp_path, monkeypatch
 ):
-    bert_dir, data_dir = tiny_env
     monkeypatch.chdir(REPO)
-    monkeypatch.setenv("MINBERT_DATA", str(data_dir))
-    monkeypatch.setenv("MINBERT_NOTEBOOK_TINY", "1")
-    monkeypatch.setenv("MINBERT_NOTEBOOK_BERT", str(bert_dir))
-    monkeypatch.setenv("MINBERT_NOTEBOOK_DATA", str(data_dir))
-    monkeypatch.setenv("MINBERT_NOTEBOOK_RUN_DIR", str(tmp_path / "run"))
+    tiny_notebook(monkeypatch, tiny_env, tmp_path / "run")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    training_cell = next(i for i, source in enumerate(CODE) if "--resume" in source)
+    training_cell = cell("--resume")
     parameters = 'FORCE_CPU = False\nBERT = "bert-base-uncased"'
     with pytest.raises(SystemExit, match="^no GPU: bert-base-uncased would train for many hours"):
         run_cells({"__name__": "__main__"}, CODE[: training_cell + 1], parameters)
@@ -149,6 +301,8 @@ def test_a_vm_reset_mid_stage_then_all_cells_again_ends_as_the_unbroken_run(tiny
     assert kernel(tiny_env[0], tmp_path, tmp_path / "drive-b", often).wait() == 0  # all cells
     output = (tmp_path / "drive-b.out").read_text()
     assert f"--resume {broken}" in output and f"resuming {broken} at stage {stage + 1}/4" in output
+    again = output[output.rindex("run folder:") :]  # all cells again: Drive first
+    assert again.index("working in") < again.index("data from") < again.index("--resume")
 
     unbroken = tmp_path / "drive-a" / "minbert" / "run"
     rows = [
@@ -160,7 +314,8 @@ def test_a_vm_reset_mid_stage_then_all_cells_again_ends_as_the_unbroken_run(tiny
     assert all(torch.equal(a[k], b[k]) for k in a)
     for file in sorted((unbroken / "predictions").iterdir()):
         assert file.read_text() == (broken / "predictions" / file.name).read_text()
-    assert (broken / "predictions.zip").is_file() and (broken / "forgetting.png").is_file()
+    assert (broken / "forgetting.png").is_file()
+    assert (tmp_path / "drive-b.clone" / ARCHIVE).is_file()  # the submission, made again
 
 
 @pytest.mark.slow
