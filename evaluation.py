@@ -24,6 +24,10 @@ from tqdm.auto import tqdm
 
 # ---------------------------------------------------------------------------------------
 # Metrics (numpy in, float out)
+#
+# NaN, one rule: a metric or a forgetting measure whose inputs hold a NaN is NaN (scipy's
+# answer; sklearn's would be an error), never a number that depends on where the NaN sat.
+# A NaN score is printed as nan, and a stage whose selection score is NaN is never kept.
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -68,8 +72,11 @@ def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of x's values, ties sharing the mean of the ranks they span."""
+    """Ranks 1..n of x's values, ties sharing the mean of the ranks they span; all NaN
+    when x holds a NaN (NaN has no rank)."""
     x = np.asarray(x, dtype=float)
+    if np.isnan(x).any():
+        return np.full(len(x), math.nan)
     order = np.argsort(x, kind="stable")
     ranks = np.empty(len(x))
     ranks[order] = np.arange(1, len(x) + 1)
@@ -330,8 +337,8 @@ def selection_gap(rows: list[dict]) -> dict[str, float]:
     for pick, report in ((0, 1), (1, 0)):
         on = [selection_score(r["halves"][report], tasks) for r in rows[1:]]
         best = kept_stage([r["halves"][pick] for r in rows])
-        held.append(on[best])
-        chosen.append(max(on))
+        held.append(on[best] if best is not None else math.nan)
+        chosen.append(np.max(on))  # NaN when a stage's score is: the rule above
     held, chosen = float(np.mean(held)), float(np.mean(chosen))
     return {"held": held, "chosen": chosen, "gap": chosen - held}
 
@@ -421,12 +428,12 @@ def forgetting(rows: list[dict], tasks) -> dict[str, dict[str, float | None]]:
     out = {}
     for t in names:
         s = [main_score(row, t) for row in rows]
-        drops = [max(0.0, max(s[:k]) - s[k]) for k in range(1, len(s))]
+        drops = [np.maximum(0.0, np.max(s[:k]) - s[k]) for k in range(1, len(s))]  # NaN stays
         every = t in ("overall", "heldout")  # no stage names these: every stage counts
         trained = [k for k in range(1, len(s) - 1) if every or t in rows[k].get("tasks", ())]
         backward = [s[-1] - s[k] for k in trained]
         out[t] = {
-            "forgetting": max(s[1:-1]) - s[-1] if len(s) > 2 else None,
+            "forgetting": float(np.max(s[1:-1]) - s[-1]) if len(s) > 2 else None,
             "backward_transfer": float(np.mean(backward)) if backward else None,
             "final_minus_start": s[-1] - s[0],
             "mean_drop_below_best": float(np.mean(drops)),

@@ -186,8 +186,9 @@ def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx, masks):
     embeds, out: the clean pass's embedding output and task output, whose graphs R_s and
     D_Breg share with the task loss. masks: (before the embedding, after it) SameDropout
     states, so that the perturbed and the teacher's passes draw the clean pass's dropout
-    masks; None: masks of their own. Every pass runs in the caller's precision
-    (smart_autocast).
+    masks; None: masks of their own. The reference variant perturbs an embedding output of
+    its own, as mt-dnn's SmartPerturbation runs the embedding again. Every pass runs in the
+    caller's precision (smart_autocast).
     """
     same_embed, same = masks or (None, None)
 
@@ -204,6 +205,8 @@ def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx, masks):
             teacher_out = ctx.teacher.forward(model, task, batch).float()
     mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
     kind = TASKS[task].kind
+    if smart.variant == "reference":  # as SmartPerturbation: a fresh embedding forward,
+        embeds = model.embed(batch)  # its own dropout mask in training
     return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
 
 

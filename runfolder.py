@@ -9,7 +9,7 @@ train alongside.
 
     run_dir/config.json        the run's settings (--resume reads them)
     run_dir/metrics.jsonl      one row of dev scores per stage, the untouched model first
-    run_dir/steps.jsonl        one line per step: loss, lr, gradient norm, examples/s
+    run_dir/steps.jsonl        one line per step: loss, lr, gradient norm (clipped, or skipped by the fp16 scaler), examples/s
     run_dir/best.safetensors   the best model so far; state.safetensors: how to go on
     run_dir/forgetting.json    the forgetting measures; predictions/: the handout's files
     run_dir/tensorboard/       with --tensorboard: live curves (TensorBoard, below)

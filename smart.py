@@ -175,15 +175,12 @@ def adversarial_regularizer(
         # only the gradient's direction is used (the step is normalized below), so adv is
         # divided by its own value: the backward carries numbers near 1 whether adv is
         # ~epsilon^2 (shared masks) or ~1 (R-Drop): float16 neither underflows nor overflows
-        # autocast off: under the step's autocast the backward's matmuls would be cast to
-        # float16 too, where this gradient (~1/perturbation at the output) overflows
-        with torch.autocast(embeds.device.type, enabled=False):
-            (grad,) = torch.autograd.grad(
-                adv / adv.detach().clamp(min=1e-30),
-                noise,
-                allow_unused=True,
-                materialize_grads=True,
-            )
+        (grad,) = torch.autograd.grad(
+            adv / adv.detach().clamp(min=1e-30),
+            noise,
+            allow_unused=True,
+            materialize_grads=True,
+        )
         # per-example infinity norm: every example moves by eta in its largest coordinate
         scale = grad.abs().amax(dim=per_example, keepdim=True)  # (B, 1, 1)
         noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))
@@ -209,7 +206,9 @@ def reference_divergence(clean: torch.Tensor, adv: torch.Tensor, kind: str) -> t
     regression MseCriterion): KL(Q || P) + KL(P || Q) for P the clean output's distribution
     and Q the perturbed one's, each KL with its first distribution a constant. The value is
     `divergence`'s; its gradient is half of divergence's to first order, since each side
-    learns from one KL only. Regression: the squared error, both sides learning."""
+    learns from one KL only. Regression: the squared error, both sides learning, the mean
+    taken element-wise; mt-dnn's MseCriterion broadcasts its (B,) input against the (B, 1)
+    target into a B x B mean, which this does not copy (docs/forgetting.md)."""
     p, q = _check_outputs(clean, adv, kind)
     if kind == "regression":
         return (p - q).pow(2).mean()
@@ -238,8 +237,9 @@ def reference_regularizer(
     for m = max_h |s|, near 1 (0.97 at sigma = 1e-5) whatever sigma and eta are, the scale
     of the embedding output itself. The loss is `reference_divergence`. As there, the noise
     is added to the embedding output, which goes on into the encoder (mt_dnn/matcher.py's
-    embed_forward as the paper's code had it; docs/forgetting.md), and the caller runs the
-    passes with their own dropout masks (the reference's network is in train mode).
+    embed_forward as the paper's code had it; docs/forgetting.md). The caller gives an
+    embedding output of its own (mt-dnn runs the embedding again, its own dropout mask:
+    losses.smart_term) and runs the passes with their own masks (the network in train mode).
     Shapes as in adversarial_regularizer.
     """
     cfg = cfg or SmartConfig()
@@ -254,8 +254,9 @@ def reference_regularizer(
             climb = (adv - y).pow(2).sum()
         else:
             climb = stable_kl(adv, target, kind)
-        with torch.autocast(embeds.device.type, enabled=False):  # as in the paper variant
-            (grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)
+        # the gradient's size counts here (it is added to the noise): under float16 it could
+        # overflow, so passes_in_float32 runs this variant's passes in float32 there
+        (grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)
         step = noise.detach() + cfg.eta * grad  # (B, T, H)
         per_token = step.abs().amax(dim=-1, keepdim=True)  # (B, T, 1)
         noise = step / (per_token + REFERENCE_GUARD)
@@ -273,14 +274,17 @@ def passes_in_float32(cfg: SmartConfig, dtype: torch.dtype | None) -> bool:
     """Whether a SMART step under autocast to `dtype` runs its passes (clean, ascent,
     perturbed, teacher) in float32 rather than in `dtype`; None: no autocast, nothing to do.
 
-    Only where R_s measures the perturbation and dtype cannot resolve it: the paper's ascent
-    with shared masks, whose R_s (~1e-9 at epsilon 1e-5) autocast would round to nothing.
-    With own masks R_s is dropout's difference (~4e-3; the perturbation's share ~1e-9), and
-    the reference ascent's perturbation is near 1 per token: both keep the step's precision
-    (docs/precision.md measures what bf16 changes in them).
+    Where R_s measures the perturbation and dtype cannot resolve it: the paper's ascent with
+    shared masks, whose R_s (~1e-9 at epsilon 1e-5) autocast would round to nothing. And
+    where float16 can overflow: the reference ascent adds its gradient itself to the noise,
+    unnormalized (the paper's normalizes adv by its own value first), and float16's backward
+    runs in the forward's dtype. Otherwise, with own masks R_s is dropout's difference
+    (~4e-3; the perturbation's share ~1e-9), and the reference ascent's perturbation is near
+    1 per token: both keep bf16 (docs/precision.md measures what bf16 changes in them).
     """
     shared = cfg.active and cfg.variant == "paper" and cfg.dropout == "shared"
-    return shared and below_resolution(min(cfg.sigma, cfg.epsilon), dtype)
+    overflow = cfg.active and cfg.variant == "reference" and dtype == torch.float16
+    return overflow or (shared and below_resolution(min(cfg.sigma, cfg.epsilon), dtype))
 
 
 class SameDropout:

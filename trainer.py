@@ -283,7 +283,7 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
                 bar.update()
                 bar.set_postfix(loss=f"{running:.4f}")
                 if hooks.log:
-                    cut, where = ctx.optim.max_grad_norm, (epoch, step)
+                    cut, where = (ctx.optim.max_grad_norm, rt.scaler), (epoch, step)
                     hooks.log(step_record(optimizer, step_batches, where, loss, norm, cut, t0))
                 within.after_step(step, total, running, teacher, rt)
             if hooks.after_epoch and step >= done and hooks.after_epoch(epoch):
@@ -300,10 +300,11 @@ def prepare(model, stage: Stage):
     model.bert.requires_grad_(not stage.freeze_encoder)  # frozen: AdamW skips grad-less params
 
 
-def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: float, t0: float) -> dict:
+def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: tuple, t0: float) -> dict:
     """One line of the step log; where: (epoch, step); norm: the gradient's before
-    clipping, and whether it was clipped to --max_grad_norm's `cut` (0: never)."""
-    norm = norm.item()
+    clipping; cut: (--max_grad_norm, 0 for never; the fp16 loss scaler or None). A step
+    whose norm is not finite was not clipped: the scaler skipped it."""
+    (cut, scaler), norm = cut, norm.item()
     examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
     return {
         "epoch": where[0],
@@ -312,7 +313,8 @@ def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: float, t
         "loss": loss.item(),
         "lr": optimizer.param_groups[0]["lr"],  # the encoder's
         "grad_norm": norm,
-        "clipped": 0 < cut < norm,
+        "clipped": 0 < cut < norm < math.inf,
+        "skipped": scaler is not None and not math.isfinite(norm),
         "examples_per_s": examples / (time.perf_counter() - t0),
     }
 

@@ -349,3 +349,30 @@ def test_selection_gap_chooses_on_one_half_and_scores_the_other():
     assert gap["held"] == pytest.approx((0.60 + 0.65) / 2)
     assert gap["chosen"] == pytest.approx((0.72 + 0.70) / 2)
     assert gap["gap"] == pytest.approx((0.72 + 0.70 - 0.60 - 0.65) / 2)
+
+
+def test_nan_in_is_nan_out_wherever_it_sits():
+    """One rule: a metric or a measure of scores holding a NaN is NaN. scipy agrees on
+    Spearman; sklearn refuses NaN scores outright; before the rule, ranks put NaN last and
+    Python's max kept or dropped it by its position."""
+    from scipy.stats import spearmanr
+    from sklearn.metrics import roc_auc_score
+
+    x, y = np.array([1.0, 2.0, np.nan, 4.0]), np.array([1.0, 3.0, 2.0, 4.0])
+    assert np.isnan(E.spearman_rho(x, y)) and np.isnan(spearmanr(x, y).statistic)
+    with pytest.raises(ValueError):
+        roc_auc_score([0, 1, 1], [0.1, np.nan, 0.3])
+    assert np.isnan(E.roc_auc(np.array([0.1, np.nan, 0.3]), np.array([0, 1, 1])))
+
+    def rows(sts):
+        return [{"stage": str(k), "sts": {"pearson": v}} for k, v in enumerate(sts)]
+
+    for sts in ([0.8, np.nan, 0.7, 0.6], [0.8, 0.7, np.nan, 0.6]):  # the NaN early or late
+        measures = E.forgetting(rows(sts), ["sts"])["sts"]
+        assert np.isnan(measures["forgetting"]) and np.isnan(measures["mean_drop_below_best"])
+    halves = [
+        {"halves": [{"sst": {"accuracy": a}}, {"sst": {"accuracy": b}}], "sst": {}}
+        for a, b in ((0.2, 0.2), (0.5, np.nan), (0.4, 0.3))
+    ]
+    gap = E.selection_gap(halves)
+    assert np.isnan(gap["chosen"]) and np.isnan(gap["gap"])

@@ -464,8 +464,8 @@ SLIPS = {
             "backward() for the noise's gradient",
             [
                 (
-                    "(grad,) = torch.autograd.grad(\n                adv / adv.detach().clamp(min=1e-30),\n                noise,\n                allow_unused=True,\n                materialize_grads=True,\n            )",
-                    "adv.backward()\n            grad = noise.grad",
+                    "(grad,) = torch.autograd.grad(\n            adv / adv.detach().clamp(min=1e-30),\n            noise,\n            allow_unused=True,\n            materialize_grads=True,\n        )",
+                    "adv.backward()\n        grad = noise.grad",
                 )
             ],
         ),
@@ -474,7 +474,7 @@ SLIPS = {
             [
                 (
                     "(grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)",
-                    "climb.backward()\n            grad = noise.grad",
+                    "climb.backward()\n        grad = noise.grad",
                 )
             ],
         ),

@@ -8,9 +8,11 @@ import pytest
 import torch
 from torch import nn
 
+import losses
 import mtdnn_smart
 from base_bert import BertConfig
 from bert import BertModel
+from evaluation import TASKS
 from smart import (
     EMATeacher,
     SameDropout,
@@ -19,6 +21,7 @@ from smart import (
     beta_schedule,
     bregman_divergence,
     divergence,
+    passes_in_float32,
     reference_regularizer,
     smart_loss,
 )
@@ -564,3 +567,59 @@ def test_replay_draws_the_same_masks_and_leaves_the_generator_alone():
         again = torch.nn.functional.dropout(torch.ones(1000), 0.5)
     assert torch.equal(first, again)
     assert torch.equal(torch.get_rng_state(), after)  # the global stream goes on untouched
+
+
+@pytest.mark.parametrize("task", ["sst", "para", "sts"])
+def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(tiny_env, task):
+    """In train mode, with one generator for both: R_s of --smart_variant reference, as a
+    training step computes it (losses.smart_term), against mt-dnn's SmartPerturbation
+    transcribed, which runs the embedding again (its own dropout mask) before the noise:
+    the value and every parameter's gradient."""
+    import runtime
+    from helpers import first_batch, tiny_model_and_data
+    from trainer import StepContext
+
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.train()
+    batch, kind = first_batch(task_data, task, 4), TASKS[task].kind
+    cfg = SmartConfig(
+        sigma=1e-3, eta=1e-3, lambda_s=1.0, mu=0.0, dropout="independent", variant="reference"
+    )
+    ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
+
+    def pairs(out):  # mt-dnn's heads give a binary task two logits: (0, x)
+        out = out.float()
+        return torch.stack([torch.zeros_like(out), out], -1) if kind == "binary" else out
+
+    def ours():
+        embeds = model.embed(batch)
+        out = model.readout(task, batch, model.sentences(batch, embeds))
+        return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, None)
+
+    def theirs():
+        clean = pairs(model(task, batch))  # the clean pass
+        embed = model.embed(batch)  # SmartPerturbation's own embedding forward
+        f = lambda e: pairs(model(task, batch, e))  # noqa: E731
+        return mtdnn_smart.smart_r_s(f, embed, clean, kind == "regression", 1e-3, 1e-3)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = []
+    for compute in (ours, theirs):
+        torch.manual_seed(7)
+        value = compute()
+        grads = torch.autograd.grad(value, params, allow_unused=True, materialize_grads=True)
+        results.append((value.item(), grads))
+    (a, ga), (b, gb) = results
+    assert a == pytest.approx(b, abs=1e-7) and a > 0
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_the_reference_ascent_runs_in_float32_under_float16_only():
+    """Its gradient is added to the noise unnormalized, and float16's backward runs in the
+    forward's dtype: under fp16 its passes run in float32; bf16 (float32's range) keeps
+    them, as does the paper's ascent with own masks (it normalizes adv by its value)."""
+    reference = SmartConfig(dropout="independent", variant="reference")
+    assert passes_in_float32(reference, torch.float16)
+    assert not passes_in_float32(reference, torch.bfloat16)
+    assert not passes_in_float32(SmartConfig(dropout="independent"), torch.float16)

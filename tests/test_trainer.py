@@ -674,3 +674,52 @@ def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
         for d in ("patient", "one")
     )
     assert patient["sst"] == one["sst"]  # the kept epoch's dev row, scored when it was kept
+
+
+def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
+    tiny_env, tmp_path, monkeypatch, capsys
+):
+    """STS's output forced constant when the row after the second stage is scored: its
+    Pearson r is nan (as scipy's), the table prints nan, the overall score is nan, and the
+    kept stage is another."""
+    import multitask_classifier as mt
+    import runfolder
+
+    constant, calls, score = [False], [], runfolder.Run.score
+
+    def scored(self, model, task_data, train=False):
+        calls.append(1)
+        constant[0] = len(calls) == 3  # the start row is call 1
+        try:
+            return score(self, model, task_data, train)
+        finally:
+            constant[0] = False
+
+    to_score = mt.cosine_to_score
+    monkeypatch.setattr(runfolder.Run, "score", scored)
+    monkeypatch.setattr(
+        mt, "cosine_to_score", lambda c: to_score(c) * 0 + 2.5 if constant[0] else to_score(c)
+    )
+    rows = run(tiny_env, tmp_path / "run")
+    assert math.isnan(rows[1]["sts"]["pearson"]) and math.isnan(rows[1]["overall"])
+    assert not any(math.isnan(r["overall"]) for k, r in enumerate(rows) if k != 1)
+    out = capsys.readouterr().out
+    assert f"{rows[1]['stage']}" in out and "nan" in out
+    kept = evaluation.kept_row([{"stage": "start", "sst": {}, "para": {}, "sts": {}}, *rows])
+    assert kept["stage"] != rows[1]["stage"]
+    assert f"best stage: {kept['stage']}" in out
+
+
+def test_a_step_the_scaler_skipped_is_logged_skipped_not_clipped(tiny_env, tmp_path, monkeypatch):
+    """fp16 with a scale so large that the first steps overflow, and a --max_grad_norm any
+    finite gradient exceeds: the overflow steps are 'skipped' and not 'clipped'."""
+    real = torch.amp.GradScaler
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", lambda *a, **k: real(*a, **(k | {"init_scale": 2.0**40}))
+    )
+    run(tiny_env, tmp_path / "run", "--precision", "fp16", "--max_grad_norm", "1e-9")
+    lines = (tmp_path / "run" / "steps.jsonl").read_text().splitlines()
+    steps = [json.loads(line) for line in lines]
+    skipped = [s for s in steps if s["skipped"]]
+    assert skipped and not any(s["clipped"] for s in skipped)
+    assert all(s["clipped"] for s in steps if not s["skipped"])  # the finite ones were
