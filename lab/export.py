@@ -6,9 +6,13 @@
 The folder holds the encoder in Hugging Face's format (config.json, model.safetensors: our
 parameter names are BertModel's; vocab.txt, tokenizer_config.json), the task heads in
 heads.safetensors, with mean pooling sentence-transformers' files too, and a card
-(README.md) with its forgetting table and its dev scores in the Hub's model-index format.
-`--bert RUN_DIR/export` loads it here, `transformers.BertModel.from_pretrained` and
-`SentenceTransformer` there. `--push_to_hub` uploads it with huggingface_hub.
+(README.md) with its forgetting table and its dev scores in the Hub's model-index format,
+on the CS224n handout's own dev files (named as such, with their row counts: no Hub data
+set has those splits). `--bert RUN_DIR/export` loads it here,
+`transformers.BertModel.from_pretrained` there, and with mean pooling `SentenceTransformer`
+(only then does the card name sentence-transformers: without its modules.json,
+SentenceTransformer would mean-pool a --pooling cls encoder). `--push_to_hub` uploads it
+with huggingface_hub.
 """
 
 import argparse
@@ -23,12 +27,14 @@ import torch
 from safetensors.torch import save
 
 import config
+import datasets as data
 import evaluation
 import multitask_classifier as mt
 import runtime
 from checkpoint import atomic_write, read_rows, write_tensors
 from config import RunConfig
 from evaluation import MULTITASK
+from presets import PRESETS
 from runtime import make_runtime
 from tokenizer import BertTokenizer
 
@@ -94,61 +100,125 @@ def write_sentence_transformers(out: Path, hidden: int, max_length: int) -> None
     atomic_write(json.dumps(pooling, indent=1), out / "1_Pooling" / "config.json")
 
 
-# Each task's Hub dataset, card title and pipeline; the scores are on the CS224n dev splits
+# The scores are on the CS224n handout's own dev files, which no Hub data set holds (GLUE's
+# QQP validation has 40,430 rows, the handout's Quora dev 20,214; its STS dev is its own cut
+# of STS-B): a result's dataset type is the file's name, which no Hub repository id can be.
 ACCURACY, STS_METRICS = {"accuracy": "accuracy"}, {"pearson": "pearsonr", "spearman": "spearmanr"}
-HUB_TASKS = {  # task: Hub dataset (its config), card title, pipeline, our metric -> the Hub's
-    "sst": ("SetFit/sst5", None, "SST-5", "text-classification", ACCURACY),
-    "para": ("nyu-mll/glue", "qqp", "Quora Question Pairs", "text-classification", ACCURACY),
-    "sts": ("sentence-transformers/stsb", None, "STS-B", "sentence-similarity", STS_METRICS),
+CARD_TASKS = {  # task: card title, the Hub's task type, our metric -> the Hub's
+    "sst": ("SST-5", "text-classification", ACCURACY),
+    "para": ("Quora Question Pairs", "text-classification", ACCURACY),
+    "sts": ("STS-B", "sentence-similarity", STS_METRICS),
 }
 HUB_BASES = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+SNLI = "stanfordnlp/snli"  # snli-train.csv: SNLI 1.0's training pairs, as the Hub's copy has
 
 
-def card_metadata(cfg: RunConfig, name: str, rows: list, best: dict) -> str:
-    """The card's YAML header: licence, datasets, base model and the kept model's dev
-    scores in the Hub's model-index format (what the Hub shows as evaluation results)."""
-    base = HUB_BASES.get(cfg.model.bert, cfg.model.bert)
-    datasets = [hub for hub, *_ in HUB_TASKS.values()]  # the Hub's ids of the handout's data
-    if any(r.get("kind") == "contrastive" for r in rows):
-        datasets.append("stanfordnlp/snli")
-    lines = ["library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
-    lines += [] if Path(base).exists() else [f"base_model: {base}"]  # a local folder: none
-    lines += ["language: en", "license: apache-2.0", "datasets:", *(f"- {d}" for d in datasets)]
-    lines += ["tags:", "- sentence-transformers", "- sentence-similarity", "- minbert"]
-    lines += ["model-index:", f"- name: {json.dumps(name)}", "  results:"]  # quoted: any name
-    for task, (hub, subset, title, kind, metrics) in HUB_TASKS.items():
-        if task not in best:
+def dev_rows(cfg: RunConfig) -> dict:
+    """Task -> (its dev file's name, rows the run scored, rows in the file); the counts are
+    None where the file is not here to read (the run's --data_dir, else the default)."""
+    folder = data.data_dir(cfg.data.data_dir)
+    counts = {}
+    for task in CARD_TASKS:
+        name = data.task_file(folder, task, "dev").name
+        try:  # read as the run read it: the same rows skipped
+            total = len(data.read_task(folder, task, "dev", cfg.data.strict))
+        except (OSError, data.DataError):
+            counts[task] = (name, None, None)
             continue
-        lines += ["  - task:", f"      type: {kind}", f"      name: {title}", "    dataset:"]
-        lines += [f"      name: {title} (CS224n dev)", f"      type: {hub}", "      split: dev"]
-        lines += [f"      config: {subset}"] if subset else []
-        lines.append("    metrics:")
-        for ours, theirs in metrics.items():
-            if ours in best[task]:
-                value = round(float(best[task][ours]), 4)
-                lines += [
-                    f"    - type: {theirs}",
-                    f"      value: {value}",
-                    f"      name: dev {ours}",
-                ]
+        counts[task] = (name, min(cfg.data.dev_size or total, total), total)  # --dev_size
+    return counts
+
+
+def trained_on_snli(cfg: RunConfig, best: dict) -> bool:
+    """Whether a contrastive stage on SNLI came before the kept stage (or was it)."""
+    stages = PRESETS[cfg.preset].plans_of(cfg)[""][: best["index"] + 1]
+    return any(s.kind == data.CONTRASTIVE and s.contrastive.simcse_data == "snli" for s in stages)
+
+
+def card_metadata(cfg: RunConfig, name: str, best: dict, dev: dict, pooling: str) -> str:
+    """The card's YAML header: library, licence, base model, the Hub data sets that trained
+    it (SNLI at most) and the kept model's dev scores in the Hub's model-index format (what
+    the Hub shows as evaluation results). sentence-transformers only with mean pooling: the
+    export writes its modules.json then; without one, SentenceTransformer mean-pools."""
+    base = HUB_BASES.get(cfg.model.bert, cfg.model.bert)
+    if pooling == "mean":
+        lines = ["library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
+        tags = ["sentence-transformers", "sentence-similarity", "minbert"]
+    else:  # the sentence embedding is BertModel's pooler_output
+        lines = ["library_name: transformers", "pipeline_tag: feature-extraction"]
+        tags = ["minbert"]
+    lines += [] if Path(base).exists() else [f"base_model: {base}"]  # a local folder: none
+    lines += ["language: en", "license: apache-2.0"]
+    lines += ["datasets:", f"- {SNLI}"] if trained_on_snli(cfg, best) else []
+    lines += ["tags:", *(f"- {t}" for t in tags)]
+    lines += ["model-index:", f"- name: {json.dumps(name)}", "  results:"]  # quoted: any name
+    for task, (title, kind, metrics) in CARD_TASKS.items():
+        if task in best:
+            lines += model_index_result(title, kind, metrics, best[task], dev[task])
     return "---\n" + "\n".join(lines) + "\n---\n\n"
 
 
+def rows_counted(scored: int | None, total: int | None) -> str:
+    """'12 of 16 rows' where --dev_size sampled the file, '16 rows' where it did not, ''
+    where the file was not here to count."""
+    if total is None:
+        return ""
+    return f"{scored:,} of {total:,} rows" if scored < total else f"{total:,} rows"
+
+
+def model_index_result(title: str, kind: str, metrics: dict, scores: dict, dev: tuple) -> list:
+    """One task's model-index entry: the handout's dev file as the data set, split dev."""
+    file, scored, total = dev
+    counted = rows_counted(scored, total)
+    dataset = f"CS224n {title} dev" + (f" ({counted})" if counted else "")
+    lines = ["  - task:", f"      type: {kind}", f"      name: {title}", "    dataset:"]
+    lines += [f"      name: {json.dumps(dataset)}", f"      type: {json.dumps(f'cs224n:{file}')}"]
+    lines += ["      split: dev", "    metrics:"]
+    for ours, theirs in metrics.items():
+        if ours in scores:
+            value = round(float(scores[ours]), 4)
+            lines += [f"    - type: {theirs}", f"      value: {value}", f"      name: dev {ours}"]
+    return lines
+
+
+def data_prose(cfg: RunConfig, dev: dict, snli: bool) -> str:
+    """The card's paragraph on the data: the handout's files, with each dev file's rows."""
+    counts = "; ".join(
+        f"{file}: {rows_counted(n, total) or 'not here to count'}"
+        for file, n, total in dev.values()
+    )
+    sampled = (
+        f", a fixed random sample (--dev_size {cfg.data.dev_size})" if cfg.data.dev_size else ""
+    )
+    return (
+        "## Data\n\nTrained on the CS224n default final project's train files "
+        f"(github.com/gpoesia/minbert-default-final-project){' and SNLI 1.0' if snli else ''}. "
+        f"Scored on its dev files, read from `{data.data_dir(cfg.data.data_dir)}`: the "
+        f"handout's own splits, not any Hub data set's. Rows scored{sampled}: {counts}.\n\n"
+    )
+
+
 def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) -> str:
-    """README.md of an export: metadata, how to load it, its forgetting table and config."""
+    """README.md of an export: metadata, how to load it, its data, forgetting table, config."""
     loaders = f"transformers.BertModel.from_pretrained('{out}')  # the encoder"
     if pooling == "mean":
         loaders = f"SentenceTransformer('{out}')  # mean-pooled embeddings\n" + loaders
+    else:
+        loaders += "\n# --pooling cls: its pooler_output (SentenceTransformer would mean-pool)"
     scores = {t: best[t] for t in MULTITASK if t in best}
     name = f"{cfg.preset}-{Path(cfg.run_dir).name}"
+    dev = dev_rows(cfg)
     return (
-        card_metadata(cfg, name, rows, best) + f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
+        card_metadata(cfg, name, best, dev, pooling)
+        + f"# {cfg.preset}: {Path(cfg.run_dir).name}\n\n"
         f"Trained from `{cfg.model.bert}` with `--preset {cfg.preset}` (torch "
-        f"{torch.__version__}) on SST-5, Quora and STS-B. Kept stage: {best['stage']}, "
+        f"{torch.__version__}) on CS224n's SST-5, Quora and STS-B. Kept stage: {best['stage']}, "
         f"dev overall {best['overall']:.4f}: `{json.dumps(scores)}`. STS is scored by "
         "Pearson r, as CS224n's overall score is, and by Spearman's rho.\n\n"
         f"## Loading it\n\n```python\n{loaders}\n```\n\nHere: `--bert {out}`; the task "
-        "heads are in `heads.safetensors`.\n\n## Every stage's dev scores\n\n```\n"
+        "heads are in `heads.safetensors`.\n\n"
+        + data_prose(cfg, dev, trained_on_snli(cfg, best))
+        + "## Every stage's dev scores\n\n```\n"
         + evaluation.format_table(rows, MULTITASK, best["index"])
         + "\n```\n\n## Config\n\n```json\n"
         + json.dumps(config.to_dict(cfg), indent=1)
