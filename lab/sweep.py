@@ -5,24 +5,29 @@
     python -m lab.sweep SWEEP_DIR --preset demo ... -- --train_size 3000   flags for every trial
 
 --search takes a run flag (without its dashes) and its range: `low:high` (`:log` for a
-log scale; an int flag draws ints) or choices `a,b,c`. Trial 0 runs the preset's own
-settings, the baseline the search has to beat; --enqueue adds more fixed trials. Each
+log scale; an int flag draws ints) or choices `a,b,c`, each read as the flag reads it (a
+switch such as smart takes true,false: given or not). Trial 0 runs the preset's own
+settings, the baseline the search has to beat, even where they lie outside the search
+(Optuna then records only the settings inside it); --enqueue adds more fixed trials. Each
 trial is `multitask_classifier.py` in SWEEP_DIR/trial-NNN: a normal run folder that
-resumes. After every stage its dev score (--objective: the overall score, or the held-out
-AUC) goes to Optuna's median pruner, which stops a trial whose score falls below the
-median of the finished trials' at that stage. A finished trial's value is its kept
-model's score.
+resumes. After every stage the trial's value so far (--objective: the overall score, or
+the held-out AUC, of the stage the run keeps so far) goes to Optuna; the trial stops
+when that value falls below the median of the finished trials' values at that stage. A
+finished trial's value is its kept model's score.
 
 The study lives in SWEEP_DIR/study.db: a sweep stopped by Ctrl-C, a kill or a lost
 session continues with --resume, its unfinished trial from that trial's last checkpoint,
-so no trial runs twice. Before a new sweep, `--estimate` times the preset to say how
-long the trials will take. At the end, summary.md (a table of the trials), history.png
-and importance.png (Optuna's plots) are written to SWEEP_DIR. Optuna is optional:
-`pip install optuna`.
+so no trial runs twice; the sampler is seeded anew (--seed plus the trials so far), so it
+does not draw the stopped session's settings again. Before a new sweep, `--estimate` times
+the preset to say how long the trials will take. At the end, summary.md (a table of the
+trials), history.png and importance.png (Optuna's plots) are written to SWEEP_DIR. Optuna
+is optional: `pip install optuna`.
 """
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 import time
@@ -58,30 +63,61 @@ def need_optuna():
     return optuna
 
 
+def searchable() -> dict[str, tuple]:
+    """{flag without its dashes: (config field, default)}: what --search may name."""
+    return {config.flag_of(f)[2:]: (f, value) for _, f, value in config.leaves(RunConfig())}
+
+
+def typed(name: str, text: str) -> bool | int | float | str:
+    """A value as the flag reads it (its config field's type); a switch's true or false."""
+    f, default = searchable()[name]
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{text!r} is neither true nor false")
+        return text.lower() == "true"
+    return f.metadata.get("type", str if default is None else type(default))(text)
+
+
+def flag_values(cfg) -> dict:
+    """{flag without its dashes: value} of a config; a switch's value is whether it is given
+    (--smart: SMART on; --no_amp: amp off)."""
+    return {
+        config.flag_of(f)[2:]: value != f.default if isinstance(value, bool) else value
+        for _, f, value in config.leaves(cfg)
+    }
+
+
 def parse_search(specs: list[str]) -> dict[str, dict]:
-    """{flag name: {'kind': float | int | choice, ...}} from 'lr=1e-5:1e-4:log' and 'x=a,b'."""
-    fields = {f.name: (f, value) for _, f, value in config.leaves(RunConfig())}
+    """{flag: {'kind': float | int | choice, ...}} from 'lr=1e-5:1e-4:log' and 'x=a,b'."""
+    flags = searchable()
     out = {}
     for spec in specs:
         name, _, rng = spec.partition("=")
-        if name not in fields or not rng:
+        if name not in flags or not rng:
             raise SystemExit(f"--search {spec}: expected FLAG=LOW:HIGH[:log] or FLAG=A,B,..")
-        default = fields[name][1]
+        default = flags[name][1]
+        if isinstance(default, list | tuple):
+            raise SystemExit(f"--search {spec}: a flag of several values cannot be searched")
         if "," in rng or not isinstance(default, int | float) or isinstance(default, bool):
-            out[name] = {"kind": "choice", "choices": rng.split(",")}
+            try:  # choices of the flag's own type: Optuna matches trial 0's value against them
+                out[name] = {"kind": "choice", "choices": [typed(name, c) for c in rng.split(",")]}
+            except ValueError as e:
+                raise SystemExit(f"--search {spec}: {e}") from None
             continue
         low, high, *log = rng.split(":")
-        kind = int if isinstance(default, int) else float
+        kind = type(default).__name__
         try:
-            bounds = kind(low), kind(high)
+            bounds = typed(name, low), typed(name, high)
         except ValueError:
-            raise SystemExit(
-                f"--search {spec}: {low} and {high} must be {kind.__name__}s"
-            ) from None
+            raise SystemExit(f"--search {spec}: {low} and {high} must be {kind}s") from None
         if not bounds[0] < bounds[1] or log not in ([], ["log"]) or (log and bounds[0] <= 0):
             raise SystemExit(f"--search {spec}: expected LOW < HIGH (both > 0 with :log)")
-        out[name] = {"kind": kind.__name__, "low": bounds[0], "high": bounds[1], "log": bool(log)}
+        out[name] = {"kind": kind, "low": bounds[0], "high": bounds[1], "log": bool(log)}
     return out
+
+
+def in_search(s: dict, value) -> bool:
+    return value in s["choices"] if s["kind"] == "choice" else s["low"] <= value <= s["high"]
 
 
 def suggest(trial, search: dict) -> dict:
@@ -97,15 +133,47 @@ def suggest(trial, search: dict) -> dict:
     return values
 
 
+def trial_values(trial, search: dict) -> dict:
+    """The settings a trial runs. Trial 0 runs the preset's (its user attribute 'preset');
+    Optuna records those that lie in the search as its params, and knows nothing of the
+    others. Every other trial runs what the sampler draws."""
+    preset = trial.user_attrs.get("preset")
+    if preset is None:
+        return suggest(trial, search)
+    suggest(trial, {name: s for name, s in search.items() if in_search(s, preset[name])})
+    return preset
+
+
 def trial_flags(settings: dict, values: dict) -> list[str]:
     flags = ["--preset", settings["preset"], *settings["flags"]]
     for name, value in values.items():
-        flags += [f"--{name}", str(value)]
+        if isinstance(value, bool):  # a switch: given or not
+            flags += [f"--{name}"] if value else []
+        elif value is not None:  # None: unset, as the preset leaves it (no flag gives None)
+            flags += [f"--{name}", str(value)]
     return flags
 
 
 def objective_of(row: dict, objective: str) -> float:
     return row["heldout"] if objective == "heldout" else row["overall"]
+
+
+def running_value(rows: list[dict], objective: str) -> float | None:
+    """The value the trial would have if it ended after the last of `rows`: the objective
+    at the stage kept so far (chosen by the overall score, whatever the objective)."""
+    kept = evaluation.kept_row(rows)
+    return None if kept is None else objective_of(kept, objective)
+
+
+def below_median(optuna, study, step: int, value: float) -> bool:
+    """Optuna's median rule on the trial's value now: below the median of the finished
+    trials' values at the same stage, once two have finished. (Optuna's MedianPruner would
+    compare the trial's best value so far: under --objective heldout a later kept stage
+    can lower the value the trial returns.)"""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    at_step = [t.intermediate_values.get(step, math.nan) for t in done]
+    at_step = [v for v in at_step if not math.isnan(v)]
+    return len(done) >= 2 and bool(at_step) and value < statistics.median(at_step)
 
 
 def trial_rows(folder: Path) -> list[dict]:
@@ -115,33 +183,48 @@ def trial_rows(folder: Path) -> list[dict]:
     return checkpoint.read_rows(folder) if path.is_file() and path.stat().st_size else []
 
 
+def follow(optuna, study, trial, proc, folder: Path, objective: str) -> int | None:
+    """Report each new stage's running value while the run trains (and once more after it
+    ends); stop the run at a stage whose value falls below the median and return that
+    stage's index. None: the run ended by itself."""
+    reported = set(study.trials[trial.number].intermediate_values)  # before a restart
+    while True:
+        running = proc.poll() is None
+        rows = trial_rows(folder)
+        for end, row in enumerate(rows[1:], 2):  # after the start row: one per stage
+            value = running_value(rows[:end], objective)
+            if row["index"] in reported or value is None:
+                continue
+            trial.report(value, row["index"])
+            reported.add(row["index"])
+            if running and below_median(optuna, study, row["index"], value):
+                proc.terminate()  # the run saves and stops between two steps
+                proc.wait()
+                return row["index"]
+        if not running:
+            return None
+        time.sleep(0.25)
+
+
 def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
-    """Train one trial (or continue it from its folder), reporting each stage's score to
-    the pruner; tell the study how it ended."""
+    """Train one trial (or continue it from its folder), reporting each stage's value to
+    Optuna; tell the study how it ended."""
     folder = sweep_dir / f"trial-{trial.number:03d}"
-    values = suggest(trial, settings["search"])
+    values = trial_values(trial, settings["search"])
     flags = trial_flags(settings, values)
     again = (folder / STATE).is_file()
     argv = ["--resume", str(folder), *flags] if again else [*flags, "--run_dir", str(folder)]
-    print(f"trial {trial.number}: {' '.join(f'--{k} {v}' for k, v in values.items())}")
-    reported = set(study.trials[trial.number].intermediate_values)  # before a restart
+    what = " (the preset)" if "preset" in trial.user_attrs else ""
+    print(f"trial {trial.number}{what}: {' '.join(f'{k}={v}' for k, v in values.items())}")
     with open(sweep_dir / f"trial-{trial.number:03d}.log", "a") as log:
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "multitask_classifier.py"), *argv], stdout=log, stderr=log
         )
-        while proc.poll() is None:
-            time.sleep(1)
-            for row in trial_rows(folder)[1:]:  # after the start row: one per stage
-                if row["index"] not in reported:
-                    trial.report(objective_of(row, settings["objective"]), row["index"])
-                    reported.add(row["index"])
-                    if trial.should_prune():
-                        proc.terminate()  # the run saves and stops between two steps
-                        proc.wait()
-                        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                        return print(f"trial {trial.number}: pruned after stage {row['index'] + 1}")
-    rows = trial_rows(folder)
-    kept = evaluation.kept_row(rows)
+        pruned = follow(optuna, study, trial, proc, folder, settings["objective"])
+    if pruned is not None:  # Optuna keeps the last reported value: the value at that stage
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return print(f"trial {trial.number}: pruned after stage {pruned + 1}")
+    kept = evaluation.kept_row(trial_rows(folder))
     if proc.returncode or kept is None:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return print(f"trial {trial.number}: failed (exit {proc.returncode}); see {log.name}")
@@ -158,20 +241,18 @@ def estimate_trials(settings: dict) -> None:
     print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
 
 
-def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
-    """One trial's row: its kept model's dev overall and held-out AUC (both, whichever is
-    the objective; a pruned trial's best stage so far), its settings, where and how long."""
-    rows = trial_rows(sweep_dir / f"trial-{t.number:03d}")
-    row = evaluation.kept_row(rows) or {}
+def summary_cells(t, row: dict, names: list[str]) -> list[str]:
+    """One trial's row: its kept model's dev overall and held-out AUC (`row`, both, whichever
+    is the objective; a pruned trial's kept stage so far), its settings (trial 0's are the
+    preset's, searched or not), where and how long."""
     scores = [f"{row[k]:.4f}" if row.get(k) is not None else "" for k in ("overall", "heldout")]
     took = (
         (t.datetime_complete - t.datetime_start).total_seconds() / 60 if t.datetime_complete else 0
     )
-    settings = [
-        f"{v:.4g}" if isinstance(v := t.params.get(n, ""), float) else str(v) for n in names
-    ]
+    values = t.params | t.user_attrs.get("preset", {})
+    settings = [f"{v:.4g}" if isinstance(v := values.get(n, ""), float) else str(v) for n in names]
     return [
-        str(t.number),
+        f"{t.number} (preset)" if "preset" in t.user_attrs else str(t.number),
         t.state.name.lower(),
         *scores,
         *settings,
@@ -181,12 +262,22 @@ def summary_cells(t, names: list[str], sweep_dir: Path) -> list[str]:
 
 
 def summary(optuna, study, sweep_dir: Path, objective: str) -> str:
-    """summary.md: one row per trial, the best by the objective first; and Optuna's plots."""
-    trials = sorted(study.trials, key=lambda t: -(t.value if t.value is not None else -1))
-    names = sorted({k for t in trials for k in t.params})
+    """summary.md: one row per trial, the best by the objective (the score the row shows)
+    first; and Optuna's plots."""
+    shown = {
+        t.number: evaluation.kept_row(trial_rows(sweep_dir / f"trial-{t.number:03d}")) or {}
+        for t in study.trials
+    }
+
+    def score(t) -> float:
+        value = shown[t.number].get(objective)
+        return -math.inf if value is None or math.isnan(value) else value
+
+    trials = sorted(study.trials, key=score, reverse=True)  # stable: unscored ones in order
+    names = sorted({k for t in trials for k in t.params | t.user_attrs.get("preset", {})})
     head = ["trial", "state", "dev overall", "held-out AUC", *names, "kept stage", "minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    lines += ["| " + " | ".join(summary_cells(t, names, sweep_dir)) + " |" for t in trials]
+    lines += ["| " + " | ".join(summary_cells(t, shown[t.number], names)) + " |" for t in trials]
     table = "\n".join(lines)
     text = f"# Sweep: {sweep_dir.name}\n\nThe best by {objective} first.\n\n{table}\n"
     atomic_write(text, sweep_dir / "summary.md")
@@ -230,43 +321,54 @@ def load_settings(args, parser) -> dict:
     settings = {"preset": args.preset, "trials": args.trials, "objective": args.objective}
     settings |= {"search": parse_search(args.search), "flags": args.flags, "enqueue": args.enqueue}
     settings["seed"] = args.seed
-    for values in (baseline(settings), *enqueued(settings)):  # bad flags stop here
-        cfg, _ = mt.parse_args(trial_flags(settings, values))
-    mt.one_model(cfg, "lab/sweep.py")  # a trial is scored by its one kept model
-    if settings["objective"] == "heldout" and not cfg.data.heldout_size:
-        parser.error("--objective heldout needs held-out pairs: give --heldout_size after --")
-    for name, value in baseline(settings).items():
-        s = settings["search"][name]
-        if s["kind"] != "choice" and not s["low"] <= value <= s["high"]:
-            parser.error(
-                f"--search {name}: the preset's own value {value} (trial 0) lies outside "
-                f"{s['low']}:{s['high']}; widen the range"
-            )
+    for values in (baseline(settings), *enqueued(settings), *search_ends(settings)):
+        cfg, _ = mt.parse_args(trial_flags(settings, values))  # bad flags stop here
+        mt.one_model(cfg, "lab/sweep.py")  # a trial is scored by its one kept model
+        if settings["objective"] == "heldout" and not cfg.data.heldout_size:
+            parser.error("--objective heldout needs held-out pairs: give --heldout_size after --")
+        given = flag_values(cfg)
+        for name, value in values.items():
+            if given[name] != value:  # a switch the preset gives already cannot be undone
+                parser.error(
+                    f"--search {name}: {value} cannot be run; the preset's flags give {given[name]}"
+                )
     return settings
+
+
+def search_ends(settings: dict) -> list[dict]:
+    """Each choice and each range's ends, alone: the values every trial's flags must give."""
+    ends = []
+    for name, s in settings["search"].items():
+        values = s["choices"] if s["kind"] == "choice" else (s["low"], s["high"])
+        ends += [{name: v} for v in values]
+    return ends
 
 
 def baseline(settings: dict) -> dict:
     """The searched flags' values in the preset itself (with the typed flags): trial 0."""
     cfg, _ = mt.parse_args(trial_flags(settings, {}))
-    values = {f.name: v for _, f, v in config.leaves(cfg)}
+    values = flag_values(cfg)
     return {name: values[name] for name in settings["search"]}
 
 
 def enqueued(settings: dict) -> list[dict]:
-    """--enqueue 'lr=1e-5,distill=1': more fixed trials, typed as their searches."""
+    """--enqueue 'lr=1e-5,distill=1': more fixed trials, typed as their flags, in the search."""
     out = []
     for spec in settings["enqueue"]:
         values = dict(item.partition("=")[::2] for item in spec.split(","))
         unknown = sorted(set(values) - set(settings["search"]))
         if unknown:
             raise SystemExit(f"--enqueue {spec}: {', '.join(unknown)} not searched")
-        kinds = {"float": float, "int": int, "choice": str}
         try:
-            out.append({k: kinds[settings["search"][k]["kind"]](v) for k, v in values.items()})
+            values = {k: typed(k, v) for k, v in values.items()}
         except ValueError:
             raise SystemExit(
                 f"--enqueue {spec}: expected FLAG=VALUE,... of its searches' types"
             ) from None
+        outside = [k for k, v in values.items() if not in_search(settings["search"][k], v)]
+        if outside:
+            raise SystemExit(f"--enqueue {spec}: {', '.join(outside)} outside its search")
+        out.append(values)
     return out
 
 
@@ -292,15 +394,29 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
         study_name="sweep",
         direction="maximize",
         load_if_exists=True,
-        # random draws for the first third of the trials (trial 0 included), then TPE
-        sampler=optuna.samplers.TPESampler(
-            seed=settings["seed"], n_startup_trials=max(2, settings["trials"] // 3)
-        ),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0),
+        pruner=optuna.pruners.NopPruner(),  # follow() prunes, by below_median
     )
-    if not study.trials:
-        for values in (baseline(settings), *enqueued(settings)):
-            study.enqueue_trial(values)
+    # Random draws for the first third of the trials (trial 0 included), then TPE. The seed
+    # moves on with the trials so far: a resumed sweep seeded as the first session was
+    # would draw that session's settings again.
+    seed = settings["seed"] + len(study.trials)
+    study.sampler = optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=max(2, settings["trials"] // 3)
+    )
+    if study.trials:
+        print(f"{len(study.trials)} trials so far; the sampler's seed: {seed}")
+        return study
+    preset = baseline(settings)
+    outside = [n for n, s in settings["search"].items() if not in_search(s, preset[n])]
+    if outside:
+        print(
+            f"trial 0 runs the preset's {', '.join(f'{n}={preset[n]}' for n in outside)}, "
+            "outside the search: Optuna records only its other settings"
+        )
+    inside = {n: v for n, v in preset.items() if n not in outside}
+    study.enqueue_trial(inside, user_attrs={"preset": preset})
+    for values in enqueued(settings):
+        study.enqueue_trial(values)
     return study
 
 
