@@ -90,13 +90,16 @@ def main(argv=None):
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     check_compile(cfg.device.compile, rt.device)
     tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
-    return {t: train_task(cfg, t, run_dir / t if len(tasks) > 1 else run_dir, rt) for t in tasks}
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    return {
+        t: train_task(cfg, t, run_dir / t if len(tasks) > 1 else run_dir, rt, tokenizer)
+        for t in tasks
+    }
 
 
-def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt):
+def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
     """Train and score one task, the best epoch kept; its predictions by the handout's names."""
     torch.manual_seed(cfg.seed)
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
     frozen = cfg.option in FROZEN
     make_model = mt.model_factory(cfg.model, (task,), compile=cfg.device.compile)
@@ -113,14 +116,23 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt):
     print(f"{task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
     run_dir.mkdir(parents=True, exist_ok=True)  # its settings, for submit.py to read
     checkpoint.atomic_write(json.dumps(config.to_dict(cfg), indent=1), run_dir / "config.json")
-    run = Run(run_dir, rt, (task,), cfg.data.eval_batch_size, cfg.seed, score_train=True)
+    option = "pretrain" if frozen else "finetune"  # the handout's names of the two
+
+    def named(folder, task, split):  # the handout's Part 1 files
+        return Path(folder) / f"{option}-{task}-{split}-out.csv"
+
+    run = Run(
+        run_dir,
+        rt,
+        (task,),
+        cfg.data.eval_batch_size,
+        cfg.seed,
+        score_train=True,
+        prediction_file=named,
+    )
     t0 = time.time()
     model, rows, best = run_plan(stages, make_model(), task_data, cfg.optim, run)
     finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
-    option = "pretrain" if frozen else "finetune"
-    for written in sorted((run_dir / "predictions").glob(f"{task}-*-output.csv")):
-        split = written.name.split("-")[1]
-        written.rename(written.with_name(f"{option}-{task}-{split}-out.csv"))
     return rows, best
 
 

@@ -469,8 +469,9 @@ def write_predictions(path: str | Path, task: str, ids: list[str], preds: list) 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         f.write(f"id \t {TASKS[task].column} \n")
-        for id_, pred in zip(ids, preds, strict=True):  # QQP's 0/1 as the handout's 0.0/1.0
-            f.write(f"{id_} , {float(pred) if TASKS[task].kind == 'binary' else pred} \n")
+        binary = TASKS[task].kind == "binary"  # QQP's 0/1 as the handout writes them: 0.0/1.0
+        for id_, pred in zip(ids, preds, strict=True):
+            f.write(f"{id_} , {float(pred) if binary else pred} \n")
 
 
 def read_predictions(path: str | Path) -> tuple[list[str], list]:

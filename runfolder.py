@@ -21,6 +21,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,9 @@ class Run:
     patience: int = 0  # stop after this many stages (or a stage's epochs) without a new best
     tensorboard: bool = False  # live curves in run_dir/tensorboard (TensorBoard below)
     board: TensorBoard | None = None
+    # (folder, task, split) -> a prediction file: the handout's multitask names, unless the
+    # command has others (classifier.py: Part 1's)
+    prediction_file: Callable[[Path, str, str], Path] = evaluation.prediction_path
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
@@ -251,7 +255,7 @@ def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
         results = evaluate_split(model, task_data, split, run.eval_tasks, run)
         for task, res in results.items():
             evaluation.write_predictions(
-                evaluation.prediction_path(out_dir, task, split), task, res.ids, res.preds
+                run.prediction_file(out_dir, task, split), task, res.ids, res.preds
             )
     return out_dir
 

@@ -2,6 +2,7 @@
 the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics.
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
+import functools
 import math
 
 import torch
@@ -139,12 +140,13 @@ def smart_ascent():
         ours = smart.adversarial_regularizer(f, embeds, f(embeds), "classification", mask, cfg)
         perturbed = {}
         for kind in ("classification", "binary", "regression"):
-            g = (lambda e: f(e)) if kind == "classification" else (lambda e, i=kind: f(e)[:, 0])
+            g = f if kind == "classification" else (lambda e: f(e)[:, 0])  # (B,): one output
             torch.manual_seed(7)
             perturbed[kind] = (g, smart.reference_regularizer(g, embeds, g(embeds), kind, cfg))
     finally:
         smart.divergence, smart.reference_divergence = saved
 
+    @functools.cache  # one reference graph: its value, then its gradients
     def ref():
         torch.manual_seed(5)
         return R.smart_ascent(f, embeds, mask, cfg, stand_in_divergence)
@@ -153,8 +155,15 @@ def smart_ascent():
     both = (w, embeds)
     yield part("R_s", ours, ref)
     yield part("R_s's gradients", grads(ours, both, 1.0), lambda: grads(ref(), both, 1.0))
+    yield from mtdnn_parts(perturbed, embeds, both, cfg)
+
+
+def mtdnn_parts(perturbed: dict, embeds, both, cfg):
+    """reference_regularizer's perturbed output of each kind, and its gradients in `both`,
+    against mt-dnn's SmartPerturbation transcribed (the TA's references)."""
     for kind, (g, out) in perturbed.items():
 
+        @functools.cache  # one reference graph: its value, then its gradients
         def theirs(g=g, kind=kind):
             torch.manual_seed(7)
             return R.mtdnn_perturbed(g, embeds, kind, cfg.sigma, cfg.eta, cfg.steps)

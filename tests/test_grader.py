@@ -61,6 +61,10 @@ SLIPS = {
             "heads merged without the transpose",
             [("out.transpose(1, 2).reshape(B, T, H)", "out.reshape(B, T, H)")],
         ),
+        (
+            "p written in, 0.5, not the dropout_p given",
+            [("dropout(probs, dropout_p, training) @ v", "dropout(probs, 0.5, training) @ v")],
+        ),
     ],
     "layer": [
         (
@@ -276,6 +280,15 @@ SLIPS = {
                 (
                     "self.heads[task](self.dropout(sentences))",
                     'self.heads["sst"](self.dropout(sentences))',
+                )
+            ],
+        ),
+        (
+            "p written in, 0.5, not the model's",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.heads[task](F.dropout(sentences, 0.5, self.training))",
                 )
             ],
         ),
