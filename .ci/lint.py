@@ -1,5 +1,5 @@
 """The house's budgets, checked by `make lint` on the source itself (ast), not by `make test`:
-file and function sizes, parameters, module docstrings, formatter escapes, the README's size,
+file and function sizes (tests' too: a test file at most 500 lines), parameters, module docstrings, formatter escapes, the README's size,
 the number of modules at the top level (the course; the lab's tools live in lab/), and
 imports that only go down the layers. A student's new module or long function keeps
 `make test` green; the developers keep this green.
@@ -14,6 +14,7 @@ from pathlib import Path
 
 LINES = {"multitask_classifier.py": 495, "datasets.py": 810, "lab/bench.py": 540}  # else 585
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000
+TEST_LINES = 500  # a test file holds one concern, named after what it tests
 TOP_LEVEL = 22  # modules at the top level: the course; experiments' tools live in lab/
 
 # Each module imports only from the layers below its own: no cycles, the ground floor
@@ -59,9 +60,10 @@ def project_imports(tree: ast.AST, known: set[str]) -> set[str]:
     return (found - {"lab"}) & known  # the package's __init__ imports nothing
 
 
-def module_problems(path: Path, name: str, tree: ast.AST) -> list[str]:
-    """Size, docstring and every function's length and parameters of one module."""
-    out, limit = [], LINES.get(name, 585)
+def module_problems(path: Path, name: str, tree: ast.AST, limit: int = 0) -> list[str]:
+    """Size, docstring and every function's length and parameters of one module (limit: its
+    lines, else LINES' or 585)."""
+    out, limit = [], limit or LINES.get(name, 585)
     if (n := len(path.read_text().splitlines())) > limit:
         out.append(f"{name}: {n} lines, over its {limit}")
     if not ast.get_docstring(tree):
@@ -104,6 +106,9 @@ def problems(root: Path) -> list[str]:
     ]
     for p in sorted((root / "grader").glob("*.py")):  # the TA's grader: sizes, not layers
         out += module_problems(p, f"grader/{p.name}", ast.parse(p.read_text(), str(p)))
+    for p in sorted((root / "tests").glob("*.py")):  # the tests: the same budgets, 500 lines
+        tree = ast.parse(p.read_text(), str(p))
+        out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += layer_problems(trees)

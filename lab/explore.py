@@ -144,7 +144,9 @@ def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
 def model_views(cfg, tokenizer, models: dict, dev: dict, sample: int = 2000) -> dict:
     """What the report computes with the models (load's): the kept model's QQP outputs with
     their gold labels and cut, and both models' SST sentence embeddings in 2-D (PCA), on at
-    most `sample` dev examples of each."""
+    most `sample` dev examples of each, and at most the run's --dev_size (a small run's page
+    is quick)."""
+    sample = min(sample, cfg.data.dev_size or sample)
     length, kept = cfg.data.max_length, models["kept"]
     cross = "para" in cfg.multitask.cross_encode
     para = PairDataset(dev["para"][:sample], tokenizer, length, cross_encode=cross)

@@ -11,6 +11,7 @@ from base_bert import BertConfig
 # The tests' models are tiny: one thread is faster than two fighting over a loaded CPU, and
 # results compared within a test do not depend on the thread count.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # and the processes the tests start
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,3 +120,10 @@ def tiny_env(tmp_path, tiny_config):
         write_tiny_checkpoint(tmp_path / "tiny-bert", tiny_config),
         write_tiny_data(tmp_path / "data"),
     )
+
+
+def pytest_collection_modifyitems(items):
+    """The slow end-to-end tests first: on several workers (`make test` runs pytest -n auto)
+    the long ones start together and the quick ones fill the gaps, rather than a long one
+    starting last while the other workers wait for it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

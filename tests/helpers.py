@@ -8,9 +8,12 @@ import torch
 import checkpoint
 import datasets as data
 import multitask_classifier as mt
+import runtime
 import trainer
-from config import DataConfig, ModelConfig
+from config import DataConfig, ModelConfig, MultitaskConfig
+from plans import Stage
 from tokenizer import BertTokenizer
+from trainer import StepContext
 
 
 def sentence_batch(B=3, T=5, vocab=100, seed=0):
@@ -113,3 +116,58 @@ def two_sets(seed=0, B=5, H=4):
 def embeddings(model, batch):
     z = model.sentences(batch)  # (2B, H); dropout is 0
     return z.view(2, -1, z.size(-1)).unbind(0)
+
+
+def tiny_argv(tiny_env, run_dir, *extra):
+    return tiny_flags(tiny_env, run_dir, "--max_length 64 --loops 1 --batch_size 8", *extra)
+
+
+def no_training(monkeypatch):
+    """Make any training step fail the test: the checks must come before it."""
+
+    def fail(*a, **k):
+        raise AssertionError("training started before the input was checked")
+
+    monkeypatch.setattr(trainer, "train_stage", fail)
+
+
+def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
+    """(loss, gradients, the norm it reports) of one multitask train_step (lr 0, eval mode:
+    no dropout); under float16 the scaler's step leaves the gradients unscaled."""
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.eval()
+    stage = Stage(
+        mt.MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
+    )
+    step = [(t, first_batch(task_data, t, 7)) for t in mt.MULTITASK]
+    optimizer = model.configure_optimizers(optim)
+    rt = runtime.make_runtime("cpu", precision)
+    generator = torch.Generator().manual_seed(3)
+    loss, norm = trainer.train_step(
+        model, optimizer, stage, step, StepContext(rt, optim), generator
+    )
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert len(grads) > 20  # the encoder's and the heads' (the unused pooler has none)
+    return loss.item(), grads, norm.item()
+
+
+class RecordedBar:
+    """A stand-in for tqdm that records what a progress bar was told."""
+
+    made: list = []
+
+    def __init__(self, iterable=None, **kwargs):
+        self.iterable, self.kwargs, self.done = iterable, kwargs, 0
+        RecordedBar.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def update(self, n):
+        self.done += n

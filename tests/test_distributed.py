@@ -46,7 +46,7 @@ def argv(env, run_dir, *extra):
     return tiny_flags(env, run_dir, flags + " --no_test_predictions", *extra)
 
 
-def torchrun(args, wait=True):
+def torchrun(args, wait=True, script=ROOT / "multitask_classifier.py"):
     command = [
         sys.executable,
         "-m",
@@ -54,7 +54,7 @@ def torchrun(args, wait=True):
         "--standalone",
         "--nproc_per_node",
         "2",
-        str(ROOT / "multitask_classifier.py"),
+        str(script),
         *args,
     ]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -71,35 +71,41 @@ def assert_close_weights(a_dir, b_dir, atol=2e-5):
     compared = [k for k in a if NOISE_ONLY not in k]
     assert len(compared) > 20
     for k in compared:
-        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=atol, msg=k)
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=atol, msg=f"{b_dir}: {k}")
 
 
-@pytest.mark.parametrize(
-    "flags",
-    [
-        ["--preset", "thesis"],
-        ["--preset", "thesis-smart", "--smart_batch_size", "8", "--smart_dropout", "shared"],
-        ["--preset", "multitask", "--weighting", "pcgrad", "--multitask_epochs", "1"],
-        # in-batch objectives: one process compares the whole batch, so two must gather it
-        ["--preset", "simcse", "--simcse_data", "para", "--simcse_loss", "mnrl"],
-        ["--preset", "thesis", "--para_loss", "mnrl", "--simcse_weight", "0.5"],
-        ["--preset", "defended", "--batch_size", "7"],  # distillation; shares of 4 and 3
-    ],
-    ids=["plain", "smart", "pcgrad", "simcse-stage", "mnrl-simcse-term", "distillation"],
-)
-def test_two_processes_train_the_weights_of_one(env, tmp_path, flags):
-    mt.main(argv(env, tmp_path / "one", *flags))
-    out = torchrun(argv(env, tmp_path / "two", *flags)).stdout
-    assert out.count("forgetting table") == 1  # one process prints
-    assert_close_weights(tmp_path / "one", tmp_path / "two")
-    one = (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
-    two = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
-    assert len(one) == len(two)  # one table, its rows written once
-    for a, b in zip(one[1:], two[1:], strict=True):  # each dev set scored whole, once
-        a, b = json.loads(a), json.loads(b)
-        assert a["stage"] == b["stage"] and abs(a["train_loss"] - b["train_loss"]) < 1e-4
-    steps = (tmp_path / "two" / "steps.jsonl").read_text().splitlines()
-    assert len(steps) == len((tmp_path / "one" / "steps.jsonl").read_text().splitlines())
+# Each a path of the update under two processes: {name: the run's flags}
+CONFIGS = {
+    "plain": ["--preset", "thesis"],
+    "smart": ["--preset", "thesis-smart", "--smart_batch_size", "8", "--smart_dropout", "shared"],
+    "pcgrad": ["--preset", "multitask", "--weighting", "pcgrad", "--multitask_epochs", "1"],
+    # in-batch objectives: one process compares the whole batch, so two must gather it
+    "simcse-stage": ["--preset", "simcse", "--simcse_data", "para", "--simcse_loss", "mnrl"],
+    "mnrl-simcse-term": ["--preset", "thesis", "--para_loss", "mnrl", "--simcse_weight", "0.5"],
+    "distillation": ["--preset", "defended", "--batch_size", "7"],  # shares of 4 and 3
+}
+
+
+def test_two_processes_train_the_weights_of_one(env, tmp_path):
+    """Every configuration in one torchrun job (tests/torchrun_runs.py: torchrun and its
+    processes started once), each against its run in one process."""
+    runs = [argv(env, tmp_path / name / "two", *flags) for name, flags in CONFIGS.items()]
+    out = torchrun([json.dumps(runs)], script=ROOT / "tests" / "torchrun_runs.py").stdout
+    outputs = out.split("=== run ")[1:]
+    assert len(outputs) == len(CONFIGS)
+    for (name, flags), printed in zip(CONFIGS.items(), outputs, strict=True):
+        one, two = tmp_path / name / "one", tmp_path / name / "two"
+        mt.main(argv(env, one, *flags))
+        assert printed.count("forgetting table") == 1, name  # one process prints
+        assert_close_weights(one, two)
+        one_rows = (one / "metrics.jsonl").read_text().splitlines()
+        two_rows = (two / "metrics.jsonl").read_text().splitlines()
+        assert len(one_rows) == len(two_rows), name  # one table, its rows written once
+        for a, b in zip(one_rows[1:], two_rows[1:], strict=True):  # each dev set scored whole
+            a, b = json.loads(a), json.loads(b)
+            assert a["stage"] == b["stage"] and abs(a["train_loss"] - b["train_loss"]) < 1e-4
+        steps = len((two / "steps.jsonl").read_text().splitlines())
+        assert steps == len((one / "steps.jsonl").read_text().splitlines()), name
 
 
 def test_a_stopped_two_process_run_resumes_to_the_same_weights(env, tmp_path):

@@ -10,6 +10,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
 import evaluation as E
+from helpers import RecordedBar
 
 TOL = 1e-12
 
@@ -165,8 +166,6 @@ def test_evaluate_known_outputs(training):
 
 
 def test_scoring_shows_a_bar_per_task_once_it_is_slow(monkeypatch):
-    from test_datasets import RecordedBar
-
     monkeypatch.setattr(E, "tqdm", RecordedBar)
     RecordedBar.made = []
     E.evaluate(FakeModel(OUTPUTS), loaders(), "cpu")

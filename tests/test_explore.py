@@ -1,4 +1,5 @@
-"""lab/explore.py: a run's attention, the untouched model beside the kept one."""
+"""lab/explore.py: a run's attention, the untouched model beside the kept one; its report page;
+label, the kept model's labels for lines of text."""
 
 import io
 import json
@@ -13,6 +14,7 @@ from matplotlib.image import imread
 from scipy.stats import spearmanr
 
 import config
+import datasets as data
 import evaluation
 import multitask_classifier as mt
 from datasets import read_task
@@ -85,6 +87,17 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
     gold, pred = dev("sts")
     assert f"Spearman {spearmanr(gold, pred).statistic:.3f}" in page
     assert page.count("<li>gold ") == 2 * min(explore.WORST, len(gold))
+
+
+def test_a_small_runs_report_maps_its_dev_sample_only(tiny_env, tmp_path):
+    """A run scored on --dev_size examples draws its QQP outputs and SST map on as many,
+    not on the whole dev set (16 pairs here)."""
+    run(tiny_env, tmp_path / "run", "--dev_size", "6", "--loops", "0")
+    page = explore.main(["report", str(tmp_path / "run")]).read_text()
+    assert "QQP: the kept model's output on 6 dev pairs" in page
+    run(tiny_env, tmp_path / "whole", "--loops", "0")
+    page = explore.main(["report", str(tmp_path / "whole")]).read_text()
+    assert "QQP: the kept model's output on 16 dev pairs" in page
 
 
 def test_pca_2d_is_sklearns_up_to_sign():
@@ -186,3 +199,45 @@ def test_input_lines_prompt_only_a_terminal(capsys):
     assert capsys.readouterr().err == ""  # a pipe or a file: no prompt in the way
     assert list(explore.input_lines(Terminal("a\n"))) == ["a\n"]
     assert "two separated by a tab; Ctrl-D ends" in capsys.readouterr().err
+
+
+def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, monkeypatch, capsys):
+    import io
+
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("good movie\nthe cat\tthe dog\n\n"))
+    explore.main(["label", str(tmp_path / "run")])  # prints each line's labels as it goes
+    lines = capsys.readouterr().out.splitlines()[-2:]
+    assert re.fullmatch(r"sentiment [0-4] \(p 0\.\d\d\)\tgood movie", lines[0])
+    assert re.fullmatch(r"paraphrase 0\.\d{3}\tsimilarity [0-5]\.\d\d\tthe cat\tthe dog", lines[1])
+    for text, message in [
+        ("ok\nid\tsentence\tsentiment\n", "3 tab-separated fields"),  # a csv's header row
+        ("ok\n\tthe dog\n", "an empty side of the tab"),
+        ("ok\nthe cat\t \n", "an empty side of the tab"),
+    ]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        with pytest.raises(data.DataError, match=rf"^input line 2: {message}; expected a sent"):
+            explore.main(["label", str(tmp_path / "run")])
+
+
+def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
+    tiny_env, tmp_path, monkeypatch
+):
+    import io
+    import os
+
+    from runtime import run_cli
+
+    run(tiny_env, tmp_path / "run", "--loops", "0")
+    strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes
+    monkeypatch.setattr("sys.stdin", strict)
+    with pytest.raises(SystemExit, match=r"^error: input after 0 good line\(s\): not UTF-8 text"):
+        run_cli(explore.main, ["label", str(tmp_path / "run")])
+    read, write = os.pipe()
+    os.close(read)  # `| head` that has read enough
+    monkeypatch.setattr("sys.stdin", io.StringIO("good movie\n"))
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(os.fdopen(write, "wb"), line_buffering=True))
+    with pytest.raises(SystemExit) as stop:
+        run_cli(explore.main, ["label", str(tmp_path / "run")])
+    assert stop.value.code == 1

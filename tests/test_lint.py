@@ -34,6 +34,8 @@ def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
     (tmp_path / "lab" / "bench.py").write_text('"""Timings."""\n' + "\n" * 540)
     (tmp_path / "lab" / "plots.py").write_text('"""Pictures."""\n\nfrom lab.bench import x\n')
     (tmp_path / "bert.py").write_text('"""BERT."""\n\nfrom lab import plots\n')  # the lab
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_big.py").write_text('"""Two concerns."""\n' + "\n" * 500)
     for i in range(19):  # 23 modules at the top level
         (tmp_path / f"base_{i}.py").write_text('"""A module."""\n')
     code, lines = lint(tmp_path)
@@ -43,6 +45,7 @@ def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
         "lab/bench.py: 541 lines, over its 540",
         "trainer.py: no module docstring naming what it holds",
         "trainer.py:1 step: 9 parameters, over 8",
+        "tests/test_big.py: 501 lines, over its 500",
         "23 modules at the top level, over 22: move a tool into lab/",
         *(f"base_{i}.py: in no layer; place it in LAYERS" for i in sorted(range(19), key=str)),
         "extra.py: in no layer; place it in LAYERS",

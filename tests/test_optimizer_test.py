@@ -1,6 +1,8 @@
 """`python optimizer_test.py`, the handout's AdamW check, run as a student runs it: against the
 handout's optimizer_test.npy where it lies, against torch.optim.AdamW in a clone without it,
-and failing in one line on a perturbed reference or an open exercise."""
+and failing in one line on a perturbed reference or an open exercise. The clone's runs are
+processes of their own (its optimizer.py is not this checkout's); the others run main()
+here, in the folder a student would run it in."""
 
 import shutil
 import subprocess
@@ -18,9 +20,25 @@ HANDOUT = Path(__file__).parents[2] / "shared" / "reference" / "optimizer_test.n
 
 
 def run(script: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+    """The script in a process of its own: a clone's optimizer.py, not this checkout's."""
     return subprocess.run(
         [sys.executable, str(script), *flags], cwd=cwd, capture_output=True, text=True, timeout=60
     )
+
+
+def run_here(cwd: Path, monkeypatch, capsys, *flags: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of this checkout's optimizer_test.main(flags) run in
+    cwd, as `python optimizer_test.py` there ends: SystemExit's message on stderr."""
+    monkeypatch.chdir(cwd)
+    try:
+        optimizer_test.main(list(flags))
+        code = 0
+    except SystemExit as stop:
+        code = 1 if isinstance(stop.code, str) else stop.code or 0
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def clone(tmp_path: Path) -> Path:
@@ -43,16 +61,18 @@ def open_adamw(path: Path) -> None:
 
 
 @pytest.mark.parametrize("flags", [(), ("--foreach",)])
-def test_passes_against_the_handouts_file_in_the_working_folder(tmp_path, flags):
+def test_passes_against_the_handouts_file_in_the_working_folder(
+    tmp_path, flags, monkeypatch, capsys
+):
     if not HANDOUT.is_file():
         pytest.skip(f"no handout reference at {HANDOUT}")
     shutil.copy(HANDOUT, tmp_path / "optimizer_test.npy")
-    done = run(REPO / "optimizer_test.py", tmp_path, *flags)
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, out, err = run_here(tmp_path, monkeypatch, capsys, *flags)
+    assert code == 0, out + err
     line = f"foreach={bool(flags)}), 1000 steps"
-    assert done.stdout.startswith("Optimizer test passed: AdamW(") and line in done.stdout
-    assert done.stdout.strip().endswith(f"against {(tmp_path / 'optimizer_test.npy').resolve()}")
-    assert done.stdout.count("\n") == 1
+    assert out.startswith("Optimizer test passed: AdamW(") and line in out
+    assert out.strip().endswith(f"against {(tmp_path / 'optimizer_test.npy').resolve()}")
+    assert out.count("\n") == 1
 
 
 def test_without_the_file_it_compares_with_torchs_adamw_and_says_so(tmp_path):
@@ -64,26 +84,26 @@ def test_without_the_file_it_compares_with_torchs_adamw_and_says_so(tmp_path):
     assert done.stdout.strip().endswith(f"{said} was not found (put it in this folder)")
 
 
-def test_a_perturbed_reference_fails_in_one_line_naming_the_entry(tmp_path):
+def test_a_perturbed_reference_fails_in_one_line_naming_the_entry(tmp_path, monkeypatch, capsys):
     w = optimizer_test.fit(AdamW, correct_bias=True).numpy().copy()
     w[1, 2] += 1e-3  # one entry off by far more than atol + rtol * |w|
     np.save(tmp_path / "optimizer_test.npy", w)
-    done = run(REPO / "optimizer_test.py", tmp_path)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(
+    code, out, err = run_here(tmp_path, monkeypatch, capsys)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(
         "Optimizer test failed: AdamW(foreach=False), 1000 steps, atol 1e-06, rtol 1e-04: "
     )
-    assert "largest difference 1.0e-03 at weight[1, 2]" in done.stderr
-    assert f"against {(tmp_path / 'optimizer_test.npy').resolve()}" in done.stderr
+    assert "largest difference 1.0e-03 at weight[1, 2]" in err
+    assert f"against {(tmp_path / 'optimizer_test.npy').resolve()}" in err
 
 
-def test_a_nan_reference_fails_naming_the_nan(tmp_path):
+def test_a_nan_reference_fails_naming_the_nan(tmp_path, monkeypatch, capsys):
     w = np.zeros((2, 3), dtype=np.float32)
     w[0, 1] = np.nan  # all entries fail; the nan is named
     np.save(tmp_path / "optimizer_test.npy", w)
-    done = run(REPO / "optimizer_test.py", tmp_path)
-    assert done.returncode == 1 and "at weight[0, 1]" in done.stderr
+    code, _, err = run_here(tmp_path, monkeypatch, capsys)
+    assert code == 1 and "at weight[0, 1]" in err
 
 
 @pytest.mark.parametrize("flags", [(), ("--foreach",)])

@@ -203,3 +203,21 @@ if __name__ == "__main__":  # rewrite the golden file after a deliberate change
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text("".join(resolved_presets().values()))
     sys.exit(f"wrote {GOLDEN}; review its diff")
+
+
+@pytest.mark.parametrize(
+    "flags, heldout",
+    [
+        ("", 2_000),  # the demo's own
+        ("--dev_size 32", 32),  # a small run is scored small
+        ("--dev_size 5000", 2_000),  # never more than the preset's
+        ("--dev_size 0", 2_000),  # 0: every dev example; the held-out pairs stay
+        ("--dev_size 32 --heldout_size 100", 100),  # typed: as typed
+        ("--dev_size 32 --heldout_size 0", 0),
+    ],
+)
+def test_a_small_dev_sample_shrinks_the_held_out_pairs_with_it(flags, heldout):
+    cfg, _ = mt.parse_args(["--preset", "demo", *flags.split()])
+    assert cfg.data.heldout_size == heldout
+    cfg, _ = mt.parse_args(["--preset", "thesis", *flags.split()])  # a preset with none
+    assert cfg.data.heldout_size == (heldout if "--heldout_size" in flags else 0)

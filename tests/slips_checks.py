@@ -1,0 +1,330 @@
+"""Slips of the handout's exercises (grader/checks.py): each a small change of the solution that its
+check must fail (tests/test_grader.py grades them).
+
+A slip is (what it is, [(old, new), ...]): each old text occurs once in the exercise's
+marked bodies, and is replaced by new."""
+
+NAN = "float('nan')"
+# exercise -> [(what the slip is, [(old, new), ...])]
+SLIPS = {
+    "attention": [
+        ("every output NaN", [("return out, probs", f"return out * {NAN}, probs")]),
+        ("no dropout", [("dropout(probs, dropout_p, training) @ v", "probs @ v")]),
+        (
+            "dropout on the output",
+            [
+                (
+                    "dropout(probs, dropout_p, training) @ v",
+                    "dropout(probs @ v, dropout_p, training)",
+                )
+            ],
+        ),
+        (
+            "dropout without 1 / (1 - p)",
+            [
+                (
+                    "dropout(probs, dropout_p, training) @ v",
+                    "dropout(probs, dropout_p, training) * (1 - dropout_p) @ v",
+                )
+            ],
+        ),
+        ("no 1 / sqrt(hs)", [(" / math.sqrt(q.size(-1))", "")]),
+        ("the mask ignored", [("F.softmax(scores + mask, dim=-1)", "F.softmax(scores, dim=-1)")]),
+        (
+            "softmax over the queries",
+            [("F.softmax(scores + mask, dim=-1)", "F.softmax(scores + mask, dim=-2)")],
+        ),
+        (
+            "heads split without the transpose",
+            [("t.view(B, T, self.n_head, hs).transpose(1, 2)", "t.view(B, self.n_head, T, hs)")],
+        ),
+        (
+            "heads merged without the transpose",
+            [("out.transpose(1, 2).reshape(B, T, H)", "out.reshape(B, T, H)")],
+        ),
+        (
+            "p written in, 0.5, not the dropout_p given",
+            [("dropout(probs, dropout_p, training) @ v", "dropout(probs, 0.5, training) @ v")],
+        ),
+    ],
+    "layer": [
+        (
+            "no dropout in AddNorm",
+            [("residual + self.dropout(self.dense(x))", "residual + self.dense(x)")],
+        ),
+        (
+            "dropout after the LayerNorm",
+            [
+                (
+                    "self.LayerNorm(residual + self.dropout(self.dense(x)))",
+                    "self.dropout(self.LayerNorm(residual + self.dense(x)))",
+                )
+            ],
+        ),
+        (
+            "dropout on the residual",
+            [("residual + self.dropout(self.dense(x))", "self.dropout(residual) + self.dense(x)")],
+        ),
+        (
+            "the tanh GELU",
+            [
+                (
+                    'F.gelu(self.intermediate["dense"](a))',
+                    'F.gelu(self.intermediate["dense"](a), approximate="tanh")',
+                )
+            ],
+        ),
+        (
+            "ReLU",
+            [('F.gelu(self.intermediate["dense"](a))', 'F.relu(self.intermediate["dense"](a))')],
+        ),
+        (
+            "the layer's input as the second residual",
+            [("return self.output(h, a)", "return self.output(h, x)")],
+        ),
+        (
+            "dropout after the GELU",
+            [
+                (
+                    'h = F.gelu(self.intermediate["dense"](a))',
+                    'h = self.output.dropout(F.gelu(self.intermediate["dense"](a)))',
+                )
+            ],
+        ),
+        (
+            "dropout on the attention's output before AddNorm",
+            [
+                (
+                    'self.attention["output"](self.attention["self"](x, mask, probs), x)',
+                    'self.attention["output"](self.attention["output"].dropout(self.attention["self"](x, mask, probs)), x)',
+                )
+            ],
+        ),
+        (
+            "probabilities not passed on",
+            [('self.attention["self"](x, mask, probs)', 'self.attention["self"](x, mask)')],
+        ),
+    ],
+    "embeddings": [
+        (
+            "positions from 1",
+            [
+                (
+                    "torch.arange(T, device=input_ids.device)",
+                    "torch.arange(1, T + 1, device=input_ids.device)",
+                )
+            ],
+        ),
+        ("no token types", [("+ self.token_type_embeddings(token_type_ids)  # (B, T, H)", "")]),
+        ("no dropout", [("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(x)")]),
+        (
+            "dropout before the LayerNorm",
+            [("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(self.dropout(x))")],
+        ),
+        (
+            "every output NaN",
+            [
+                (
+                    "return self.dropout(self.LayerNorm(x))",
+                    f"return self.dropout(self.LayerNorm(x)) * {NAN}",
+                )
+            ],
+        ),
+    ],
+    "adamw": [
+        (
+            "no bias correction",
+            [
+                (
+                    'bias1, bias2 = self._bias_corrections(group, state["step"])',
+                    "bias1, bias2 = 1.0, 1.0",
+                )
+            ],
+        ),
+        (
+            "coupled L2 instead of decoupled decay",
+            [
+                (
+                    "exp_avg.lerp_(grad, 1.0 - beta1)",
+                    'grad = grad + group["weight_decay"] * p\n            exp_avg.lerp_(grad, 1.0 - beta1)',
+                ),
+                ('p.mul_(1.0 - lr * group["weight_decay"])', "pass"),
+            ],
+        ),
+        ("no weight decay", [('p.mul_(1.0 - lr * group["weight_decay"])', "pass")]),
+        (
+            "beta2 for the first moment",
+            [("exp_avg.lerp_(grad, 1.0 - beta1)", "exp_avg.lerp_(grad, 1.0 - beta2)")],
+        ),
+        (
+            "decay without the lr (foreach)",
+            [
+                (
+                    'torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])',
+                    'torch._foreach_mul_(params, 1.0 - group["weight_decay"])',
+                )
+            ],
+        ),
+        (
+            "no bias correction (foreach)",
+            [
+                (
+                    "roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
+                    "roots2 = [1.0 for _ in biases]",
+                )
+            ],
+        ),
+        (
+            "correct_bias ignored",
+            [
+                (
+                    'bias1, bias2 = self._bias_corrections(group, state["step"])',
+                    'bias1, bias2 = 1 - beta1 ** state["step"], 1 - beta2 ** state["step"]',
+                )
+            ],
+        ),
+    ],
+    "classifier": [
+        (
+            "no dropout",
+            [("self.heads[task](self.dropout(sentences))", "self.heads[task](sentences)")],
+        ),
+        (
+            "dropout on the logits",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.dropout(self.heads[task](sentences))",
+                )
+            ],
+        ),
+        (
+            "dropout twice",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.heads[task](self.dropout(self.dropout(sentences)))",
+                )
+            ],
+        ),
+        (
+            "probabilities, not logits",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.heads[task](self.dropout(sentences)).softmax(-1)",
+                )
+            ],
+        ),
+        (
+            "SST's head for every task",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    'self.heads["sst"](self.dropout(sentences))',
+                )
+            ],
+        ),
+        (
+            "p written in, 0.5, not the model's",
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.heads[task](F.dropout(sentences, 0.5, self.training))",
+                )
+            ],
+        ),
+    ],
+    "multitask": [
+        (
+            "STS as the raw cosine",
+            [
+                (
+                    "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
+                    "F.cosine_similarity(u, v, dim=-1)",
+                )
+            ],
+        ),
+        (
+            "STS as 5 * cosine",
+            [
+                (
+                    "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
+                    "5 * F.cosine_similarity(u, v, dim=-1)",
+                )
+            ],
+        ),
+        (
+            "token types of 1",
+            [("types = torch.zeros_like(input_ids)", "types = torch.ones_like(input_ids)")],
+        ),
+        (
+            "the first mask for both sides",
+            [("F.pad(mask_2, (0, T - mask_2.size(1)))", "F.pad(mask_1, (0, T - mask_1.size(1)))")],
+        ),
+        (
+            "pairs stacked side by side",
+            [
+                (
+                    'return {"input_ids": ids, "attention_mask": mask',
+                    'ids, mask = ids.transpose(0, 1).reshape(ids.shape), mask.transpose(0, 1).reshape(ids.shape)\n        return {"input_ids": ids, "attention_mask": mask',
+                )
+            ],
+        ),
+        (
+            "the shorter side padded on the left",
+            [
+                (
+                    "[F.pad(ids_1, (0, T - ids_1.size(1))), F.pad(ids_2, (0, T - ids_2.size(1)))]",
+                    "[F.pad(ids_1, (T - ids_1.size(1), 0)), F.pad(ids_2, (T - ids_2.size(1), 0))]",
+                ),
+                (
+                    "[F.pad(mask_1, (0, T - mask_1.size(1))), F.pad(mask_2, (0, T - mask_2.size(1)))]",
+                    "[F.pad(mask_1, (T - mask_1.size(1), 0)), F.pad(mask_2, (T - mask_2.size(1), 0))]",
+                ),
+            ],
+        ),
+        (
+            "T taken from the first side",
+            [("T = max(ids_1.size(1), ids_2.size(1))", "T = ids_1.size(1)")],
+        ),
+    ],
+    "multitask_step": [
+        (
+            "micro-batch shares left out",
+            [("weights[p.task] * p.share * task_loss(", "weights[p.task] * task_loss(")],
+        ),
+        (
+            "task weights left out",
+            [("weights[p.task] * p.share * task_loss(", "p.share * task_loss(")],
+        ),
+        ("L2-SP on every micro-batch", [("if k == 0:  # once per update", "if True:")]),
+        (
+            "the last micro-batch's loss only",
+            [("loss = loss + part.detach()", "loss = part.detach()")],
+        ),
+        (
+            "backward of the last micro-batch only",
+            [
+                (
+                    "backward(part, rt.scaler)",
+                    "if k == len(micro) - 1:\n                backward(part, rt.scaler)",
+                )
+            ],
+        ),
+        ("the loss scaler bypassed", [("backward(part, rt.scaler)", "part.backward()")]),
+        (
+            "1 / micro-batches for the share",
+            [
+                (
+                    "weights[p.task] * p.share * task_loss(",
+                    "weights[p.task] / len(micro) * task_loss(",
+                )
+            ],
+        ),
+        (
+            "the returned loss keeps its graph",
+            [("loss = loss + part.detach()", "loss = loss + part")],
+        ),
+    ],
+}

@@ -1,0 +1,272 @@
+"""Slips of the project's exercises (grader/extensions.py): each a small change of the solution that its
+check must fail (tests/test_grader.py grades them).
+
+A slip is (what it is, [(old, new), ...]): each old text occurs once in the exercise's
+marked bodies, and is replaced by new."""
+
+NAN = "float('nan')"
+# exercise -> [(what the slip is, [(old, new), ...])]
+SLIPS = {
+    "wordpiece": [
+        (
+            "no '##' inside a word",
+            [
+                (
+                    'piece = word[start:end] if start == 0 else "##" + word[start:end]',
+                    "piece = word[start:end]",
+                )
+            ],
+        ),
+        (
+            "[UNK] for one character, not the word",
+            [("return [self.unk_token_id]", "piece_id, end = self.unk_token_id, start + 1")],
+        ),
+        (
+            "the longest piece never tried",
+            [
+                (
+                    "end = min(len(word), start + self.max_piece_chars)",
+                    "end = min(len(word), start + self.max_piece_chars) - 1",
+                )
+            ],
+        ),
+        (
+            "the longest pieces out of reach",
+            [("start + self.max_piece_chars)", "start + self.max_piece_chars - 1)")],
+        ),
+    ],
+    "mean_pool": [
+        (
+            "padding counted",
+            [("return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)", "return hidden.mean(1)")],
+        ),
+        (
+            "a sum, not a mean",
+            [("(hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)", "(hidden * m).sum(1)")],
+        ),
+        ("divided by T", [("/ m.sum(1).clamp(min=1e-9)", "/ hidden.size(1)")]),
+    ],
+    "pair_head": [
+        (
+            "one order only",
+            [
+                (
+                    "both = head(torch.cat([u, v, d], -1)) + head(torch.cat([v, u, d], -1))",
+                    "both = 2 * head(torch.cat([u, v, d], -1))",
+                )
+            ],
+        ),
+        (
+            "u - v without the absolute value",
+            [("head, d = self.heads[task], (u - v).abs()", "head, d = self.heads[task], u - v")],
+        ),
+        ("not halved", [("return both.squeeze(-1) / 2", "return both.squeeze(-1)")]),
+        (
+            "u * v for |u - v|",
+            [("head, d = self.heads[task], (u - v).abs()", "head, d = self.heads[task], u * v")],
+        ),
+    ],
+    "symmetric_kl": [
+        ("KL(P||Q) only", [("((lp.exp() - lq.exp()) * (lp - lq))", "(lp.exp() * (lp - lq))")]),
+        (
+            "each KL's target detached",
+            [
+                (
+                    "((lp.exp() - lq.exp()) * (lp - lq))",
+                    "(lp.exp() * (lp - lq.detach()) + lq.exp() * (lq - lp.detach()))",
+                )
+            ],
+        ),
+        ("a mean over classes", [(".sum(-1).mean()", ".mean()")]),
+        ("NaN", [(".sum(-1).mean()", f".sum(-1).mean() * {NAN}")]),
+        (
+            "mt-dnn's: nothing detached",
+            [("(lq.detach().exp() * (lq.detach() - lp))", "(lq.exp() * (lq - lp))")],
+        ),
+    ],
+    "smart_ascent": [
+        (
+            "one max over the batch",
+            [("grad.abs().amax(dim=per_example, keepdim=True)", "grad.abs().max()")],
+        ),
+        (
+            "no projection after a step",
+            [
+                (
+                    "noise = project(noise.detach() + eta * grad / scale.clamp(min=1e-12))",
+                    "noise = noise.detach() + eta * grad / scale.clamp(min=1e-12)",
+                )
+            ],
+        ),
+        ("descent, not ascent", [("noise.detach() + eta * grad", "noise.detach() - eta * grad")]),
+        (
+            "noise not scaled by sigma",
+            [("project(torch.randn_like(embeds) * sigma)", "project(torch.randn_like(embeds))")],
+        ),
+        (
+            "mt-dnn's: one max per example",
+            [
+                (
+                    "step.abs().amax(dim=-1, keepdim=True)",
+                    "step.abs().amax(dim=(1, 2), keepdim=True)",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: regression's error averaged",
+            [("climb = (adv - y).pow(2).sum()", "climb = (adv - y).pow(2).mean()")],
+        ),
+        (
+            "the final pass on detached embeddings",
+            [
+                (
+                    "return divergence(f(embeds + noise.detach()), clean, kind)",
+                    "return divergence(f(base + noise.detach()), clean, kind)",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: the final pass on detached embeddings",
+            [
+                (
+                    "return reference_divergence(clean, f(embeds + noise), kind)",
+                    "return reference_divergence(clean, f(base + noise), kind)",
+                )
+            ],
+        ),
+        (
+            "backward() for the noise's gradient",
+            [
+                (
+                    "(grad,) = torch.autograd.grad(\n            adv / adv.detach().clamp(min=1e-30),\n            noise,\n            allow_unused=True,\n            materialize_grads=True,\n        )",
+                    "adv.backward()\n        grad = noise.grad",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: backward() for the noise's gradient",
+            [
+                (
+                    "(grad,) = torch.autograd.grad(climb, noise, allow_unused=True, materialize_grads=True)",
+                    "climb.backward()\n        grad = noise.grad",
+                )
+            ],
+        ),
+    ],
+    "momentum_teacher": [
+        (
+            "beta and 1 - beta swapped",
+            [
+                (
+                    "student[n].detach() for n in names], 1.0 - beta",
+                    "student[n].detach() for n in names], beta",
+                )
+            ],
+        ),
+        ("not in place", [("torch._foreach_lerp_(", "torch._foreach_lerp(")]),
+        (
+            "the teacher copies the model",
+            [
+                (
+                    "student[n].detach() for n in names], 1.0 - beta",
+                    "student[n].detach() for n in names], 1.0",
+                )
+            ],
+        ),
+    ],
+    "simcse": [
+        (
+            "no temperature",
+            [("cos_sim(anchors, candidates) / temperature", "cos_sim(anchors, candidates)")],
+        ),
+        (
+            "dot products, not cosines",
+            [
+                (
+                    "cos_sim(anchors, candidates) / temperature",
+                    "anchors @ candidates.T / temperature",
+                )
+            ],
+        ),
+        ("hard negatives left out", [("torch.cat([positives, negatives])", "positives")]),
+        (
+            "candidate 0 the answer",
+            [
+                (
+                    "torch.arange(anchors.size(0), device=anchors.device)",
+                    "torch.zeros(anchors.size(0), dtype=torch.long)",
+                )
+            ],
+        ),
+    ],
+    "pcgrad": [
+        (
+            "a fixed order",
+            [
+                (
+                    "order = torch.randperm(num_tasks, generator=generator).tolist()",
+                    "order = list(range(num_tasks))",
+                )
+            ],
+        ),
+        (
+            "projected off already-projected gradients",
+            [("g_j = grads[j]", "g_j = projected[j] if j < len(projected) else grads[j]")],
+        ),
+        ("projected whether or not they conflict", [("if dot < 0:", "if dot != 0:")]),
+        ("the inputs changed in place", [("g_i = grads[i].clone()", "g_i = grads[i]")]),
+        (
+            "one order shared by every task",
+            [
+                ("        order = torch.randperm(num_tasks, generator=generator).tolist()\n", ""),
+                (
+                    "projected = []\n",
+                    "projected = []\n    order = torch.randperm(num_tasks, generator=generator).tolist()\n",
+                ),
+            ],
+        ),
+    ],
+    "distillation": [
+        (
+            "the reference not constant",
+            [("cos_sim(reference, reference).detach()", "cos_sim(reference, reference)")],
+        ),
+        ("i = j pairs counted", [(")[off].pow(2).mean()", ").pow(2).mean()")]),
+        ("absolute differences", [(")[off].pow(2).mean()", ")[off].abs().mean()")]),
+    ],
+    "pearson": [
+        ("0 for a constant input", [('else float("nan")', "else 0.0")]),
+        ("no centering", [("dx, dy = x - x.mean(), y - y.mean()", "dx, dy = x, y")]),
+        (
+            "n and n - 1 mixed",
+            [
+                (
+                    "denom = np.sqrt(np.sum(dx * dx) * np.sum(dy * dy))",
+                    "denom = (len(x) - 1) * x.std() * y.std()",
+                )
+            ],
+        ),
+        (
+            "|r|",
+            [
+                (
+                    "return float(np.sum(dx * dy) / denom)",
+                    "return float(abs(np.sum(dx * dy)) / denom)",
+                )
+            ],
+        ),
+    ],
+    "auc": [
+        (
+            "ties ranked in order",
+            [
+                (
+                    "ranks = average_ranks(scores)",
+                    "ranks = scores.argsort(kind='stable').argsort() + 1.0",
+                )
+            ],
+        ),
+        ("n_pos (n_pos - 1) / 2", [("n_pos * (n_pos + 1) / 2", "n_pos * (n_pos - 1) / 2")]),
+        ("over n_pos * n", [("/ (n_pos * n_neg)", "/ (n_pos * len(scores))")]),
+    ],
+}
