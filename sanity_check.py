@@ -1,6 +1,6 @@
 """One offline command that says whether the hand-written pieces are right.
 
-    python sanity_check.py        (or: make check)
+    python sanity_check.py        (make check runs it after the lesson's tests)
 
 Compares, line by line with the largest difference:
 - our tokenizer against ids that Hugging Face's BertTokenizer produced for fixed sentences;
