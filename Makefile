@@ -25,9 +25,9 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-torch.txt
 test: venv
 	$(PY) -m pytest -n auto --dist worksteal
 
-# A student's edit loop, about a minute: the lesson's tests (model, tokenizer, AdamW, losses,
+# A student's edit loop, about half a minute: the lesson's tests (model, tokenizer, AdamW, losses,
 # SMART, SimCSE, metrics; not the slow end-to-end ones), sanity_check.py, the exercises.
-# A student's copy has no tests/: there it runs the other two.
+# A student's copy has no test files (only tests/reference/): there it runs the other two.
 LESSON_TESTS := $(wildcard $(addprefix tests/test_,bert.py tokenizer.py optimizer.py \
 	losses.py smart.py smart_training.py simcse.py evaluation.py multitask.py classifier.py))
 check: venv

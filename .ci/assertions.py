@@ -47,6 +47,7 @@ def sources(at: str | None) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    """Print each test file's counts, then the totals."""
     at = argv[argv.index("--at") + 1] if "--at" in argv else None
     total = [0, 0]
     for name, text in sources(at).items():

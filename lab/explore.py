@@ -53,6 +53,7 @@ from datasets import (
     SentenceExample,
     data_dir,
     make_loader,
+    random_subset,
     read_task,
 )
 from lab import plots
@@ -105,9 +106,13 @@ def draw_attention(args, parser) -> Path:
 
 
 def dev_examples(cfg) -> dict[str, list]:
-    """Each task's dev examples, read once for the whole page."""
+    """Each task's dev examples that the run scored (its --dev_size sample, drawn as the
+    run drew it: a small run's page is small), read once for the whole page."""
     folder = data_dir(cfg.data.data_dir)
-    return {task: read_task(folder, task, "dev") for task in evaluation.MULTITASK}
+    return {
+        task: random_subset(read_task(folder, task, "dev"), cfg.data.dev_size, cfg.seed)
+        for task in evaluation.MULTITASK
+    }
 
 
 def dev_predictions(run_dir: Path, dev: dict) -> dict[str, list[tuple]]:
@@ -144,9 +149,7 @@ def outputs(model, task: str, dataset) -> dict[str, np.ndarray]:
 def model_views(cfg, tokenizer, models: dict, dev: dict, sample: int = 2000) -> dict:
     """What the report computes with the models (load's): the kept model's QQP outputs with
     their gold labels and cut, and both models' SST sentence embeddings in 2-D (PCA), on at
-    most `sample` dev examples of each, and at most the run's --dev_size (a small run's page
-    is quick)."""
-    sample = min(sample, cfg.data.dev_size or sample)
+    most `sample` dev examples of each."""
     length, kept = cfg.data.max_length, models["kept"]
     cross = "para" in cfg.multitask.cross_encode
     para = PairDataset(dev["para"][:sample], tokenizer, length, cross_encode=cross)

@@ -119,6 +119,7 @@ def embeddings(model, batch):
 
 
 def tiny_argv(tiny_env, run_dir, *extra):
+    """tiny_flags for a one-loop run of 64 tokens in batches of 8, then `extra`."""
     return tiny_flags(tiny_env, run_dir, "--max_length 64 --loops 1 --batch_size 8", *extra)
 
 

@@ -1,10 +1,10 @@
-"""Slips of the handout's exercises (grader/checks.py): each a small change of the solution that its
-check must fail (tests/test_grader.py grades them).
+"""Slips of the handout's exercises (grader/checks.py): each a small change of the
+solution that its check must fail (tests/test_grader.py grades them).
 
 A slip is (what it is, [(old, new), ...]): each old text occurs once in the exercise's
 marked bodies, and is replaced by new."""
 
-NAN = "float('nan')"
+NAN = "float('nan')"  # a slip's text for a NaN
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "attention": [

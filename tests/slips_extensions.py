@@ -1,10 +1,11 @@
-"""Slips of the project's exercises (grader/extensions.py): each a small change of the solution that its
-check must fail (tests/test_grader.py grades them).
+"""Slips of the project's exercises (grader/extensions.py): each a small change of the
+solution that its check must fail (tests/test_grader.py grades them).
 
 A slip is (what it is, [(old, new), ...]): each old text occurs once in the exercise's
 marked bodies, and is replaced by new."""
 
-NAN = "float('nan')"
+from slips_checks import NAN
+
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "wordpiece": [

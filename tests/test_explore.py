@@ -20,6 +20,7 @@ import multitask_classifier as mt
 from datasets import read_task
 from helpers import run, tiny_model_and_data
 from lab import explore
+from runtime import run_cli
 
 
 def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_path):
@@ -89,15 +90,18 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
     assert page.count("<li>gold ") == 2 * min(explore.WORST, len(gold))
 
 
-def test_a_small_runs_report_maps_its_dev_sample_only(tiny_env, tmp_path):
-    """A run scored on --dev_size examples draws its QQP outputs and SST map on as many,
-    not on the whole dev set (16 pairs here)."""
-    run(tiny_env, tmp_path / "run", "--dev_size", "6", "--loops", "0")
-    page = explore.main(["report", str(tmp_path / "run")]).read_text()
-    assert "QQP: the kept model's output on 6 dev pairs" in page
-    run(tiny_env, tmp_path / "whole", "--loops", "0")
-    page = explore.main(["report", str(tmp_path / "whole")]).read_text()
-    assert "QQP: the kept model's output on 16 dev pairs" in page
+def test_a_small_runs_report_maps_the_dev_sample_it_scored(tiny_env, tmp_path):
+    """A run scored on --dev_size examples draws its QQP outputs and SST map on those very
+    examples (the ids of its dev predictions), not on the whole dev set (16 pairs here)."""
+    for name, flags, n in (("small", ["--dev_size", "6"], 6), ("whole", [], 16)):
+        run(tiny_env, tmp_path / name, "--loops", "0", *flags)
+        page = explore.main(["report", str(tmp_path / name)]).read_text()
+        assert f"QQP: the kept model's output on {n} dev pairs" in page
+        dev = explore.dev_examples(mt.load_run_config(tmp_path / name))
+        for task in ("sst", "para", "sts"):
+            predictions = evaluation.prediction_path(tmp_path / name / "predictions", task, "dev")
+            ids, _ = evaluation.read_predictions(predictions)
+            assert sorted(e.id for e in dev[task]) == sorted(ids), (name, task)
 
 
 def test_pca_2d_is_sklearns_up_to_sign():
@@ -189,8 +193,6 @@ def test_the_report_works_in_a_real_browser(tiny_env, tmp_path):
 
 
 def test_input_lines_prompt_only_a_terminal(capsys):
-    import io
-
     class Terminal(io.StringIO):
         def isatty(self):
             return True
@@ -202,8 +204,6 @@ def test_input_lines_prompt_only_a_terminal(capsys):
 
 
 def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, monkeypatch, capsys):
-    import io
-
     run(tiny_env, tmp_path / "run", "--loops", "0")
     capsys.readouterr()
     monkeypatch.setattr("sys.stdin", io.StringIO("good movie\nthe cat\tthe dog\n\n"))
@@ -224,11 +224,6 @@ def test_label_gives_a_sentiment_or_a_pair_score_per_line(tiny_env, tmp_path, mo
 def test_label_input_that_is_not_utf8_or_a_reader_that_stops_is_quiet(
     tiny_env, tmp_path, monkeypatch
 ):
-    import io
-    import os
-
-    from runtime import run_cli
-
     run(tiny_env, tmp_path / "run", "--loops", "0")
     strict = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8")  # Latin-1 bytes
     monkeypatch.setattr("sys.stdin", strict)

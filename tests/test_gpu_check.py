@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -72,3 +73,18 @@ def test_a_pack_without_the_data_stops_before_writing_anything(tmp_path, monkeyp
     with pytest.raises(SystemExit, match=r"has no ids-sst-train.csv, .*`make data`"):
         gpu_check.pack(tmp_path / "pack")
     assert not (tmp_path / "pack").exists()
+
+
+def test_the_cuda_step_collects_every_file_that_holds_a_cuda_test():
+    """cuda_test_files finds the files by their text; pytest's own collection of `-m cuda`
+    over the whole suite must find the same files (a test marked another way would be
+    missed on the GPU, silently)."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda", "-p", "no:xdist"],
+        cwd=gpu_check.ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
+    # "tests/test_cuda.py: 7" (pyproject's -q and this -q), or a test id each
+    collected = {re.split(r"::|: ", line)[0] for line in listed.splitlines() if "test_" in line}
+    assert collected and collected == set(gpu_check.cuda_test_files())

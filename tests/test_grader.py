@@ -25,7 +25,8 @@ import harness
 
 REPO = exercises.HERE
 
-SLIPS = slips_checks.SLIPS | slips_extensions.SLIPS  # exercise -> [(what, edits)]
+# exercise -> [(what the slip is, edits)]: the handout's exercises, then the project's
+SLIPS = slips_checks.SLIPS | slips_extensions.SLIPS
 HANDOUT_ADAMW = (  # the CS224n handout's AdamW: Kingma & Ba's efficient bias correction,
     # eps on sqrt(v), the decay after the update with the lr
     "            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)\n"

@@ -1,4 +1,5 @@
-"""Multitask SBERT heads and the presets, end to end on a tiny random BERT."""
+"""MultitaskBERT's heads on a tiny random BERT: shapes, symmetric and siamese pairs,
+cross-encoding, concatenation and Euclidean heads, each task's read-out, compiled layers."""
 
 import math
 

@@ -199,12 +199,6 @@ def test_a_one_sentence_source_cannot_feed_a_triplet_objective(tiny_env, tmp_pat
         run(tiny_env, tmp_path / "run", "--preset", "simcse", "--simcse_data", "sst")
 
 
-if __name__ == "__main__":  # rewrite the golden file after a deliberate change
-    GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text("".join(resolved_presets().values()))
-    sys.exit(f"wrote {GOLDEN}; review its diff")
-
-
 @pytest.mark.parametrize(
     "flags, heldout",
     [
@@ -221,3 +215,9 @@ def test_a_small_dev_sample_shrinks_the_held_out_pairs_with_it(flags, heldout):
     assert cfg.data.heldout_size == heldout
     cfg, _ = mt.parse_args(["--preset", "thesis", *flags.split()])  # a preset with none
     assert cfg.data.heldout_size == (heldout if "--heldout_size" in flags else 0)
+
+
+if __name__ == "__main__":  # rewrite the golden file after a deliberate change
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text("".join(resolved_presets().values()))
+    sys.exit(f"wrote {GOLDEN}; review its diff")

@@ -1,5 +1,6 @@
-"""SMART: divergences against per-example loops, the ascent and its projection, the EMA
-teacher, and the contract with the training loop (zero weights = a plain step)."""
+"""SMART's regularizer (smart.py): divergences against per-example loops, the ascent and its
+projection, the reference variant against mt-dnn's computation; the teacher and the loop's
+contract are in test_smart_training.py."""
 
 import math
 

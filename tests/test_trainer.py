@@ -1,4 +1,5 @@
-"""The training loop: stages, the step, resume, PCGrad and non-finite losses (tiny BERT)."""
+"""The training loop on the tiny BERT: stages and their losses, resume after a stage and from
+inside one (kills, stops), the step log, non-finite losses, what scoring draws."""
 
 import json
 import math

@@ -1,6 +1,6 @@
 """--smart_variant reference against SmartPerturbation of SMART's reference code.
 
-On the tiny BERT of tests/test_smart.py (eval mode: no dropout) and one batch, for each
+On the tiny BERT of tests/smart_models.py (eval mode: no dropout) and one batch, for each
 kind of head, R_s's gradient on every parameter is computed twice from the same noise: by
 smart.reference_regularizer, and by grader/mtdnn_smart.py, a step-by-step transcription of
 namisan/mt-dnn's computation. It prints the ratio of the two gradients' norms and their
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "grader")]
 
 import torch  # noqa: E402
-from test_smart import TinyClassifier, batch  # noqa: E402
+from smart_models import TinyClassifier, batch  # noqa: E402
 
 import smart  # noqa: E402
 from mtdnn_smart import smart_r_s  # noqa: E402
