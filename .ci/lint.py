@@ -1,8 +1,9 @@
 """The house's budgets, checked by `make lint` on the source itself (ast), not by `make test`:
 file and function sizes (tests' too: a test file at most 500 lines), parameters, module
 docstrings, formatter escapes, the README's size, the number of modules at the top level
-(the course; the lab's tools live in lab/), and imports that only go down the layers. A student's new module or long function keeps
-`make test` green; the developers keep this green.
+(the course; the lab's tools live in lab/), and imports that only go down the layers. A
+student's new module or long function keeps `make test` green; the developers keep this
+green.
 
     python .ci/lint.py          # the repository this file sits in
     python .ci/lint.py PATH     # another checkout

@@ -53,8 +53,8 @@ from datasets import (
     SentenceExample,
     data_dir,
     make_loader,
-    random_subset,
     read_task,
+    subset,
 )
 from lab import plots
 from runtime import make_runtime
@@ -109,10 +109,8 @@ def dev_examples(cfg) -> dict[str, list]:
     """Each task's dev examples that the run scored (its --dev_size sample, drawn as the
     run drew it: a small run's page is small), read once for the whole page."""
     folder = data_dir(cfg.data.data_dir)
-    return {
-        task: random_subset(read_task(folder, task, "dev"), cfg.data.dev_size, cfg.seed)
-        for task in evaluation.MULTITASK
-    }
+    dev = {task: read_task(folder, task, "dev") for task in evaluation.MULTITASK}
+    return {task: subset(rows, cfg.data.dev_size, 1.0, cfg.seed) for task, rows in dev.items()}
 
 
 def dev_predictions(run_dir: Path, dev: dict) -> dict[str, list[tuple]]:

@@ -123,7 +123,7 @@ def tiny_env(tmp_path, tiny_config):
 
 
 def pytest_collection_modifyitems(items):
-    """The slow end-to-end tests first: on several workers (`make test` runs pytest -n auto)
-    the long ones start together and the quick ones fill the gaps, rather than a long one
-    starting last while the other workers wait for it."""
+    """The slow end-to-end tests queued first: on several workers (`make test` runs pytest
+    -n auto --dist worksteal) a long test does not start last while the others wait, and
+    an idle worker takes queued tests from a busy one."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
