@@ -52,7 +52,7 @@ RUN ?=
 SUBMIT_FLAGS ?=
 submit: venv
 	$(if $(RUN),,$(error make submit needs RUN=the run folder, e.g. RUN=runs/thesis-20251201-120000))
-	$(PY) submit.py $(RUN) $(SUBMIT_FLAGS)
+	$(PY) prepare_submit.py $(RUN) $(SUBMIT_FLAGS)
 
 bench: venv
 	$(PY) -m lab.bench

@@ -47,7 +47,7 @@ class BertConfig:
     type_vocab_size: int = 2  # segment ids: sentence A = 0, sentence B = 1
     layer_norm_eps: float = 1e-12  # LayerNorm epsilon of the original checkpoints
     pad_token_id: int = 0  # id of [PAD]
-    attention: str = "manual"  # "manual": hand-written softmax; "sdpa": fused; "auto": sdpa on CUDA
+    attention: str = "manual"  # "manual": bert.py's; "sdpa": torch's fused; "auto": see bert.py
 
     def __post_init__(self):
         for f in fields(self):  # a config.json may hold "384" where 384 is meant
@@ -202,6 +202,20 @@ def hf_to_ours(name: str) -> str | None:
     return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
         "LayerNorm.beta", "LayerNorm.bias"
     )
+
+
+BERT_WEIGHT = re.compile(  # every weight of Hugging Face's BertModel, by our (its) names
+    r"(embeddings\.((word|position|token_type)_embeddings\.weight|LayerNorm\.(weight|bias))"
+    r"|encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense"
+    r"|attention\.output\.LayerNorm|intermediate\.dense|output\.dense|output\.LayerNorm)"
+    r"\.(weight|bias)|pooler\.dense\.(weight|bias))"
+)
+
+
+def is_bert_weight(name: str) -> bool:
+    """Whether `name` (a state_dict key of BertModel) is one of BERT's own weights, which a
+    checkpoint holds, rather than one that bert.py adds."""
+    return BERT_WEIGHT.fullmatch(name) is not None
 
 
 def load_into(model: torch.nn.Module, state: dict, source: str = "checkpoint") -> dict:

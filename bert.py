@@ -20,101 +20,113 @@ from torch import nn
 from base_bert import (
     BertConfig,
     ModelError,
+    is_bert_weight,
     load_config,
     load_into,
     load_state_dict,
     resolve_model_dir,
 )
-from runtime import Dropout, dropout  # inverted dropout, with a faster draw on the CPU
 
 
-def attention(q, k, v, mask, dropout_p=0.0, training=False):
-    """Scaled dot-product attention by hand; returns (output, probabilities).
-
-    q, k, v: (B, nh, T, hs); mask: (B, 1, 1, T) additive (0 keep, very negative drop).
-    """
-    # BEGIN EXERCISE attention: softmax(q k^T / sqrt(hs) + mask) over the keys; dropout, then times v; return (out, probs)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
-    probs = F.softmax(scores + mask, dim=-1)  # (B, nh, T, T), each row sums to 1
-    out = dropout(probs, dropout_p, training) @ v  # (B, nh, T, hs)
-    return out, probs
-    # END EXERCISE attention
-
-
-class SelfAttention(nn.Module):
+class BertSelfAttention(nn.Module):
     """Multi-head self-attention: project to queries, keys, values; attend per head."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         H = config.hidden_size
-        self.n_head = config.num_attention_heads
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = H // config.num_attention_heads
         self.query = nn.Linear(H, H)
         self.key = nn.Linear(H, H)
         self.value = nn.Linear(H, H)
-        self.dropout_p = config.attention_probs_dropout_prob
-        self.kind = config.attention  # "auto": SDPA where the input is on a GPU, else manual
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.kind = config.attention  # "manual", "sdpa", or "auto" (below)
+        # "auto" takes torch's fused SDPA on a GPU only where the engine found it equal to
+        # `attention` below on a probe (engine.runtime.check_attention): an edit here runs
+        self.sdpa_checked = False
+
+    def split_heads(self, x):
+        """(B, T, H) -> (B, nh, T, hs): each head's slice of the hidden vector."""
+        # BEGIN EXERCISE attention: split (B, T, H) into heads: (B, nh, T, hs)
+        B, T, _ = x.shape
+        x = x.view(B, T, self.num_attention_heads, self.attention_head_size)  # (B, T, nh, hs)
+        return x.transpose(1, 2)  # (B, nh, T, hs)
+        # END EXERCISE attention
+
+    def merge_heads(self, x):
+        """(B, nh, T, hs) -> (B, T, H): the heads side by side again."""
+        # BEGIN EXERCISE attention: merge the heads back: (B, nh, T, hs) -> (B, T, H)
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh, hs) -> (B, T, H)
+        # END EXERCISE attention
+
+    def attention(self, q, k, v, mask):
+        """Scaled dot-product attention by hand; returns (output, probabilities).
+
+        q, k, v: (B, nh, T, hs); mask: (B, 1, 1, T) additive (0 keep, very negative drop).
+        """
+        # BEGIN EXERCISE attention: softmax(q k^T / sqrt(hs) + mask) over the keys; dropout, then times v; return (out, probs)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, T, T)
+        probs = F.softmax(scores + mask, dim=-1)  # (B, nh, T, T), each row sums to 1
+        out = self.dropout(probs) @ v  # (B, nh, T, hs)
+        return out, probs
+        # END EXERCISE attention
 
     def forward(self, x, mask, probs: list | None = None):
-        """probs: a list to append this layer's attention probabilities (B, nh, T, T) to;
-        the hand-written attention then runs whatever self.kind says (SDPA returns none)."""
-        B, T, H = x.shape
-        # BEGIN EXERCISE attention: project x to q, k, v and split each into heads: (B, T, H) -> (B, nh, T, hs)
-        hs = H // self.n_head
-
-        def heads(t):  # (B, T, H) -> (B, nh, T, hs)
-            return t.view(B, T, self.n_head, hs).transpose(1, 2)
-
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        # END EXERCISE attention
-        p = self.dropout_p if self.training else 0.0
-        fused = self.kind == "sdpa" or (self.kind == "auto" and x.is_cuda)
-        if fused and probs is None:  # fused, same math (tested)
+        """x: (B, T, H); mask: (B, 1, 1, T) additive. probs: a list to append this layer's
+        attention probabilities (B, nh, T, T) to (the hand-written attention then runs)."""
+        q, k, v = (self.split_heads(f(x)) for f in (self.query, self.key, self.value))
+        auto = self.kind == "auto" and x.is_cuda and self.sdpa_checked
+        if (self.kind == "sdpa" or auto) and probs is None:  # fused, the same math (probed)
+            p = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
-            out, a = attention(q, k, v, mask, p, self.training)
+            out, a = self.attention(q, k, v, mask)  # (B, nh, T, hs), (B, nh, T, T)
             if probs is not None:
                 probs.append(a.detach())
-        # BEGIN EXERCISE attention: merge the heads back: (B, nh, T, hs) -> (B, T, H)
-        return out.transpose(1, 2).reshape(B, T, H)  # (B, nh, T, hs) -> (B, T, H)
-        # END EXERCISE attention
+        return self.merge_heads(out)  # (B, T, H)
 
 
-class AddNorm(nn.Module):
-    """Sublayer output: dense -> dropout -> add the residual -> LayerNorm (post-LN)."""
-
-    def __init__(self, d_in: int, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(d_in, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x, residual):
-        # BEGIN EXERCISE layer: dense, dropout, add the residual, LayerNorm (post-LN)
-        return self.LayerNorm(residual + self.dropout(self.dense(x)))
-        # END EXERCISE layer
+def add_norm_block(d_in: int, config: BertConfig) -> nn.ModuleDict:
+    """A sublayer's output block: dense, dropout, LayerNorm (HF's names), used by add_norm."""
+    return nn.ModuleDict(
+        {
+            "dense": nn.Linear(d_in, config.hidden_size),
+            "LayerNorm": nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps),
+            "dropout": nn.Dropout(config.hidden_dropout_prob),
+        }
+    )
 
 
 class BertLayer(nn.Module):
-    """One transformer layer: self-attention, then a GELU feed-forward, each with AddNorm.
-
-    The ModuleDicts only reproduce HF's parameter names
-    (`attention.self.query`, `attention.output.dense`, `intermediate.dense`, `output.dense`).
-    """
+    """One transformer layer: self-attention, then a GELU feed-forward, each closed by
+    add_norm. The ModuleDicts only reproduce HF's parameter names (`attention.self.query`,
+    `attention.output.dense`, `intermediate.dense`, `output.dense`)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         H, inner = config.hidden_size, config.intermediate_size
         self.attention = nn.ModuleDict(
-            {"self": SelfAttention(config), "output": AddNorm(H, config)}
+            {"self": BertSelfAttention(config), "output": add_norm_block(H, config)}
         )
         self.intermediate = nn.ModuleDict({"dense": nn.Linear(H, inner)})
-        self.output = AddNorm(inner, config)
+        self.output = add_norm_block(inner, config)
+
+    def add_norm(self, input, output, dense_layer, dropout, ln_layer):
+        """A sublayer's close (post-LN): dense the sublayer's `output`, drop out, add the
+        sublayer's `input` (the residual), LayerNorm."""
+        # BEGIN EXERCISE layer: dense, dropout, add the residual, LayerNorm (post-LN)
+        return ln_layer(input + dropout(dense_layer(output)))
+        # END EXERCISE layer
 
     def forward(self, x, mask, probs: list | None = None):
-        # BEGIN EXERCISE layer: self-attention then its AddNorm; GELU feed-forward (intermediate) then its AddNorm
-        a = self.attention["output"](self.attention["self"](x, mask, probs), x)  # (B, T, H)
+        """x: (B, T, H); mask: (B, 1, 1, T) additive -> (B, T, H)."""
+        att, out = self.attention["output"], self.output
+        # BEGIN EXERCISE layer: self-attention then add_norm; GELU feed-forward (intermediate) then add_norm
+        h = self.attention["self"](x, mask, probs)  # (B, T, H)
+        a = self.add_norm(x, h, att["dense"], att["dropout"], att["LayerNorm"])  # (B, T, H)
         h = F.gelu(self.intermediate["dense"](a))  # (B, T, I), exact erf GELU
-        return self.output(h, a)  # (B, T, H)
+        return self.add_norm(a, h, out["dense"], out["dropout"], out["LayerNorm"])  # (B, T, H)
         # END EXERCISE layer
 
 
@@ -128,7 +140,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, H)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, H)
         self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids):
         # BEGIN EXERCISE embeddings: word + position (0..T-1) + token type embeddings, then LayerNorm, then dropout
@@ -224,22 +236,27 @@ class BertModel(nn.Module):
         """Build from a checkpoint folder, 'minilm' (embedded) or a hub name.
 
         `overrides` change config fields that do not affect weights shapes, such as
-        attention='sdpa' or the dropout probabilities.
+        attention='sdpa' or the dropout probabilities. A weight of BERT's that the
+        checkpoint lacks stops the load (the pooler's aside); a weight that bert.py adds to
+        BERT's keeps its initialisation, named in one line.
         """
         model_dir = resolve_model_dir(name_or_path)
         model = cls(load_config(model_dir, **overrides))
         report = load_into(model, load_state_dict(model_dir), source=str(model_dir))
-        untrained = [k for k in report["missing"] if not k.startswith("pooler.")]
+        untrained = [k for k in report["missing"] if is_bert_weight(k) and "pooler." not in k]
         if untrained:  # the encoder would train from random weights: never what was meant
             raise ModelError(
                 f"{model_dir}: the weights lack {len(untrained)} of the model's tensors, e.g. "
                 f"{', '.join(untrained[:3])}; does config.json match the checkpoint?"
             )
-        for kind in ("missing", "unexpected"):  # the pooler (used by --pooling cls) may be absent
-            if report[kind]:
+        new = [k for k in report["missing"] if not is_bert_weight(k)]
+        if new:  # weights that bert.py adds to BERT's: they keep their initialisation
+            print(f"new weights, initialised (not in {model_dir.name}): {', '.join(new)}")
+        pooler = [k for k in report["missing"] if "pooler." in k]
+        for kind, keys in (("missing", pooler), ("unexpected", report["unexpected"])):
+            if keys:  # the pooler (used by --pooling cls) may be absent
                 warnings.warn(
-                    f"{model_dir}: {len(report[kind])} {kind} keys: {', '.join(report[kind][:5])}",
-                    stacklevel=2,
+                    f"{model_dir}: {len(keys)} {kind} keys: {', '.join(keys[:5])}", stacklevel=2
                 )
         return model
 

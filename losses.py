@@ -228,7 +228,7 @@ def distillation(z, batch, masks: SameDropout, training: bool, ctx):
 
 
 def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
-    """The training loss of one batch of `task` in `stage` (a plans.Stage): the task's
+    """The training loss of one batch of `task` in `stage` (a presets.Stage): the task's
     loss, plus SMART's terms when on, plus --distill times the distillation gap when the
     stage trains the encoder."""
     loss_fn = loss_of(task, stage.losses.get(task))

@@ -12,7 +12,7 @@ The CS224n handout's three methods are one call here, `model(task, batch)`:
     predict_similarity(ids1, m1, ids2, m2) -> model("sts", batch)   (B,) a 0-5 score
 where a pair batch holds both sentences as (2, B, T) tensors, encoded in one pass.
 
-Training is a plan: a list of stages (plans.Stage), run by one loop (trainer.run_plan).
+Training is a plan: a list of stages (presets.Stage), run by one loop (trainer.run_plan).
 Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
 defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
@@ -38,32 +38,32 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import checkpoint
-import config
 import datasets as data
 import evaluation
 import presets
-import runtime
 import simcse
 import trainer
 from base_bert import read_json_object
 from bert import BertModel, mean_pool
-from config import ModelConfig, OptimConfig, RunConfig
+from engine import checkpoint, flags, handout, runtime
+from engine.checks import check_loading, check_run
+from engine.flags import ModelConfig, OptimConfig, RunConfig, from_dict
+from engine.handout import MULTITASK_HANDOUT
+from engine.runfolder import Run, finish, write_prediction_files
+from engine.runtime import (
+    attention_line,
+    check_attention,
+    compile_layers,
+    fast_dropout,
+    from_main,
+    make_runtime,
+    out_of_memory,
+)
+from engine.show import show
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from plans import (
-    check_loading,
-    check_run,
-    concat_tasks,
-    cosine_tasks,
-    from_dict,
-    plan_data,
-    plan_files,
-)
-from presets import MULTITASK_HANDOUT, PRESETS, show
-from runfolder import Run, finish, write_prediction_files
-from runtime import Dropout, compile_layers, from_main, make_runtime, out_of_memory
+from presets import PRESETS, concat_tasks, cosine_tasks, plan_data, plan_files
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -100,7 +100,7 @@ class MultitaskBERT(nn.Module):
         if siamese not in simcse.DISTANCES:
             raise ValueError(f"siamese must be one of {simcse.DISTANCES}, got {siamese!r}")
         self.bert, self.pooling, self.tasks = bert, pooling, tuple(tasks)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         H = bert.config.hidden_size
         self.cosine, self.concat, self.siamese = tuple(cosine), tuple(concat), siamese
         self.heads = nn.ModuleDict()
@@ -260,11 +260,13 @@ def model_factory(
 
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
+        check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:
             compile_layers(bert)
-        return MultitaskBERT(
+        model = MultitaskBERT(
             bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
         )
+        return fast_dropout(model)
 
     return make
 
@@ -323,12 +325,12 @@ def load_run_config(run_dir: str) -> RunConfig:
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'estimate': True
     or None})."""
-    argv = presets.handout_argv(sys.argv[1:] if argv is None else argv, MULTITASK_HANDOUT)
-    cfg, typed, folders = config.parse(
+    argv = handout.handout_argv(sys.argv[1:] if argv is None else argv, MULTITASK_HANDOUT)
+    cfg, typed, folders = flags.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
-        presets.epilog() + "\n\n" + presets.handout_help(MULTITASK_HANDOUT),
+        presets.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT),
         presets.overrides,
         extra=[RESUME, PREDICT, SHOW, ESTIMATE],
     )
@@ -339,8 +341,8 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
             raise SystemExit(f"--{name} takes no --{more[0][0]}; give one run folder flag")
         saved = load_run_config(folder)
         free = MACHINE | (SCORING if name == "predict" else set())  # sampling is not the model
-        cfg = config.replace_paths(saved, {p: v for p, v in typed.items() if p in free})
-        if changed := config.changed_flags(saved, typed, free):  # the same ones may stay
+        cfg = flags.replace_paths(saved, {p: v for p, v in typed.items() if p in free})
+        if changed := flags.changed_flags(saved, typed, free):  # the same ones may stay
             raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
     check_run(cfg, PRESETS[cfg.preset].plans_of(cfg))  # before any folder is made
     return cfg, folders
@@ -361,10 +363,13 @@ def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: b
     make_model = run_model(cfg, cfg.device.compile)
     saving = ("checkpoint_minutes", "stage_checkpoints", "tensorboard")
     saving = {name: getattr(cfg, name) for name in saving}
-    for name, plan in plans.items():
+    for k, (name, plan) in enumerate(plans.items()):
         run = sub_run(cfg, run_dir, name, rt, resume=resume, **saving)
         t0 = time.time()
-        model, rows, best = run_plan(plan, make_model(), task_data, cfg.optim, run)
+        model = make_model()
+        if k == 0:
+            print(attention_line(model.bert, rt.device))
+        model, rows, best = run_plan(plan, model, task_data, cfg.optim, run)
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
 
 
@@ -448,7 +453,7 @@ def main(argv=None):
         cfg = replace(cfg, run_dir=str(run_dir))
         if not resume and rt.main:
             checkpoint.atomic_write(
-                json.dumps(config.to_dict(cfg), indent=1), run_dir / "config.json"
+                json.dumps(flags.to_dict(cfg), indent=1), run_dir / "config.json"
             )
         try:
             with checkpoint.sigterm_stops():

@@ -24,9 +24,9 @@ import torch
 
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
+from engine.runtime import run_cli
 from optimizer import AdamW
 from optimizer_test import fit, handout_folders
-from runtime import run_cli
 from tokenizer import BertTokenizer
 
 HERE = Path(__file__).resolve().parent

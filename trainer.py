@@ -21,16 +21,12 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-import checkpoint
 import datasets as data
-import runfolder
-from config import OptimConfig
 from datasets import CONTRASTIVE
-from losses import task_loss
-from optimizer import backward, l2_sp, loss_weights, lr_factor, optimizer_step, pcgrad_backward
-from plans import Stage
-from runfolder import Run, evaluate_split
-from runtime import (
+from engine import checkpoint, runfolder
+from engine.flags import OptimConfig
+from engine.runfolder import Run, evaluate_split
+from engine.runtime import (
     Runtime,
     any_process,
     from_main,
@@ -40,6 +36,9 @@ from runtime import (
     sum_gradients,
     sum_over_processes,
 )
+from losses import task_loss
+from optimizer import backward, l2_sp, loss_weights, lr_factor, optimizer_step, pcgrad_backward
+from presets import Stage
 from smart import EMATeacher
 
 # ---------------------------------------------------------------------------------------

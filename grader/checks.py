@@ -93,13 +93,19 @@ def dropout_parts(what: str, got, clean):
 # ---------------------------------------------------------------- the handout's BERT
 
 
+def tiny_self_attention(p: float = 0.0):
+    """bert.py's BertSelfAttention of the tiny config, attention dropout p, in eval mode."""
+    from bert import BertSelfAttention
+
+    return BertSelfAttention(tiny_config(attention_probs_dropout_prob=p)).double().eval()
+
+
 @check(1e-6, points=4)
 def attention():
-    """bert.attention against the definition (a loop over batch, head and query) and torch's
-    scaled_dot_product_attention, values and gradients; in training, dropout on the
-    probabilities; SelfAttention's head split and merge against Hugging Face's."""
-    from bert import attention as ours
-
+    """BertSelfAttention.attention against the definition (a loop over batch, head and
+    query) and torch's scaled_dot_product_attention, values and gradients; in training,
+    dropout on the probabilities; the head split and merge against Hugging Face's."""
+    ours = tiny_self_attention().attention
     B, nh, T, hs = 2, 3, 5, 4
     q, k, v = (torch.randn(B, nh, T, hs, generator=gen(i), dtype=f64) for i in range(3))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
@@ -113,32 +119,33 @@ def attention():
     yield part("gradients of q, k, v", got, lambda: grads(sdpa, (q, k, v), w))
     yield part("probabilities", probs, lambda: R.attention(q, k, v, keep)[1])
     yield part("output against the loop", out, lambda: R.attention(q, k, v, keep)[0])
-    yield from attention_dropout(ours)
+    yield from attention_dropout()
     yield from self_attention()
 
 
-def attention_dropout(ours):
+def attention_dropout():
     """Train mode, p = P_DROP, values [I | V]: the output's first T columns are the dropped
-    probabilities themselves, the rest those times V."""
+    probabilities themselves, the rest those times V; in eval mode no dropout."""
+    module = tiny_self_attention(P_DROP)
     B, nh, T = 2, 3, 5
     q, k = (torch.randn(B, nh, T, T + 3, generator=gen(10 + i), dtype=f64) for i in range(2))
     extra = torch.randn(B, nh, T, 3, generator=gen(12), dtype=f64)
     v = torch.cat([torch.eye(T, dtype=f64).expand(B, nh, T, T), extra], -1)  # (B, nh, T, T + 3)
     mask = additive(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), f64)
-    _, clean = ours(q, k, v, mask)
+    _, clean = module.attention(q, k, v, mask)
     torch.manual_seed(0)
-    out, _ = ours(q, k, v, mask, P_DROP, True)
+    out, _ = module.train().attention(q, k, v, mask)
     dropped = out[..., :T]  # (B, nh, T, T)
     yield from dropout_parts("training", dropped, clean.detach())
     yield part(
         "training: output = dropped probabilities times v", out[..., T:], lambda: dropped @ extra
     )
-    not_training, _ = ours(q, k, v, mask, P_DROP, False)
-    yield part("dropout_p with training=False: no dropout", not_training, lambda: clean @ v)
+    not_training, _ = module.eval().attention(q, k, v, mask)
+    yield part("eval mode: no dropout", not_training, lambda: clean @ v)
 
 
 def self_attention():
-    """SelfAttention (queries, keys and values split into heads, attended, merged back)
+    """BertSelfAttention (queries, keys and values split into heads, attended, merged back)
     against Hugging Face's BertSelfAttention with the same weights, padded rows aside."""
     ours, hf = tiny_pair()
     mine, theirs = ours.encoder["layer"][0].attention["self"], hf.encoder.layer[0].attention.self
@@ -147,12 +154,12 @@ def self_attention():
     x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
     out, ref = mine(x, additive(keep, f64)), theirs(x, attention_mask=additive(keep, f64))[0]
     w = torch.randn(out.shape, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
-    yield part("SelfAttention's output", out[keep.bool()], lambda: ref[keep.bool()])
-    yield part("SelfAttention's input gradient", grads(out, x, w), lambda: grads(ref, x, w))
+    yield part("BertSelfAttention's output", out[keep.bool()], lambda: ref[keep.bool()])
+    yield part("BertSelfAttention's input gradient", grads(out, x, w), lambda: grads(ref, x, w))
 
 
 def hf_attention_in(ours, hf, i: int = 0):
-    """Layer i's SelfAttention of ours answered by Hugging Face's (same weights): the
+    """Layer i's BertSelfAttention of ours answered by Hugging Face's (same weights): the
     attention exercise's stand-in while another is graded. Given a list, it appends one
     tensor, as the real one appends its probabilities."""
     theirs = hf.encoder.layer[i].attention.self
@@ -172,7 +179,7 @@ def same_masks():
     and a dropout more, less or elsewhere changes what follows. Yields `restart`, which
     numbers the calls from the start again."""
     import bert
-    import runtime
+    from engine import runtime
 
     calls = [0]
 
@@ -183,7 +190,7 @@ def same_masks():
         keep = torch.rand(x.shape, generator=gen(1000 + calls[0]), dtype=f64) >= p
         return x * keep.to(x.dtype) / (1 - p)
 
-    saved = [(m, m.dropout) for m in (F, runtime, bert)]
+    saved = [(m, m.dropout) for m in (F, runtime, bert) if hasattr(m, "dropout")]
     for m, _ in saved:
         m.dropout = dropout
     try:
@@ -195,9 +202,9 @@ def same_masks():
 
 @check(1e-9, points=3)
 def layer():
-    """BertLayer (with AddNorm) against Hugging Face's BertLayer with the same weights,
+    """BertLayer (add_norm, forward) against Hugging Face's BertLayer with the same weights,
     values and gradients, its feed-forward's exact GELU at inputs where tanh's differs; in
-    training, AddNorm's dropout on the dense output before the residual. Hugging Face's
+    training, add_norm's dropout on the dense output before the residual. Hugging Face's
     attention stands in for the attention exercise."""
     ours, hf = tiny_pair()
     hf_attention_in(ours, hf)
@@ -225,7 +232,7 @@ def layer():
     probs = []
     mine(x, additive(keep, f64), probs)
     yield part("attention probabilities asked for: the layer's one", len(probs), 1)
-    yield from add_norm_dropout(mine.attention["output"])
+    yield from add_norm_dropout(mine)
     yield from layer_in_training(mine, theirs, x, keep)
 
 
@@ -242,18 +249,18 @@ def layer_in_training(mine, theirs, x, keep):
     yield part("output in training (dropout's masks shared)", out[rows], lambda: ref[rows])
 
 
-def add_norm_dropout(add_norm):
-    """AddNorm in training at p = P_DROP with an identity dense layer and LayerNorm: its
+def add_norm_dropout(layer):
+    """add_norm in training at p = P_DROP with an identity dense layer and LayerNorm: its
     output minus the residual must be the input, dropped or scaled by 1 / (1 - p)."""
-    add_norm = copy.deepcopy(add_norm).train()
-    add_norm.LayerNorm = nn.Identity()
+    layer = copy.deepcopy(layer).train()
+    dense = nn.Linear(32, 32).double()
     with torch.no_grad():
-        add_norm.dense.weight.copy_(torch.eye(add_norm.dense.in_features))
-        add_norm.dense.bias.zero_()
-    add_norm.dropout.p = P_DROP
+        dense.weight.copy_(torch.eye(32))
+        dense.bias.zero_()
     x, residual = (torch.randn(2, 6, 32, generator=gen(i), dtype=f64) for i in (4, 5))
     torch.manual_seed(0)
-    yield from dropout_parts("AddNorm in training", add_norm(x, residual) - residual, x)
+    out = layer.add_norm(residual, x, dense, nn.Dropout(P_DROP), nn.Identity())
+    yield from dropout_parts("add_norm in training", out - residual, x)
 
 
 @check(1e-9, points=2)
@@ -492,10 +499,10 @@ def multitask_step():
     from dataclasses import replace
 
     import trainer
-    from config import MultitaskConfig, OptimConfig
+    from engine.flags import MultitaskConfig, OptimConfig
+    from engine.runtime import make_runtime
     from optimizer import loss_weights
-    from plans import Stage
-    from runtime import make_runtime
+    from presets import Stage
 
     model = StandInModel()
     reference = copy.deepcopy(model)

@@ -33,12 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import config
 import datasets as data
-import runtime
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
-from config import OptimConfig, option
+from engine import flags, runtime
+from engine.flags import OptimConfig, option
+from engine.runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
 from lab.timing import (
     Row,
     Skip,
@@ -52,8 +52,7 @@ from lab.timing import (
 )
 from multitask_classifier import MultitaskBERT
 from optimizer import AdamW, backward, optimizer_step
-from plans import Stage
-from runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
+from presets import Stage
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext, train_step
@@ -421,7 +420,7 @@ class BenchConfig:
 def main(argv=None) -> int:
     import transformers
 
-    args, _, _ = config.parse(BenchConfig(), argv, __doc__)
+    args, _, _ = flags.parse(BenchConfig(), argv, __doc__)
     rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)

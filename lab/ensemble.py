@@ -20,13 +20,12 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
-import config
 import datasets as data
 import evaluation
 import multitask_classifier as mt
-import runtime
+from engine import flags, runtime
+from engine.runtime import make_runtime
 from evaluation import MULTITASK, TASKS, TaskResult
-from runtime import make_runtime
 
 MEANING = {  # a head's output -> what is averaged
     "classification": lambda out: out.softmax(-1),  # (B, C) class probabilities
@@ -115,7 +114,7 @@ def scored(outputs: dict, split: str = "dev") -> dict[str, TaskResult]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=config.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=flags.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (their best models)")
     parser.add_argument("--out", type=Path, default=Path("runs/ensemble"), help="output folder")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

@@ -39,12 +39,9 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import numpy as np
 import torch
 
-import config
 import evaluation
 import multitask_classifier as mt
-import runtime
 from bert import BertModel
-from checkpoint import BEST, atomic_write
 from datasets import (
     DataError,
     PairDataset,
@@ -56,8 +53,10 @@ from datasets import (
     read_task,
     subset,
 )
+from engine import flags, runtime
+from engine.checkpoint import BEST, atomic_write
+from engine.runtime import make_runtime
 from lab import plots
-from runtime import make_runtime
 from tokenizer import BertTokenizer
 
 WORST = 8  # errors listed per task
@@ -443,7 +442,7 @@ def label(cfg, model, rt, lines) -> None:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=config.prog(),
+        prog=flags.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -26,16 +26,15 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import torch
 from safetensors.torch import save
 
-import config
 import datasets as data
 import evaluation
 import multitask_classifier as mt
-import runtime
-from checkpoint import atomic_write, read_rows, write_tensors
-from config import RunConfig
+from engine import flags, runtime
+from engine.checkpoint import atomic_write, read_rows, write_tensors
+from engine.flags import RunConfig
+from engine.runtime import make_runtime
 from evaluation import MULTITASK
 from presets import PRESETS
-from runtime import make_runtime
 from tokenizer import BertTokenizer
 
 
@@ -221,7 +220,7 @@ def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) 
         + "## Every stage's dev scores\n\n```\n"
         + evaluation.format_table(rows, MULTITASK, best["index"])
         + "\n```\n\n## Config\n\n```json\n"
-        + json.dumps(config.to_dict(cfg), indent=1)
+        + json.dumps(flags.to_dict(cfg), indent=1)
         + "\n```\n"
     )
 
@@ -246,7 +245,7 @@ def push(folder: Path, repo: str) -> str:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=config.prog(),
+        prog=flags.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -28,7 +28,6 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 from tqdm import tqdm
 
-from config import prog
 from datasets import (
     FILE_STEMS,
     SPLITS,
@@ -38,7 +37,8 @@ from datasets import (
     read_task,
     task_file,
 )
-from runtime import run_cli
+from engine.flags import prog
+from engine.runtime import run_cli
 
 HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
 

@@ -34,12 +34,11 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
-import config
 import datasets as data
-import runtime
 from base_bert import embedded_model_dir
-from checkpoint import read_rows
-from config import option
+from engine import flags, runtime
+from engine.checkpoint import read_rows
+from engine.flags import option
 from evaluation import kept_row
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
@@ -99,14 +98,14 @@ def plan(cuda: bool, out: Path) -> list[Step]:
     steps = [Step("CUDA tests", [py, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider"])]
     steps[0].argv += cuda_test_files()
     benches = BENCH["gpu" if bf16 else "gpu without bf16" if cuda else "dry"]
-    for name, flags in benches.items():
+    for name, args in benches.items():
         where = ["--device", device, "--out", str(out / slug(f"bench {name}"))]
-        steps.append(Step(f"bench, {name}", [py, "-m", "lab.bench", *flags.split(), *where]))
+        steps.append(Step(f"bench, {name}", [py, "-m", "lab.bench", *args.split(), *where]))
     for precision in ("fp32", "bf16", "fp16") if bf16 or not cuda else ("fp32", "fp16"):
         run_dir = out / f"demo-{precision}"
-        flags = f"--preset demo --precision {precision} {DEMO['gpu' if cuda else 'dry']}"
+        args = f"--preset demo --precision {precision} {DEMO['gpu' if cuda else 'dry']}"
         where = ["--device", device, "--run_dir", str(run_dir), "--no_test_predictions"]
-        argv = [py, "multitask_classifier.py", *flags.split(), *where]
+        argv = [py, "multitask_classifier.py", *args.split(), *where]
         steps.append(Step(f"demo, {precision}", argv, run_dir))
     return steps
 
@@ -282,7 +281,7 @@ def pack_minilm(package: Path) -> None:
 
 
 def main(argv=None) -> int:
-    cfg, _, _ = config.parse(GpuCheckConfig(), argv, __doc__)
+    cfg, _, _ = flags.parse(GpuCheckConfig(), argv, __doc__)
     if cfg.pack:
         size = pack(Path(cfg.pack))
         print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python -m lab.gpu_check")

@@ -1,11 +1,11 @@
-"""The picture of the house in the README: the lesson, the training, the lab, and the files
+"""The picture of the house in the README: the lesson, the engine, the lab, and the files
 of each, drawn as one SVG (plain text, no package needed).
 
     python -m lab.house                 # writes docs/house.svg
     python -m lab.house --out FILE
 
-HOUSE is the one list of which file belongs where; tests/test_house.py checks that it names
-every module once and that docs/house.svg is what this draws.
+HOUSE is the one list of which file belongs where: `make lint` (.ci/lint.py) checks that it
+names every module once, tests/test_house.py that docs/house.svg is what this draws.
 """
 
 import argparse
@@ -16,9 +16,8 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import config
-import runtime
-from checkpoint import atomic_write
+from engine import flags, runtime
+from engine.checkpoint import atomic_write
 
 # part: (what it is, [(file, what it holds)]); the arrows say who uses whom
 HOUSE = {
@@ -28,30 +27,32 @@ HOUSE = {
             ("tokenizer.py", "WordPiece from scratch"),
             ("base_bert.py", "config; weights by HF names"),
             ("bert.py", "attention, layers, BERT"),
+            ("classifier.py", "Part 1: sentiment"),
             ("multitask_classifier.py", "the heads; the command"),
             ("losses.py", "each task's losses"),
             ("smart.py", "SMART's smoothness term"),
             ("simcse.py", "contrastive objectives"),
             ("optimizer.py", "AdamW, PCGrad, schedules"),
-            ("classifier.py", "single-task sentiment"),
+            ("trainer.py", "one step; one stage; a plan"),
+            ("presets.py", "stages; named plans"),
             ("datasets.py", "readers and batches"),
             ("evaluation.py", "metrics, forgetting table"),
             ("sanity_check.py", "the handout's check"),
             ("optimizer_test.py", "the handout's AdamW test"),
             ("exercises.py", "make and grade a handout"),
-            ("submit.py", "predictions zipped for the leaderboard"),
+            ("prepare_submit.py", "the leaderboard's zip"),
         ],
     ),
-    "the training": (
-        "one run, stage by stage",
+    "the engine": (
+        "what makes runs robust: engine/",
         [
-            ("trainer.py", "one step; one stage; a plan"),
-            ("plans.py", "stages; what cannot work"),
-            ("presets.py", "named plans, one row each"),
-            ("config.py", "every setting, once; its flag"),
-            ("runtime.py", "device, precision, dropout"),
-            ("runfolder.py", "what a run writes"),
-            ("checkpoint.py", "safe files, resume"),
+            ("engine/flags.py", "every setting, once; its flag"),
+            ("engine/checks.py", "what cannot work, refused"),
+            ("engine/show.py", "--show: a preset resolved"),
+            ("engine/handout.py", "the handout's flags"),
+            ("engine/runtime.py", "device, precision, processes"),
+            ("engine/runfolder.py", "what a run writes"),
+            ("engine/checkpoint.py", "safe files, resume"),
         ],
     ),
     "the lab": (
@@ -71,13 +72,13 @@ HOUSE = {
         ],
     ),
 }
-COLORS = {"the lesson": "#dbeafe", "the training": "#dcfce7", "the lab": "#fef3c7"}
+COLORS = {"the lesson": "#dbeafe", "the engine": "#dcfce7", "the lab": "#fef3c7"}
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 WIDTH, ROW, TOP, GAP = 360, 21, 74, 50  # a part's width, a file's line, where files start
 
 
 def svg() -> str:
-    """The three parts side by side, the lab and the training pointing at what they use."""
+    """The three parts side by side, the lab and the engine pointing at what they use."""
     rows = max(len(files) for _, files in HOUSE.values())
     height = TOP + rows * ROW + 24
     total = len(HOUSE) * WIDTH + (len(HOUSE) - 1) * GAP + 20
@@ -113,7 +114,7 @@ def svg() -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(prog=config.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=flags.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "house.svg", help="the SVG")
     args = parser.parse_args(argv)
     atomic_write(svg(), args.out)

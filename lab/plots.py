@@ -43,10 +43,8 @@ try:
 except ImportError:  # requirements.txt leaves it out: training never draws
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
-import checkpoint
-import config
-import runtime
-from checkpoint import METRICS, STEPS
+from engine import checkpoint, flags, runtime
+from engine.checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 
 COLORS = {
@@ -358,7 +356,7 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(
-        prog=config.prog(),
+        prog=flags.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

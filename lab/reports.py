@@ -27,10 +27,8 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import checkpoint
-import config
 import evaluation
-import runtime
+from engine import checkpoint, flags, runtime
 from evaluation import MULTITASK
 from presets import PRESETS
 
@@ -191,7 +189,7 @@ def make_table(name: str, args) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        prog=config.prog(),
+        prog=flags.prog(),
         description=__doc__.split("\n")[0],
         epilog="tables:\n" + "\n".join(f"  {k:<16} {t.source}" for k, t in TABLES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

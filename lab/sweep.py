@@ -38,13 +38,11 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
-import checkpoint
-import config
 import evaluation
 import multitask_classifier as mt
-import runtime
-from checkpoint import METRICS, STATE, atomic_write
-from config import RunConfig
+from engine import checkpoint, flags, runtime
+from engine.checkpoint import METRICS, STATE, atomic_write
+from engine.flags import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 SETTINGS = "sweep.json"  # the sweep's own arguments, for --resume
@@ -65,7 +63,7 @@ def need_optuna():
 
 def searchable() -> dict[str, tuple]:
     """{flag without its dashes: (config field, default)}: what --search may name."""
-    return {config.flag_of(f)[2:]: (f, value) for _, f, value in config.leaves(RunConfig())}
+    return {flags.flag_of(f)[2:]: (f, value) for _, f, value in flags.leaves(RunConfig())}
 
 
 def typed(name: str, text: str) -> bool | int | float | str:
@@ -82,20 +80,20 @@ def flag_values(cfg) -> dict:
     """{flag without its dashes: value} of a config; a switch's value is whether it is given
     (--smart: SMART on; --no_amp: amp off)."""
     return {
-        config.flag_of(f)[2:]: value != f.default if isinstance(value, bool) else value
-        for _, f, value in config.leaves(cfg)
+        flags.flag_of(f)[2:]: value != f.default if isinstance(value, bool) else value
+        for _, f, value in flags.leaves(cfg)
     }
 
 
 def parse_search(specs: list[str]) -> dict[str, dict]:
     """{flag: {'kind': float | int | choice, ...}} from 'lr=1e-5:1e-4:log' and 'x=a,b'."""
-    flags = searchable()
+    known = searchable()
     out = {}
     for spec in specs:
         name, _, rng = spec.partition("=")
-        if name not in flags or not rng:
+        if name not in known or not rng:
             raise SystemExit(f"--search {spec}: expected FLAG=LOW:HIGH[:log] or FLAG=A,B,..")
-        default = flags[name][1]
+        default = known[name][1]
         if isinstance(default, list | tuple):
             raise SystemExit(f"--search {spec}: a flag of several values cannot be searched")
         if "," in rng or not isinstance(default, int | float) or isinstance(default, bool):
@@ -145,13 +143,13 @@ def trial_values(trial, search: dict) -> dict:
 
 
 def trial_flags(settings: dict, values: dict) -> list[str]:
-    flags = ["--preset", settings["preset"], *settings["flags"]]
+    argv = ["--preset", settings["preset"], *settings["flags"]]
     for name, value in values.items():
         if isinstance(value, bool):  # a switch: given or not
-            flags += [f"--{name}"] if value else []
+            argv += [f"--{name}"] if value else []
         elif value is not None:  # None: unset, as the preset leaves it (no flag gives None)
-            flags += [f"--{name}", str(value)]
-    return flags
+            argv += [f"--{name}", str(value)]
+    return argv
 
 
 def objective_of(row: dict, objective: str) -> float:
@@ -211,9 +209,9 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
     Optuna; tell the study how it ended."""
     folder = sweep_dir / f"trial-{trial.number:03d}"
     values = trial_values(trial, settings["search"])
-    flags = trial_flags(settings, values)
+    given = trial_flags(settings, values)
     again = (folder / STATE).is_file()
-    argv = ["--resume", str(folder), *flags] if again else [*flags, "--run_dir", str(folder)]
+    argv = ["--resume", str(folder), *given] if again else [*given, "--run_dir", str(folder)]
     what = " (the preset)" if "preset" in trial.user_attrs else ""
     print(f"trial {trial.number}{what}: {' '.join(f'{k}={v}' for k, v in values.items())}")
     with open(sweep_dir / f"trial-{trial.number:03d}.log", "a") as log:
@@ -422,7 +420,7 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog=config.prog(),
+        prog=flags.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

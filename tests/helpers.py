@@ -5,13 +5,12 @@ import json
 
 import torch
 
-import checkpoint
 import datasets as data
 import multitask_classifier as mt
-import runtime
 import trainer
-from config import DataConfig, ModelConfig, MultitaskConfig
-from plans import Stage
+from engine import checkpoint, runtime
+from engine.flags import DataConfig, ModelConfig, MultitaskConfig
+from presets import Stage
 from tokenizer import BertTokenizer
 from trainer import StepContext
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "colab.ipynb"
-ARCHIVE = "cs224n_default_final_project_submission.zip"  # submit.py's, the handout's name
+ARCHIVE = "cs224n_default_final_project_submission.zip"  # prepare_submit.py's, the handout's name
 
 
 def code_cells() -> list[str]:
@@ -34,7 +34,7 @@ def run_cells(namespace: dict, cells: list[str], parameters: str = "") -> None:
 
 def working_copy(folder: Path) -> Path:
     """`folder` made to stand in for the notebook's clone of the repository: a link to each of
-    its files and folders. What the notebook writes where it works (submit.py's predictions/
+    its files and folders. What the notebook writes where it works (prepare_submit.py's predictions/
     and archive) lands in `folder`, not in the repository."""
     kept_out = (".git", "data", "runs", "predictions", ARCHIVE)  # a student's own: untouched
     folder.mkdir(parents=True, exist_ok=True)

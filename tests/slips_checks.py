@@ -9,24 +9,11 @@ NAN = "float('nan')"  # a slip's text for a NaN
 SLIPS = {
     "attention": [
         ("every output NaN", [("return out, probs", f"return out * {NAN}, probs")]),
-        ("no dropout", [("dropout(probs, dropout_p, training) @ v", "probs @ v")]),
-        (
-            "dropout on the output",
-            [
-                (
-                    "dropout(probs, dropout_p, training) @ v",
-                    "dropout(probs @ v, dropout_p, training)",
-                )
-            ],
-        ),
+        ("no dropout", [("self.dropout(probs) @ v", "probs @ v")]),
+        ("dropout on the output", [("self.dropout(probs) @ v", "self.dropout(probs @ v)")]),
         (
             "dropout without 1 / (1 - p)",
-            [
-                (
-                    "dropout(probs, dropout_p, training) @ v",
-                    "dropout(probs, dropout_p, training) * (1 - dropout_p) @ v",
-                )
-            ],
+            [("self.dropout(probs) @ v", "self.dropout(probs) * (1 - self.dropout.p) @ v")],
         ),
         ("no 1 / sqrt(hs)", [(" / math.sqrt(q.size(-1))", "")]),
         ("the mask ignored", [("F.softmax(scores + mask, dim=-1)", "F.softmax(scores, dim=-1)")]),
@@ -36,34 +23,39 @@ SLIPS = {
         ),
         (
             "heads split without the transpose",
-            [("t.view(B, T, self.n_head, hs).transpose(1, 2)", "t.view(B, self.n_head, T, hs)")],
+            [
+                (
+                    "return x.transpose(1, 2)  # (B, nh, T, hs)",
+                    "return x.reshape(B, self.num_attention_heads, T, -1)",
+                )
+            ],
         ),
         (
             "heads merged without the transpose",
-            [("out.transpose(1, 2).reshape(B, T, H)", "out.reshape(B, T, H)")],
+            [("x.transpose(1, 2).reshape(B, T, -1)", "x.reshape(B, T, -1)")],
         ),
         (
-            "p written in, 0.5, not the dropout_p given",
-            [("dropout(probs, dropout_p, training) @ v", "dropout(probs, 0.5, training) @ v")],
+            "p written in, 0.5, not the module's",
+            [("self.dropout(probs) @ v", "F.dropout(probs, 0.5, self.training) @ v")],
         ),
     ],
     "layer": [
         (
-            "no dropout in AddNorm",
-            [("residual + self.dropout(self.dense(x))", "residual + self.dense(x)")],
+            "no dropout in add_norm",
+            [("input + dropout(dense_layer(output))", "input + dense_layer(output)")],
         ),
         (
             "dropout after the LayerNorm",
             [
                 (
-                    "self.LayerNorm(residual + self.dropout(self.dense(x)))",
-                    "self.dropout(self.LayerNorm(residual + self.dense(x)))",
+                    "ln_layer(input + dropout(dense_layer(output)))",
+                    "dropout(ln_layer(input + dense_layer(output)))",
                 )
             ],
         ),
         (
             "dropout on the residual",
-            [("residual + self.dropout(self.dense(x))", "self.dropout(residual) + self.dense(x)")],
+            [("input + dropout(dense_layer(output))", "dropout(input) + dense_layer(output)")],
         ),
         (
             "the tanh GELU",
@@ -80,29 +72,43 @@ SLIPS = {
         ),
         (
             "the layer's input as the second residual",
-            [("return self.output(h, a)", "return self.output(h, x)")],
+            [
+                (
+                    'return self.add_norm(a, h, out["dense"]',
+                    'return self.add_norm(x, h, out["dense"]',
+                )
+            ],
         ),
         (
             "dropout after the GELU",
             [
                 (
                     'h = F.gelu(self.intermediate["dense"](a))',
-                    'h = self.output.dropout(F.gelu(self.intermediate["dense"](a)))',
+                    'h = out["dropout"](F.gelu(self.intermediate["dense"](a)))',
                 )
             ],
         ),
         (
-            "dropout on the attention's output before AddNorm",
+            "dropout on the attention's output before add_norm",
             [
                 (
-                    'self.attention["output"](self.attention["self"](x, mask, probs), x)',
-                    'self.attention["output"](self.attention["output"].dropout(self.attention["self"](x, mask, probs)), x)',
+                    'h = self.attention["self"](x, mask, probs)',
+                    'h = att["dropout"](self.attention["self"](x, mask, probs))',
                 )
             ],
         ),
         (
             "probabilities not passed on",
             [('self.attention["self"](x, mask, probs)', 'self.attention["self"](x, mask)')],
+        ),
+        (
+            "input and output swapped in add_norm",
+            [
+                (
+                    "ln_layer(input + dropout(dense_layer(output)))",
+                    "ln_layer(output + dropout(dense_layer(input)))",
+                )
+            ],
         ),
     ],
     "embeddings": [

@@ -2,11 +2,11 @@
 (test_smart.py, test_smart_training.py) perturb and train."""
 
 import torch
-from conftest import tiny_bert_config
 from torch import nn
 
 from base_bert import BertConfig
 from bert import BertModel
+from conftest import tiny_bert_config
 
 TOL = 1e-6
 

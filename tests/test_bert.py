@@ -1,15 +1,21 @@
 """Our BertModel against Hugging Face's BertModel with the same weights, and loading errors."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from safetensors.torch import save_file
 
+import bert
 from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
-from bert import BertModel, attention, mean_pool
-from runtime import dropout
+from bert import BertModel, BertSelfAttention, mean_pool
+from engine import runtime
+
+REPO = Path(__file__).resolve().parent.parent
 
 ATOL = 1e-5
 
@@ -97,8 +103,6 @@ def test_sdpa_path_equals_manual(tiny_config, training):
             for mod in m.modules():
                 if isinstance(mod, torch.nn.Dropout):
                     mod.p = 0.0
-            m.encoder["layer"][0].attention["self"].dropout_p = 0.0
-            m.encoder["layer"][1].attention["self"].dropout_p = 0.0
     else:
         manual.eval()
         sdpa.eval()
@@ -176,12 +180,12 @@ def test_sdpa_equals_manual_on_embedded_checkpoint(minilm_pair):
     assert (a["last_hidden_state"] - b["last_hidden_state"])[mask.bool()].abs().max() <= ATOL
 
 
-def test_attention_function_against_loop():
+def test_attention_function_against_loop(tiny_config):
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)  # (B=2, nh=2, T=5, hs=4) each
     mask = torch.zeros(2, 1, 1, 5)
     mask[1, ..., 3:] = torch.finfo(torch.float32).min
-    out, probs = attention(q, k, v, mask)
+    out, probs = BertSelfAttention(tiny_config).eval().attention(q, k, v, mask)
     for b in range(2):
         for h in range(2):
             T_b = 5 if b == 0 else 3
@@ -328,45 +332,6 @@ def test_owner_slash_name_is_a_hub_name_not_a_path(monkeypatch):
         BertModel.from_pretrained("./some/local/folder")
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
-def test_dropout_drops_a_p_share_and_keeps_the_mean(p):
-    """Against the definition: each element dropped with probability p, independently,
-    survivors scaled by the inverse keep rate. n = 2^22 draws: the share's standard error is
-    at most 2.5e-4, so 2e-3 is 8 of them; a mask of the wrong rate (cut off by one bit of
-    16 is 1.5e-5, too small to see; p = 0.11 for 0.1 is 40 errors) fails."""
-    torch.manual_seed(0)
-    x = torch.rand(2**22) + 0.5
-    y = dropout(x, p)
-    dropped = y == 0
-    assert abs(dropped.float().mean().item() - p) < 2e-3
-    torch.testing.assert_close(y[~dropped], x[~dropped] * 2**16 / (2**16 - round(p * 2**16)))
-    assert abs(y.mean().item() / x.mean().item() - 1) < 3e-3
-    # four masks come from one 64-bit draw: neighbours must still be independent
-    lanes = dropped.view(-1, 4).float().T  # (4, n/4): lane j holds elements 4i + j
-    off_diagonal = torch.corrcoef(lanes)[~torch.eye(4, dtype=torch.bool)]
-    assert off_diagonal.abs().max() < 5e-3  # standard error 1e-3 at n/4 = 2^20 pairs
-
-
-def test_dropout_gradient_is_the_mask_and_follows_the_generator():
-    x = (torch.rand(6, 7, 8) + 0.5).bfloat16().requires_grad_()  # no zeros: y == 0 is a drop
-    torch.manual_seed(3)
-    y = dropout(x, 0.25)
-    y.backward(torch.ones_like(y))
-    scale = torch.tensor(2**16 / (2**16 - round(0.25 * 2**16)), dtype=torch.bfloat16)
-    assert y.dtype == torch.bfloat16 and y.shape == x.shape
-    torch.testing.assert_close(x.grad, (y != 0).to(x.dtype) * scale, atol=0, rtol=0)
-    torch.manual_seed(3)
-    assert torch.equal(dropout(x, 0.25), y)  # seeded: the same mask
-    assert not torch.equal(dropout(x, 0.25), y)  # the generator moved on
-    assert dropout(x, 0.25, training=False) is x and dropout(x, 0.0) is x
-    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
-    for p in (1 - 2**-17, 1 - 2**-20):  # rounds to 1: all dropped, as F.dropout at p = 1
-        assert torch.equal(dropout(x.detach(), p), torch.zeros_like(x))
-    assert torch.equal(dropout(x.detach(), 2**-20), x.detach())  # rounds to 0: all kept
-    with pytest.raises(ValueError):
-        dropout(x, 1.5)
-
-
 def test_a_hub_model_with_pytorch_weights_only_is_fetched_with_its_casing(
     tmp_path, tiny_config, monkeypatch
 ):
@@ -415,3 +380,68 @@ def test_a_folder_without_a_checkpoints_files_names_them_in_one_line(tmp_path, t
     with pytest.raises(SystemExit, match=r"has no vocab.txt and no model.safetensors or pytorch"):
         mt.main(["--bert", str(folder), "--preset", "thesis", "--run_dir", str(tmp_path / "r")])
     assert not (tmp_path / "r").exists()
+
+
+def test_bert_imports_torch_and_its_own_configuration_only():
+    """In a fresh interpreter, `import bert` loads base_bert of the project and nothing else
+    (no data reader, no checkpoint code, no optimizer, no engine)."""
+    ours = {p.stem for p in REPO.glob("*.py")} | {"engine", "lab"}
+    code = "import sys, bert; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    loaded = {name.split(".")[0] for name in done.stdout.split()}
+    assert loaded & ours == {"bert", "base_bert"}
+
+
+class ScaledAttention(BertSelfAttention):
+    """A student's edit: attention at a learned temperature, a weight BERT does not have."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.temperature = torch.nn.Parameter(torch.tensor(2.0))
+
+    def attention(self, q, k, v, mask):
+        return super().attention(q / self.temperature, k, v, mask)
+
+
+def test_an_edited_attention_runs_on_every_device_and_the_plain_one_may_be_fused(
+    tiny_config, monkeypatch
+):
+    """check_attention probes bert.py's attention against torch's SDPA: the plain one
+    agrees (SDPA may run on a GPU), an edited one does not, so 'auto' never replaces it;
+    the run's line says which runs."""
+    plain = BertModel(BertConfig(**{**tiny_config.to_dict(), "attention": "auto"}))
+    assert runtime.check_attention(plain) < 1e-12
+    assert all(m.sdpa_checked for m in plain.modules() if isinstance(m, BertSelfAttention))
+    cuda = torch.device("cuda", 0)
+    assert runtime.attention_line(plain, cuda).startswith("attention: torch's fused SDPA")
+    monkeypatch.setattr(bert, "BertSelfAttention", ScaledAttention)
+    edited = bert.BertModel(BertConfig(**{**tiny_config.to_dict(), "attention": "auto"}))
+    assert runtime.check_attention(edited) > 0.01
+    assert not any(m.sdpa_checked for m in edited.modules() if isinstance(m, ScaledAttention))
+    line = runtime.attention_line(edited, cuda)
+    assert line.startswith("attention: bert.py's BertSelfAttention.attention, on every device")
+
+
+def test_a_model_with_new_weights_loads_the_checkpoint_and_names_them(
+    tmp_path, tiny_config, monkeypatch, capsys
+):
+    """from_pretrained fills BERT's weights from the checkpoint, keeps a weight bert.py adds
+    at its initialisation and names it in one line; a BERT weight missing still stops."""
+    torch.manual_seed(0)
+    src = BertModel(tiny_config)
+    save_hf_checkpoint(tmp_path / "ckpt", tiny_config, src.state_dict())
+    monkeypatch.setattr(bert, "BertSelfAttention", ScaledAttention)
+    loaded = bert.BertModel.from_pretrained(str(tmp_path / "ckpt"))
+    new = [f"encoder.layer.{i}.attention.self.temperature" for i in range(2)]
+    assert capsys.readouterr().out == (
+        f"new weights, initialised (not in ckpt): {', '.join(new)}\n"
+    )
+    for name, tensor in src.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert all(loaded.state_dict()[n] == 2.0 for n in new)
+    state = {k: v for k, v in src.state_dict().items() if "layer.1.output.dense" not in k}
+    save_hf_checkpoint(tmp_path / "partial", tiny_config, state)
+    with pytest.raises(ModelError, match="lack 2 of the model's tensors"):
+        bert.BertModel.from_pretrained(str(tmp_path / "partial"))

@@ -8,9 +8,9 @@ import signal
 import pytest
 import torch
 
-import checkpoint
 import multitask_classifier as mt
 from bert import BertModel
+from engine import checkpoint
 
 
 def tiny(tiny_config, **kw):

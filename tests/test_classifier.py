@@ -4,7 +4,7 @@ import torch
 
 import classifier
 import multitask_classifier as mt
-from config import ModelConfig
+from engine.flags import ModelConfig
 from helpers import tiny_flags, weights
 
 
@@ -22,7 +22,7 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
-    parse = classifier.config.parse
+    parse = classifier.flags.parse
     frozen = ["--option", "last-linear-layer"]
     assert (
         parse(classifier.ClassifierConfig(), frozen, overrides=classifier.frozen_lr)[0].optim.lr

@@ -8,24 +8,24 @@ from pathlib import Path
 
 import pytest
 
-import config
 import multitask_classifier as mt
-import plans
-from config import RunConfig
+import presets
+from engine import flags
+from engine.flags import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_defaults_come_from_the_dataclasses():
-    cfg, typed, extras = config.parse(RunConfig(), [])
+    cfg, typed, extras = flags.parse(RunConfig(), [])
     assert cfg == RunConfig() and typed == {} and extras == {}
     assert cfg.optim.lr == 1e-5 and cfg.smart.lambda_sst == 10.0 and cfg.device.amp
 
 
 def test_every_setting_is_one_flag_with_help():
-    flags = [config.flag_of(f) for _, f, _ in config.leaves(RunConfig())]
-    assert len(flags) == len(set(flags))  # no flag names two settings
-    assert all(f.metadata["help"] for _, f, _ in config.leaves(RunConfig()))
+    names = [flags.flag_of(f) for _, f, _ in flags.leaves(RunConfig())]
+    assert len(names) == len(set(names))  # no flag names two settings
+    assert all(f.metadata["help"] for _, f, _ in flags.leaves(RunConfig()))
 
 
 def test_a_preset_sets_values_under_the_flags_the_user_typed():
@@ -38,7 +38,7 @@ def test_a_preset_sets_values_under_the_flags_the_user_typed():
 
 
 def test_switches_and_lists_parse():
-    cfg, typed, _ = config.parse(
+    cfg, typed, _ = flags.parse(
         RunConfig(),
         [
             "--no_amp",
@@ -80,20 +80,20 @@ def test_switches_and_lists_parse():
 )
 def test_out_of_range_values_name_the_flag(argv, message):
     with pytest.raises(SystemExit, match=message):
-        config.parse(RunConfig(), argv)
+        flags.parse(RunConfig(), argv)
 
 
 def test_json_round_trip_and_settings_added_since():
     cfg, _ = mt.parse_args(["--lr", "3e-5", "--sequential_epochs", "1", "2", "3", "--smart"])
-    saved = json.loads(json.dumps(config.to_dict(cfg)))
-    assert plans.from_dict(RunConfig, saved) == cfg
+    saved = json.loads(json.dumps(flags.to_dict(cfg)))
+    assert flags.from_dict(RunConfig, saved) == cfg
     del saved["smart"]["mu"]  # a run saved before `mu` existed gets today's default
-    assert plans.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
+    assert flags.from_dict(RunConfig, saved).smart.mu == RunConfig().smart.mu
     saved["optim"]["lrr"] = 1.0  # a hand edit's typo would otherwise train with the default
     with pytest.raises(SystemExit, match=r"^c.json: unknown settings optim.lrr$"):
-        plans.from_dict(RunConfig, saved, "c.json")
+        flags.from_dict(RunConfig, saved, "c.json")
     with pytest.raises(SystemExit, match=r"^c.json: no settings"):
-        plans.from_dict(RunConfig, {}, "c.json")
+        flags.from_dict(RunConfig, {}, "c.json")
 
 
 def test_the_flags_in_the_readme_docs_and_makefile_still_parse():
@@ -109,10 +109,10 @@ def test_the_flags_in_the_readme_docs_and_makefile_still_parse():
 
 def test_stages_check_their_fields():
     with pytest.raises(ValueError, match=r"unknown task 'qqp'; expected one of \['cfimdb'"):
-        plans.Stage(("qqp",), 1e-5, 32)
+        presets.Stage(("qqp",), 1e-5, 32)
     with pytest.raises(ValueError, match="loss 'mnrl' does not fit task 'sst'"):
-        plans.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
+        presets.Stage(("sst",), 1e-5, 32, losses={"sst": "mnrl"})
     with pytest.raises(ValueError, match="a multitask stage needs"):
-        plans.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
+        presets.Stage(("sst", "para"), 1e-5, 32, kind="multitask")
     with pytest.raises(ValueError, match="unknown stage kind 'simcse'"):
-        plans.Stage((), 1e-5, 32, kind="simcse")
+        presets.Stage((), 1e-5, 32, kind="simcse")

@@ -5,13 +5,13 @@ lab/gpu_check.py run` (make gpu-check) runs them with `-m cuda`."""
 import pytest
 import torch
 
-import checkpoint
 import datasets as data
 import evaluation
 from bert import BertModel
+from engine import checkpoint
+from engine.runtime import dropout, make_runtime
 from helpers import run, sentence_batch, tiny_model_and_data
 from optimizer import AdamW, backward, optimizer_step
-from runtime import dropout, make_runtime
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 pytestmark = [

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_tiny_checkpoint, write_tiny_data
 from torch import distributed
 
 import multitask_classifier as mt
 from base_bert import BertConfig
+from conftest import write_tiny_checkpoint, write_tiny_data
 from helpers import tiny_flags, weights
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 
 import evaluation
 import multitask_classifier as mt
-import runtime
+from engine import runtime
 from helpers import run
 from lab import ensemble
 
@@ -71,7 +71,7 @@ def test_members_that_cannot_be_averaged_are_refused(tiny_env, tmp_path):
 
 
 def test_a_member_with_its_data_moved_or_best_model_gone_is_one_line(tiny_env, tmp_path):
-    from runtime import run_cli
+    from engine.runtime import run_cli
 
     run(tiny_env, tmp_path / "a", "--loops", "0")
     moved = tiny_env[1].rename(tmp_path / "moved")

@@ -13,14 +13,14 @@ import torch
 from matplotlib.image import imread
 from scipy.stats import spearmanr
 
-import config
 import datasets as data
 import evaluation
 import multitask_classifier as mt
 from datasets import read_task
+from engine import flags
+from engine.runtime import run_cli
 from helpers import run, tiny_model_and_data
 from lab import explore
-from runtime import run_cli
 
 
 def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_path):
@@ -48,11 +48,11 @@ def test_explore_says_what_it_needs(tiny_env, tmp_path, capsys):
     with pytest.raises(SystemExit, match="no config.json there; is it a run folder"):
         explore.main(["report", str(tmp_path)])
     cfg, _ = mt.parse_args(["--preset", "individual"])  # a model per task
-    (tmp_path / "config.json").write_text(json.dumps(config.to_dict(cfg)))
+    (tmp_path / "config.json").write_text(json.dumps(flags.to_dict(cfg)))
     with pytest.raises(SystemExit, match="--preset individual keeps a model per task; this ne"):
         explore.main(["report", str(tmp_path)])
     cfg, _ = mt.parse_args(["--preset", "thesis"])
-    (tmp_path / "config.json").write_text(json.dumps(config.to_dict(cfg)))
+    (tmp_path / "config.json").write_text(json.dumps(flags.to_dict(cfg)))
     with pytest.raises(SystemExit):
         explore.main(["report", str(tmp_path)])
     assert "no best.safetensors there" in capsys.readouterr().err
@@ -93,8 +93,8 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
 def test_a_small_runs_report_maps_the_dev_sample_it_scored(tiny_env, tmp_path):
     """A run scored on --dev_size examples draws its QQP outputs and SST map on those very
     examples (the ids of its dev predictions), not on the whole dev set (16 pairs here)."""
-    for name, flags, n in (("small", ["--dev_size", "6"], 6), ("whole", [], 16)):
-        run(tiny_env, tmp_path / name, "--loops", "0", *flags)
+    for name, args, n in (("small", ["--dev_size", "6"], 6), ("whole", [], 16)):
+        run(tiny_env, tmp_path / name, "--loops", "0", *args)
         page = explore.main(["report", str(tmp_path / name)]).read_text()
         assert f"QQP: the kept model's output on {n} dev pairs" in page
         dev = explore.dev_examples(mt.load_run_config(tmp_path / name))

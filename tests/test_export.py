@@ -4,11 +4,10 @@ sentence-transformers load, giving our embeddings."""
 import pytest
 import torch
 
-import checkpoint
 import datasets as data
 import multitask_classifier as mt
-import runtime
 from bert import BertModel
+from engine import checkpoint, runtime
 from helpers import (
     run,
     sentence_batch,

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_tiny_data
 
 import datasets as D
 import multitask_classifier as mt
+from conftest import write_tiny_data
 from helpers import tiny_flags
 from lab import fetch
 

@@ -6,13 +6,12 @@ import json
 import pytest
 import torch
 
-import checkpoint
 import losses
 import multitask_classifier as mt
-import runtime
 import trainer
 from bert import BertModel
-from config import OptimConfig
+from engine import checkpoint, runtime
+from engine.flags import OptimConfig
 from helpers import (
     assert_same_run,
     first_batch,
@@ -24,7 +23,7 @@ from helpers import (
     tiny_model_and_data,
 )
 from optimizer import flatten_grads, pcgrad_backward
-from plans import Stage
+from presets import Stage
 from smart import EMATeacher, SmartConfig
 from trainer import StepContext
 

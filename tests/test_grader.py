@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import slips_checks
-import slips_extensions
 
 import checks  # noqa: F401  (they register the checks; grader/ is on pytest's path)
 import exercises
 import extensions  # noqa: F401
 import harness
+import slips_checks
+import slips_extensions
 
 REPO = exercises.HERE
 
@@ -75,7 +75,7 @@ VARIANTS = {
     "attention": [
         (
             "F.dropout",
-            [("dropout(probs, dropout_p, training)", "F.dropout(probs, dropout_p, training)")],
+            [("self.dropout(probs) @ v", "F.dropout(probs, self.dropout.p, self.training) @ v")],
         )
     ],
     "classifier": [
@@ -97,6 +97,15 @@ VARIANTS = {
     ],
     "layer": [
         (
+            "F.dropout in add_norm",
+            [
+                (
+                    "input + dropout(dense_layer(output))",
+                    "input + F.dropout(dense_layer(output), dropout.p, dropout.training)",
+                )
+            ],
+        ),
+        (
             "exact GELU by name",
             [
                 (
@@ -104,7 +113,7 @@ VARIANTS = {
                     'F.gelu(self.intermediate["dense"](a), approximate="none")',
                 )
             ],
-        )
+        ),
     ],
 }
 

@@ -16,7 +16,7 @@ from huggingface_hub.utils import validate_repo_id
 
 import datasets as data
 import multitask_classifier as mt
-import runtime
+from engine import runtime
 from helpers import run
 from lab import export
 

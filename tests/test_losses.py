@@ -11,15 +11,15 @@ import torch.nn.functional as F
 import evaluation
 import losses
 import multitask_classifier as mt
-import runtime
 import simcse
 import smart
 import trainer
 from base_bert import BertConfig
 from bert import BertModel
-from config import OptimConfig, SimCSEConfig
+from engine import runtime
+from engine.flags import OptimConfig, SimCSEConfig
 from helpers import first_batch, sentence_batch, tiny_model_and_data, two_sets
-from plans import Stage
+from presets import Stage
 from smart import EMATeacher, SameDropout, SmartConfig
 from trainer import StepContext
 
@@ -224,7 +224,7 @@ def test_task_losses_on_hand_made_inputs():
 def test_the_loss_table_drives_flags_heads_and_checks():
     """Every task has a table; --para_loss / --sts_loss, the cosine read-out and the in-batch
     checks are read from it, so a new entry reaches them all."""
-    from config import MultitaskConfig
+    from engine.flags import MultitaskConfig
 
     assert set(losses.TASK_LOSSES) == set(evaluation.TASKS)
     for task in ("para", "sts"):

@@ -10,16 +10,16 @@ import torch.nn.functional as F
 import datasets as data
 import losses
 import multitask_classifier as mt
-import runtime
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
-from config import ModelConfig
+from engine import runtime
+from engine.flags import ModelConfig
 from helpers import (
     embeddings,
     pair_batch,
     sentence_batch,
 )
-from plans import Stage, concat_tasks, cosine_tasks
+from presets import Stage, concat_tasks, cosine_tasks
 from smart import SmartConfig
 from trainer import StepContext
 

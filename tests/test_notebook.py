@@ -3,7 +3,7 @@
 The cells are run with `exec` in one shared namespace, as a notebook kernel would run
 them (tests/notebook_kernel.py), in a folder of links to the repository that stands in for
 the notebook's clone (`working_copy`: the notebook's subprocesses run
-`sys.executable multitask_classifier.py` and `submit.py` there, and submit.py writes its
+`sys.executable multitask_classifier.py` and `prepare_submit.py` there, and prepare_submit.py writes its
 archive there, not in the repository); MINBERT_NOTEBOOK_TINY switches the notebook to the
 tiny model and data of the `tiny_env` fixture and a run folder in tmp_path. A Colab
 session on Google Drive is played by a folder that stands in for Drive and a kernel
@@ -26,7 +26,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
+
 from conftest import write_tiny_data
+from engine import checkpoint
+from helpers import weights
 from notebook_kernel import (
     ARCHIVE,
     NOTEBOOK,
@@ -36,10 +40,6 @@ from notebook_kernel import (
     run_cells,
     working_copy,
 )
-from safetensors import safe_open
-
-import checkpoint
-from helpers import weights
 
 REPO = NOTEBOOK.parent
 CODE = code_cells()
@@ -194,7 +194,7 @@ def as_minilm(run_dir: Path, folder: Path) -> Path:
 @pytest.mark.slow
 def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
-    clone = working_copy(tmp_path / "clone")  # where submit.py writes the archive
+    clone = working_copy(tmp_path / "clone")  # where prepare_submit.py writes the archive
     monkeypatch.chdir(clone)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the notebook adds its clone
     tiny_notebook(monkeypatch, tiny_env, run_dir)
@@ -221,7 +221,7 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     assert [len(line) for line in labels] == [2, 2, 4]  # the pair: paraphrase, similarity
     predictions = sorted(p.name for p in (run_dir / "predictions").iterdir())
     assert len(predictions) == 6  # dev and test for three tasks
-    assert f"$ {sys.executable} submit.py {run_dir}\n" in out  # not MiniLM: no other flag
+    assert f"$ {sys.executable} prepare_submit.py {run_dir}\n" in out  # not MiniLM: no other flag
     assert sorted(p.name for p in (clone / "predictions").iterdir()) == predictions
     with zipfile.ZipFile(clone / ARCHIVE) as archive:
         assert {f"predictions/{name}" for name in predictions} <= set(archive.namelist())
@@ -235,11 +235,11 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
 
     namespace["RUN_DIR"] = str(minilm := as_minilm(run_dir, tmp_path / "minilm"))
     with pytest.raises(RuntimeError, match="exited with status 1"):  # refused, in one line
-        run_cells(namespace, [CODE[cell("submit.py")]])
+        run_cells(namespace, [CODE[cell("prepare_submit.py")]])
     assert "MiniLM, which was trained on Quora and NLI pairs" in capsys.readouterr().out
     namespace["ALLOW_OUTSIDE_PRETRAINING"] = True  # the student says so
-    run_cells(namespace, [CODE[cell("submit.py")]])
-    assert f"submit.py {minilm} --allow_outside_pretraining\n" in capsys.readouterr().out
+    run_cells(namespace, [CODE[cell("prepare_submit.py")]])
+    assert f"prepare_submit.py {minilm} --allow_outside_pretraining\n" in capsys.readouterr().out
 
 
 def test_without_a_gpu_a_model_other_than_minilm_stops_unless_forced(

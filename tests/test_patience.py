@@ -6,9 +6,8 @@ import json
 
 import torch
 
-import checkpoint
 import multitask_classifier as mt
-import runfolder
+from engine import checkpoint, runfolder
 from helpers import (
     run,
     tiny_flags,

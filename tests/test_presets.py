@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import multitask_classifier as mt
-import plans
 import presets
-from config import OptimConfig
+from engine import checks, show
+from engine.flags import OptimConfig
 from helpers import run
 from lab import reports
 
@@ -27,7 +27,7 @@ def resolved_presets() -> dict[str, str]:
             argv += ["--scale", str(preset.report_scale)]
         cfg, _ = mt.parse_args(argv)
         out[name] = f"$ python multitask_classifier.py {' '.join(argv)} --show\n"
-        out[name] += presets.show(cfg, presets.PRESETS[cfg.preset]) + "\n\n"
+        out[name] += show.show(cfg, presets.PRESETS[cfg.preset]) + "\n\n"
     return out
 
 
@@ -48,7 +48,7 @@ def test_show_prints_the_plan_and_loads_nothing(monkeypatch, capsys):
 
     monkeypatch.setattr(mt.BertTokenizer, "from_pretrained", no)
     monkeypatch.setattr(mt.data, "load_task_data", no)
-    monkeypatch.setattr(plans, "check_model", no)
+    monkeypatch.setattr(checks, "check_model", no)
     argv = ["--preset", "auslin-segments-gs-cls", "--scale", "0.25", "--bert", "no/such-model"]
     mt.main([*argv, "--show"])
     out = capsys.readouterr().out
@@ -60,12 +60,12 @@ def test_show_prints_the_plan_and_loads_nothing(monkeypatch, capsys):
 
 def test_show_counts_the_thesis_stages_and_marks_smart_and_distillation():
     cfg, _ = mt.parse_args(["--preset", "thesis-smart", "--loops", "2"])
-    lines = presets.show(cfg, presets.PRESETS[cfg.preset]).splitlines()
+    lines = show.show(cfg, presets.PRESETS[cfg.preset]).splitlines()
     stage_lines = lines[lines.index("stages:") + 2 :]
     assert len(stage_lines) == 1 + 3 * 2  # one QQP epoch, then 2 x (STS, SST, 3% QQP)
     assert all("independent" in line for line in stage_lines)
     cfg, _ = mt.parse_args(["--preset", "defended"])
-    distilled = presets.show(cfg, presets.PRESETS[cfg.preset]).splitlines()[-1]
+    distilled = show.show(cfg, presets.PRESETS[cfg.preset]).splitlines()[-1]
     assert distilled.endswith(" 30") and "sts:cosine_sbert" not in distilled  # a QQP stage
 
 
@@ -79,7 +79,7 @@ def test_thesis_smart_is_the_thesis_plan_with_smart_weights():
     plain, _ = mt.parse_args(["--preset", "thesis"])
     smart_plan, thesis_plan = (
         presets.PRESETS["thesis-smart"].plans_of(cfg),
-        plans.thesis_plan(plain),
+        presets.thesis_plan(plain),
     )
     assert [s.name for s in smart_plan[""]] == [s.name for s in thesis_plan]
     weights = {s.tasks[0]: (s.smart.lambda_s, s.smart.mu, s.batch_size) for s in smart_plan[""]}
@@ -89,11 +89,11 @@ def test_thesis_smart_is_the_thesis_plan_with_smart_weights():
 
 def test_loop_decay_lowers_each_loops_lr_linearly_and_none_keeps_the_thesis_lr():
     cfg, _ = mt.parse_args(["--preset", "thesis", "--loops", "4", "--lr", "2e-5"])
-    assert {s.lr for s in plans.thesis_plan(cfg)} == {2e-5}
+    assert {s.lr for s in presets.thesis_plan(cfg)} == {2e-5}
     cfg, _ = mt.parse_args(
         ["--preset", "thesis", "--loops", "4", "--lr", "2e-5", "--loop_decay", "linear"]
     )
-    lrs = [s.lr for s in plans.thesis_plan(cfg)]
+    lrs = [s.lr for s in presets.thesis_plan(cfg)]
     assert lrs[0] == 2e-5  # the first QQP epoch
     expected = [2e-5 * (4 - i) / 4 for i in range(4) for _ in range(3)]  # STS, SST, QQP share
     assert lrs[1:] == pytest.approx(expected, rel=1e-12)
@@ -132,21 +132,21 @@ def test_smart_with_a_preset_it_does_not_change_is_refused():
 
 
 def test_tools_that_would_change_the_method_are_refused():
-    simcse_stage = plans.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
+    simcse_stage = presets.simcse_stage(mt.parse_args(["--preset", "simcse"])[0])
     with pytest.raises(SystemExit, match="--accumulate 2: stage 'SimCSE \\(sup\\)' compares"):
-        plans.check_update([simcse_stage], OptimConfig(accumulate=2))
-    mnrl = plans.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
+        checks.check_update([simcse_stage], OptimConfig(accumulate=2))
+    mnrl = presets.Stage(("sts",), 1e-5, 8, losses={"sts": "mnrl"})
     with pytest.raises(SystemExit, match="micro-batches would change its loss"):
-        plans.check_update([mnrl], OptimConfig(accumulate=2))
-    pcgrad = plans.multitask_plan(
+        checks.check_update([mnrl], OptimConfig(accumulate=2))
+    pcgrad = presets.multitask_plan(
         mt.parse_args(["--preset", "multitask", "--weighting", "pcgrad"])[0]
     )
     with pytest.raises(SystemExit, match="without --accumulate and --l2sp"):
-        plans.check_update(pcgrad, OptimConfig(l2sp=0.1))
-    plans.check_update(pcgrad, OptimConfig(max_grad_norm=1.0))  # clipping is fine
-    sst = plans.Stage(("sst",), 1e-5, 8)
+        checks.check_update(pcgrad, OptimConfig(l2sp=0.1))
+    checks.check_update(pcgrad, OptimConfig(max_grad_norm=1.0))  # clipping is fine
+    sst = presets.Stage(("sst",), 1e-5, 8)
     with pytest.raises(SystemExit, match="stage 'SST' compares each example"):
-        plans.check_update([sst], OptimConfig(accumulate=2, distill=1.0))
+        checks.check_update([sst], OptimConfig(accumulate=2, distill=1.0))
 
 
 def test_distillation_without_a_stage_that_trains_the_encoder_is_refused(tiny_env, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 import datasets as data
 import multitask_classifier as mt
-import plans
+import presets
 from base_bert import ModelError
 from helpers import (
     no_training,
@@ -77,7 +77,7 @@ def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, mon
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
-    from runtime import run_cli
+    from engine.runtime import run_cli
 
     config_json = tiny_env[0] / "config.json"
     config_json.write_text(config_json.read_text()[:-3])
@@ -138,7 +138,7 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
     ],
 )
 def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
-    """plans.plan_files, checked before the run folder is made, against the loaders themselves."""
+    """presets.plan_files, checked before the run folder is made, against the loaders themselves."""
     cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
     stages = [s for plan in mt.PRESETS[cfg.preset].plans_of(cfg).values() for s in plan]
     read = []
@@ -154,8 +154,8 @@ def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkey
 
     monkeypatch.setattr(data, "read_task", read_task)
     monkeypatch.setattr(data, "read_snli", read_snli)
-    plans.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
-    assert sorted(set(read)) == sorted(plans.plan_files(cfg, stages))
+    presets.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
+    assert sorted(set(read)) == sorted(presets.plan_files(cfg, stages))
 
 
 def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path):

@@ -4,10 +4,10 @@ or missing checkpoint, SIGTERM, a second process on its folder, a dev set that s
 import pytest
 import torch
 
-import checkpoint
 import evaluation
 import multitask_classifier as mt
 import trainer
+from engine import checkpoint
 from helpers import (
     interrupt_stage,
     no_training,
@@ -20,7 +20,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     import errno
     import os
 
-    from runtime import run_cli
+    from engine.runtime import run_cli
 
     def full(*a, **k):  # the predictions, written after the last stage's checkpoint
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

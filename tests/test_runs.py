@@ -10,13 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import checkpoint
 import datasets as data
 import evaluation
 import losses
 import multitask_classifier as mt
-import runtime
 import trainer
+from engine import checkpoint, runtime
 from helpers import (
     run,
     tiny_flags,

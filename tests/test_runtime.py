@@ -5,9 +5,8 @@ from datetime import timedelta
 import pytest
 import torch
 
-import plans
-import runtime
-from config import DeviceConfig
+from engine import checks, runtime
+from engine.flags import DeviceConfig
 from helpers import run, sentence_batch
 
 
@@ -137,5 +136,5 @@ def test_compile_on_the_cpu_stops_before_a_run_folder_is_made(tiny_env, tmp_path
     with pytest.raises(SystemExit, match=r"^--compile: on the CPU .* --device cuda"):
         run(tiny_env, tmp_path / "run", "--compile")
     assert not (tmp_path / "run").exists()
-    plans.check_compile(True, torch.device("cuda", 0))
-    plans.check_compile(False, torch.device("cpu"))
+    checks.check_compile(True, torch.device("cuda", 0))
+    checks.check_compile(False, torch.device("cpu"))

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from smart_models import TOL, TinyClassifier, batch
 from torch import nn
 
 import mtdnn_smart
@@ -17,6 +16,7 @@ from smart import (
     reference_regularizer,
     smart_loss,
 )
+from smart_models import TOL, TinyClassifier, batch
 
 
 def ref_sym_kl(P: list[list[float]], Q: list[list[float]]) -> float:

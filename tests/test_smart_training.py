@@ -6,7 +6,6 @@ from contextlib import nullcontext
 
 import pytest
 import torch
-from smart_models import TOL, TinyClassifier, batch
 from torch import nn
 
 import losses
@@ -22,6 +21,7 @@ from smart import (
     passes_in_float32,
     smart_loss,
 )
+from smart_models import TOL, TinyClassifier, batch
 
 
 def test_beta_schedule():
@@ -234,7 +234,7 @@ def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(t
     training step computes it (losses.smart_term), against mt-dnn's SmartPerturbation
     transcribed, which runs the embedding again (its own dropout mask) before the noise:
     the value and every parameter's gradient."""
-    import runtime
+    from engine import runtime
     from helpers import first_batch, tiny_model_and_data
     from trainer import StepContext
 

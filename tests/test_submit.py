@@ -1,4 +1,4 @@
-"""submit.py and the handout's command lines: a tiny run becomes the archive the handout's
+"""prepare_submit.py and the handout's command lines: a tiny run becomes the archive the handout's
 prepare_submit.py would make of the same files, every test id in it; a sampled run is
 refused, naming the flag, until --predict writes its predictions in full."""
 
@@ -14,7 +14,7 @@ import pytest
 import classifier
 import datasets as data
 import multitask_classifier as mt
-import submit
+import prepare_submit
 from evaluation import MULTITASK, read_predictions
 from helpers import tiny_flags
 
@@ -24,17 +24,20 @@ TINY = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64 --preset the
 
 
 def a_clone(tmp_path) -> Path:
-    """A folder holding the repository's top-level modules, where submit.py runs."""
+    """A folder holding the repository's top-level modules, where prepare_submit.py runs."""
     folder = tmp_path / "clone"
     folder.mkdir()
     for f in REPO.glob("*.py"):
         shutil.copy2(f, folder / f.name)
+    shutil.copytree(
+        REPO / "engine", folder / "engine", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return folder
 
 
 def submit_in(folder, *args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "submit.py", *map(str, args)],
+        [sys.executable, "prepare_submit.py", *map(str, args)],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -53,17 +56,21 @@ def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_pat
     for task in MULTITASK:
         for split in ("dev", "test"):
             ids, preds = read_predictions(clone / "predictions" / f"{task}-{split}-output.csv")
-            assert set(ids) == set(submit.file_ids(data.task_file(tiny_env[1], task, split)))
+            assert set(ids) == set(
+                prepare_submit.file_ids(data.task_file(tiny_env[1], task, split))
+            )
     qqp = (clone / "predictions" / "para-test-output.csv").read_text().splitlines()[1:]
     assert {line.split(",")[1].strip() for line in qqp} <= {"1.0", "0.0"}  # the handout's
-    with zipfile.ZipFile(clone / submit.ARCHIVE) as z:
+    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
         ours = sorted(z.namelist())
     if not PREPARE.is_file():
         pytest.skip(f"no handout zipper at {PREPARE}")
-    (clone / submit.ARCHIVE).unlink()
+    (clone / prepare_submit.ARCHIVE).unlink()
     subprocess.run([sys.executable, str(PREPARE)], cwd=clone, check=True, capture_output=True)
-    with zipfile.ZipFile(clone / submit.ARCHIVE) as z:
-        assert ours == sorted(z.namelist()) and "submit.py" in ours
+    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+        theirs = sorted(z.namelist())  # the top level only: ours adds the engine package
+    engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
+    assert ours == sorted(theirs + engine) and "prepare_submit.py" in ours
 
 
 def test_a_sampled_run_is_refused_until_predict_writes_every_row(tiny_env, tmp_path):
@@ -82,9 +89,11 @@ def test_minilm_is_refused_unless_told(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text(json.dumps({"model": {"bert": "minilm"}}))
     with pytest.raises(SystemExit, match="MiniLM, which was trained on Quora and NLI pairs"):
-        submit.main([str(tmp_path / "run")])
+        prepare_submit.main([str(tmp_path / "run")])
     with pytest.raises(SystemExit, match="missing data file"):  # on to the next check
-        submit.main([str(tmp_path / "run"), "--allow_outside_pretraining", "--data_dir", "no"])
+        prepare_submit.main(
+            [str(tmp_path / "run"), "--allow_outside_pretraining", "--data_dir", "no"]
+        )
 
 
 def test_the_handouts_part1_command_writes_its_file_names(tiny_env, tmp_path):

@@ -7,16 +7,14 @@ import math
 import pytest
 import torch
 
-import checkpoint
 import datasets as data
 import evaluation
 import losses
 import multitask_classifier as mt
-import runfolder
-import runtime
 import trainer
 from bert import BertModel
-from config import DataConfig, MultitaskConfig, OptimConfig
+from engine import checkpoint, runfolder, runtime
+from engine.flags import DataConfig, MultitaskConfig, OptimConfig
 from helpers import (
     assert_same_run,
     embeddings,
@@ -26,7 +24,7 @@ from helpers import (
     tiny_model_and_data,
     weights,
 )
-from plans import Stage
+from presets import Stage
 from tokenizer import BertTokenizer
 from trainer import StepContext
 
@@ -317,7 +315,7 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     Pearson r is nan (as scipy's), the table prints nan, the overall score is nan, and the
     kept stage is another."""
     import multitask_classifier as mt
-    import runfolder
+    from engine import runfolder
 
     constant, calls, score = [False], [], runfolder.Run.score
 

@@ -10,11 +10,11 @@ from safetensors.torch import load_file
 
 import losses
 import multitask_classifier as mt
-import runtime
 import simcse
 import trainer
 from bert import BertModel
-from config import OptimConfig
+from engine import runtime
+from engine.flags import OptimConfig
 from helpers import (
     first_batch,
     gradient_of_one_step,
@@ -25,7 +25,7 @@ from helpers import (
     weights,
 )
 from optimizer import flatten_grads, pcgrad, pcgrad_backward
-from plans import Stage
+from presets import Stage
 from trainer import StepContext
 
 
@@ -35,8 +35,6 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     for m in model.modules():  # deterministic forwards so both computations see one graph
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    for layer in model.bert.encoder["layer"]:
-        layer.attention["self"].dropout_p = 0.0
     rt = runtime.make_runtime("cpu", "fp32")
     stage = Stage(("sst",), 1e-5, 3)  # SMART off, the default losses
     batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}

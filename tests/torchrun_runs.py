@@ -11,7 +11,7 @@ import os
 import sys
 
 import multitask_classifier as mt
-from runtime import run_cli
+from engine.runtime import run_cli
 
 if __name__ == "__main__":
     for i, argv in enumerate(json.loads(sys.argv[1])):

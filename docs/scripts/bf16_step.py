@@ -31,7 +31,7 @@ from adamw_step import AdamWBefore  # noqa: E402  (docs/scripts, this file's fol
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 import bert  # noqa: E402
-import runtime  # noqa: E402
+from engine import runtime  # noqa: E402
 from optimizer import AdamW  # noqa: E402
 
 B, T = 32, 64

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import torch  # noqa: E402
 
 from bert import BertModel  # noqa: E402
-from runtime import compile_layers  # noqa: E402
+from engine.runtime import compile_layers  # noqa: E402
 
 
 def step_ms(model, ids, mask, repeats=6, warmup=2) -> float:

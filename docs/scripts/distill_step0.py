@@ -22,10 +22,10 @@ from smart_rs import sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
 import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
-import runtime  # noqa: E402
 import simcse  # noqa: E402
 import trainer  # noqa: E402
-from config import ModelConfig  # noqa: E402
+from engine import runtime  # noqa: E402
+from engine.flags import ModelConfig  # noqa: E402
 from smart import SameDropout  # noqa: E402
 from trainer import StepContext  # noqa: E402
 

@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
-from conftest import tiny_bert_config, write_tiny_checkpoint, write_tiny_data  # noqa: E402
-from notebook_kernel import drive_charges, kernel  # noqa: E402
 
-import checkpoint  # noqa: E402
 from base_bert import BertConfig, load_config  # noqa: E402
 from bert import BertModel  # noqa: E402
+from conftest import tiny_bert_config, write_tiny_checkpoint, write_tiny_data  # noqa: E402
+from engine import checkpoint  # noqa: E402
 from multitask_classifier import MultitaskBERT  # noqa: E402
+from notebook_kernel import drive_charges, kernel  # noqa: E402
 
 THESIS_STAGES, CHECKPOINT_MINUTES = 31, 60
 GB = 1e9

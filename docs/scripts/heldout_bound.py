@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import checkpoint  # noqa: E402
 import datasets as data  # noqa: E402
 import evaluation  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
+from engine import checkpoint  # noqa: E402
+from engine.runtime import make_runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
-from runtime import make_runtime  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 
 KINDS = (  # a weight in every layer, by its name inside the layer

@@ -19,8 +19,8 @@ import torch  # noqa: E402
 from smart_rs import ASCENTS, measure, sst_batch  # noqa: E402  (docs/scripts, this folder)
 
 import multitask_classifier as mt  # noqa: E402
-import runtime  # noqa: E402
-from config import ModelConfig  # noqa: E402
+from engine import runtime  # noqa: E402
+from engine.flags import ModelConfig  # noqa: E402
 from smart import SmartConfig, passes_in_float32  # noqa: E402
 
 

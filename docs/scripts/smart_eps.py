@@ -22,8 +22,8 @@ import torch  # noqa: E402
 from smart_rs import measure, sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
 import multitask_classifier as mt  # noqa: E402
-import runtime  # noqa: E402
-from config import ModelConfig  # noqa: E402
+from engine import runtime  # noqa: E402
+from engine.flags import ModelConfig  # noqa: E402
 from smart import SmartConfig  # noqa: E402
 
 COLUMNS = {  # column -> (dropout masks, precision)

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "grader")]
 
 import torch  # noqa: E402
-from smart_models import TinyClassifier, batch  # noqa: E402
 
 import smart  # noqa: E402
 from mtdnn_smart import smart_r_s  # noqa: E402
+from smart_models import TinyClassifier, batch  # noqa: E402
 
 
 def gradient(model, loss_of, embed_ids) -> torch.Tensor:

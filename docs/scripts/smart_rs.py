@@ -23,8 +23,8 @@ import torch  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
-import runtime  # noqa: E402
-from config import DataConfig, ModelConfig  # noqa: E402
+from engine import runtime  # noqa: E402
+from engine.flags import DataConfig, ModelConfig  # noqa: E402
 from smart import SameDropout, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 from trainer import StepContext  # noqa: E402

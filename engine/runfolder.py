@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import checkpoint
 import datasets as data
 import evaluation
-from runtime import Runtime, from_main
+from engine import checkpoint
+from engine.runtime import Runtime, from_main
 
 
 class TensorBoard:

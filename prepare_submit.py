@@ -1,6 +1,6 @@
 """Your submission: a trained run's predictions in the handout's files, zipped with the code.
 
-    python submit.py RUN_DIR [--part1 RUN_DIR ...]        (make submit RUN=RUN_DIR)
+    python prepare_submit.py RUN_DIR [--part1 RUN_DIR ...]        (make submit RUN=RUN_DIR)
 
 1. Every id of each task's dev and test-student file must have a prediction in
    RUN_DIR/predictions/. A gap names the flag behind it: a run scored on a sample
@@ -12,7 +12,7 @@
 3. ./predictions/ gets the handout's files: {sst,para,sts}-{dev,test}-output.csv, and
    from each --part1 run (classifier.py) its {pretrain,finetune}-{sst,cfimdb}-*-out.csv.
 4. cs224n_default_final_project_submission.zip holds every top-level .py and the files of
-   predictions/, as the handout's prepare_submit.py writes it.
+   predictions/, as the handout's prepare_submit.py writes it, and engine/*.py.
 """
 
 import argparse
@@ -23,8 +23,8 @@ import zipfile
 from pathlib import Path
 
 import datasets as data
+from engine.runtime import run_cli
 from evaluation import MULTITASK, prediction_path, read_predictions
-from runtime import run_cli
 
 ARCHIVE = "cs224n_default_final_project_submission.zip"  # the handout's name
 HERE = Path(__file__).resolve().parent
@@ -97,8 +97,10 @@ def part1_files(run_dir: Path, allow: bool) -> list[Path]:
 
 
 def write_archive(out: Path, root: Path) -> list[str]:
-    """Every top-level .py and predictions/'s files, written as the handout writes them."""
+    """Every top-level .py and predictions/'s files, written as the handout writes them, and
+    the engine package the code imports (engine/*.py), so the archive's code runs."""
     names = sorted(p.name for p in root.glob("*.py"))
+    names += sorted(f"engine/{p.name}" for p in (root / "engine").glob("*.py"))
     names += sorted(
         f"predictions/{p.name}" for p in (root / "predictions").iterdir() if p.is_file()
     )

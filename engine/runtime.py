@@ -11,6 +11,7 @@ the CPU than F.dropout's.
 
 import atexit
 import errno
+import math
 import os
 import sys
 from contextlib import nullcontext
@@ -24,8 +25,8 @@ from torch import nn
 from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike dist's
 
 from base_bert import ModelError
-from checkpoint import CheckpointError
 from datasets import DataError
+from engine.checkpoint import CheckpointError
 from optimizer import flatten_grads, write_flat_grads
 
 
@@ -55,6 +56,58 @@ class Dropout(nn.Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
+
+
+def fast_dropout(model: nn.Module) -> nn.Module:
+    """Every nn.Dropout of `model` (bert.py's, the heads') made a `Dropout` above: the same
+    module and masks' law, a faster draw on the CPU. The lesson writes torch's dropout; a
+    run's model gets this one (multitask_classifier.model_factory)."""
+    for module in model.modules():
+        if type(module) is nn.Dropout:
+            module.__class__ = Dropout
+    return model
+
+
+def check_attention(bert: nn.Module) -> float:
+    """Probe bert.py's hand-written attention against torch's fused SDPA on random inputs
+    (float64, CPU, padded keys, no dropout); where they agree, --attention auto may take
+    SDPA on a GPU (each BertSelfAttention's sdpa_checked), else bert.py's code runs on
+    every device, so an edit to it always takes effect. Returns the largest difference
+    (inf: the hand-written one failed)."""
+    layers = [m for m in bert.modules() if hasattr(m, "sdpa_checked")]
+    if not layers:
+        return math.inf
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(
+        3, 2, layers[0].num_attention_heads, 5, 4, dtype=torch.float64, generator=g
+    )
+    mask = torch.zeros(2, 1, 1, 5, dtype=torch.float64)
+    mask[1, ..., 3:] = torch.finfo(torch.float64).min  # the second example's last two keys
+    training = layers[0].training
+    try:
+        layers[0].eval()
+        ours = layers[0].attention(q, k, v, mask)[0]  # (B, nh, T, hs)
+        gap = (ours - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item()
+    except Exception:  # a body that cannot run here is not SDPA's computation
+        gap = math.inf
+    finally:
+        layers[0].train(training)
+    for layer in layers:
+        layer.sdpa_checked = gap < 1e-9
+    return gap
+
+
+def attention_line(bert: nn.Module, device: torch.device) -> str:
+    """The run's line on which attention runs on `device` (probed again: check_attention)."""
+    kind, gap = bert.config.attention, check_attention(bert)
+    ours = "bert.py's BertSelfAttention.attention"
+    if kind == "sdpa":
+        return "attention: torch's fused SDPA (--attention sdpa), not bert.py's"
+    if gap >= 1e-9:
+        return f"attention: {ours}, on every device (it differs from torch's SDPA by {gap:.2g})"
+    if kind == "auto" and device.type == "cuda":
+        return f"attention: torch's fused SDPA, equal to {ours} on a probe"
+    return f"attention: {ours}"
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # --precision

@@ -3,7 +3,7 @@
 Every setting is one field, written once with its default, its help text and its allowed
 values (`option`). A setting's path is "group.field" ('optim.lr'; `leaves` lists them all)
 and its flag is --field (`flag_of`); `check` stops a value outside its range, naming the
-flag; `to_dict` (and plans.from_dict) keep a run's config as JSON in its folder, so
+flag; `to_dict` (and `from_dict`) keep a run's config as JSON in its folder, so
 `--resume` reads the run's own settings.
 
 The command line is made from these classes: `build_parser` turns a config into argparse
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS
+from engine.runtime import PRECISIONS
 from losses import TASK_LOSSES, loss_help
 from optimizer import DECAYS, WEIGHTINGS
-from runtime import PRECISIONS
 from simcse import DISTANCES, OBJECTIVES
 from smart import DROPOUT, VARIANTS, SmartConfig
 
@@ -95,7 +95,8 @@ class ModelConfig:
     )
     attention: str = option(
         "auto",
-        "hand-written attention, torch's fused SDPA, or auto: SDPA on a GPU, manual on the CPU",
+        "bert.py's attention (manual), torch's fused SDPA, or auto: SDPA on a GPU where a probe "
+        "at start finds it equal to bert.py's (an edited attention always runs), else bert.py's",
         choices=("auto", "manual", "sdpa"),
     )
     pair_head: str = option(
@@ -539,3 +540,35 @@ def changed_flags(saved, typed: dict, keep=()) -> str:
         for path, value in typed.items()
         if path not in keep and values[path][1] != value
     )
+
+
+def from_dict(cls, saved: dict, source="config"):
+    """A config from its JSON form; fields added since it was saved keep today's defaults.
+    A value of the wrong type, or a setting this version lacks (a typo, one removed since),
+    stops with the field and the file (`source`). `saved` is a dict: base_bert.read_json_object
+    reads a run's config.json and refuses anything else."""
+    cfg = cls()
+    known = {path for path, _, _ in leaves(cfg)}
+    given = set()
+    for key, value in saved.items():  # 'seed' on top, 'optim.lr' inside a group
+        given |= {f"{key}.{n}" for n in value} if isinstance(value, dict) else {key}
+    if given - known:  # a typo would otherwise run with the default
+        raise SystemExit(f"{source}: unknown settings {', '.join(sorted(given - known))}")
+    if not given:
+        raise SystemExit(f"{source}: no settings; expected those of a run's config.json")
+    changes = {}
+    for path, _, default in leaves(cfg):
+        owner, _, name = path.rpartition(".")
+        node = saved.get(owner, {}) if owner else saved
+        if not isinstance(node, dict) or name not in node:
+            continue
+        value = node[name]
+        expected = str if default is None else type(default)
+        numeric = expected is float and isinstance(value, int) and not isinstance(value, bool)
+        fits = isinstance(value, list if expected is tuple else expected) or numeric
+        if not (fits or (default is None and value is None)):
+            raise SystemExit(f"{source}: {path} is {value!r}; expected a {expected.__name__}")
+        changes[path] = tuple(value) if expected is tuple else value
+    cfg = replace_paths(cfg, changes)
+    check(cfg)
+    return cfg

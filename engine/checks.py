@@ -1,0 +1,164 @@
+"""What a run's flags cannot do, refused before the run folder is made: `check_run` (the
+settings and the stages, loading nothing), then `check_loading` (the model's files, the
+packages and the device a run needs). Each refusal is one line naming the flag.
+"""
+
+from base_bert import load_config, missing_files, resolve_model_dir
+from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES
+from engine.flags import OptimConfig, RunConfig, refuse
+from losses import loss_of
+from presets import Stage, loss_choices
+from simcse import OBJECTIVES
+
+
+def check_run(cfg: RunConfig, plans: dict) -> None:
+    """Combinations of flags that cannot work, from the config and its stages alone."""
+    check_settings(cfg)
+    check_plans(cfg, plans)
+
+
+def check_loading(cfg: RunConfig, device) -> None:
+    """What the run will load or run on: the checkpoint, TensorBoard, --compile's device."""
+    check_model(cfg)
+    check_tensorboard(cfg)
+    check_compile(cfg.device.compile, device)
+
+
+def check_losses(cfg: RunConfig):
+    """--para_loss / --sts_loss against SMART, cross-encoding and the siamese read-out."""
+    euclidean = cfg.model.siamese == "euclidean"
+    for task, loss in loss_choices(cfg).items():
+        flag, pair = f"--{task}_loss {loss}", loss_of(task, loss).pair
+        refuse(
+            pair and cfg.smart.enabled,
+            f"{flag} works on sentence embeddings, which "
+            "SMART cannot perturb through a head; use it without --smart",
+        )
+        refuse(
+            pair and task in cfg.multitask.cross_encode,
+            f"{flag} needs siamese "
+            f"sentence embeddings; it cannot be used with --cross_encode {task}",
+        )
+        refuse(
+            loss_of(task, loss).cosine and euclidean,
+            f"{flag} trains a cosine, and --siamese "
+            "euclidean reads the pair by d = ||u - v||: use --siamese cosine, or "
+            "--para_loss distance_margin and --sts_loss mse|l1",
+        )
+        refuse(
+            pair and not loss_of(task, loss).cosine and not euclidean,
+            f"{flag} trains d = ||u - v||, which only --siamese euclidean reads out; add it",
+        )
+
+
+def check_settings(cfg: RunConfig):
+    """Combinations of flags that cannot work, read from the config alone."""
+    check_losses(cfg)
+    m = cfg.multitask
+    refuse(
+        m.mixing == "round_robin" and m.weighting != "equal",
+        f"--weighting {m.weighting} "
+        "combines the losses of one step, and a round-robin step has one task: use it "
+        "with --mixing simultaneous",
+    )
+    refuse(
+        cfg.data.dev_size == 1, "--dev_size 1 cannot be scored (a Pearson r needs 2); use 0 or >= 2"
+    )
+
+
+def check_tensorboard(cfg: RunConfig):
+    """--tensorboard needs the package, which training itself never imports."""
+    if cfg.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "--tensorboard needs the tensorboard package: pip install tensorboard"
+            ) from None
+
+
+def check_model(cfg: RunConfig):
+    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
+    model_dir = resolve_model_dir(cfg.model.bert)
+    missing = missing_files(model_dir)
+    refuse(
+        bool(missing),
+        f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
+        "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
+    )
+    positions = load_config(model_dir).max_position_embeddings
+    if cfg.data.max_length > positions:
+        raise SystemExit(
+            f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
+            f"{cfg.model.bert} (max_position_embeddings in its config.json)"
+        )
+
+
+def check_compile(compile: bool, device) -> None:
+    """--compile is for GPUs (the H100's compiled step took 0.94 of eager's). On this
+    project's CPU compiled layers trained slower than eager, 1.04 x without dropout and
+    1.05-1.13 x with it (docs/precision.md), so there it stops before anything runs."""
+    if compile and device.type != "cuda":
+        raise SystemExit(
+            "--compile: on the CPU compiled layers train slower than eager (docs/precision.md); "
+            "use it with --device cuda, or leave it out"
+        )
+
+
+def check_plans(cfg: RunConfig, plans: dict):
+    """What only the stages tell, refused before the run folder is made."""
+    stages = [s for plan in plans.values() for s in plan]
+    name = f"--preset {cfg.preset}"
+    refuse(
+        cfg.smart.enabled and not any(s.smart.active for s in stages),
+        f"--smart changes "
+        f"no stage of {name}: it regularizes single-task stages (thesis, sequential, "
+        "individual)",
+    )
+    trains = [s for s in stages if s.trains_encoder_on_tasks]
+    refuse(
+        cfg.simcse.simcse_weight > 0 and not any(s.contrastive for s in trains),
+        f"--simcse_weight adds to task losses that train the encoder; no stage of {name} has one",
+    )
+    refuse(
+        cfg.optim.distill > 0 and not trains,
+        f"--distill pulls task stages that train the encoder; no stage of {name} has one",
+    )
+    check_update(stages, cfg.optim)
+    for s in (s for s in stages if s.kind == CONTRASTIVE):
+        objective, source = s.contrastive.simcse_loss, s.contrastive.simcse_data
+        need, has = OBJECTIVES[objective][0], CONTRASTIVE_SOURCES[source]
+        refuse(
+            need > has,
+            f"--simcse_loss {objective} needs {need} sentences per example "
+            f"and --simcse_data {source} has {has}: use --simcse_data snli",
+        )
+
+
+def check_update(stages: list[Stage], optim: OptimConfig):
+    """What the update's tools (accumulation, L2-SP, PCGrad) cannot do with these stages."""
+    pcgrad = any(s.weighting == "pcgrad" for s in stages)
+    refuse(
+        pcgrad and (optim.accumulate > 1 or optim.l2sp > 0),
+        "--weighting pcgrad takes "
+        "each task's whole-batch gradient and would project the L2-SP pull: use it "
+        "without --accumulate and --l2sp",
+    )
+    in_batch = [s.name for s in stages if in_batch_stage(s, optim)]
+    first = in_batch[0] if in_batch else ""
+    refuse(
+        optim.accumulate > 1 and in_batch,
+        f"--accumulate {optim.accumulate}: stage "
+        f"'{first}' compares each example with the others of its batch, so "
+        "micro-batches would change its loss; use 1",
+    )
+
+
+def in_batch_stage(s: Stage, optim) -> bool:
+    """A stage whose loss compares each example with the others of its batch."""
+    return (
+        s.kind == CONTRASTIVE
+        or any(loss_of(t, name).in_batch for t, name in s.losses.items())
+        or bool(s.contrastive and s.contrastive.simcse_weight > 0)  # a SimCSE term's negatives
+        or optim.distill > 0  # a task batch's cosines, distilled
+    )
