@@ -42,6 +42,21 @@ from trainer import run_plan
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 
 
+class BertSentimentClassifier(mt.MultitaskBERT):
+    """The handout's Part 1 model: BERT, dropout on the pooled sentence, a linear layer onto
+    the task's classes (MultitaskBERT.readout's one-sentence branch: the `classifier`
+    exercise). It is MultitaskBERT with one task, so the one training loop trains it."""
+
+    def __init__(self, bert, task: str = "sst", pooling: str = "mean", dropout: float = 0.1):
+        super().__init__(bert, (task,), pooling, dropout)
+        self.task = task
+
+    def logits(self, input_ids, attention_mask):
+        """The handout's forward: (B, T) ids and mask -> (B, C) logits."""
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        return self(self.task, batch | {"token_type_ids": 0 * input_ids})  # one segment
+
+
 @dataclass
 class ClassifierConfig:
     """what to run"""
@@ -101,7 +116,9 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
     torch.manual_seed(cfg.seed)
     task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
     frozen = cfg.option in FROZEN
-    make_model = mt.model_factory(cfg.model, (task,), compile=cfg.device.compile)
+    make_model = mt.model_factory(
+        cfg.model, (task,), compile=cfg.device.compile, model_class=BertSentimentClassifier
+    )
     stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
         Stage(
             (task,),

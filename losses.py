@@ -1,31 +1,23 @@
-"""Every loss a task can train with, one table per task, and the loss of one batch.
+"""Every loss a task can train with: small functions of the model's outputs and the labels,
+one table per task.
 
-- TASK_LOSSES: for each task, the losses a stage may name (`--para_loss`, `--sts_loss`),
-  the default first. Each entry says what its function reads (the task's output, or the
-  two sentence embeddings u, v of a siamese pair), whether it trains their cosine and
-  whether the batch's other examples are its negatives; the flags' choices and help, the
-  heads the model builds and the checks that refuse a combination are all read from it.
-  Adding a loss is one entry here.
-- `batch_loss`: one batch's task loss, plus SMART's terms (Jiang et al., 2020) and the
-  distillation pull toward the untouched encoder when the run asks for them;
-- `task_loss`: what a stage trains on a batch: a contrastive objective (simcse.OBJECTIVES)
-  or the task's `batch_loss`, plus a weighted unsupervised SimCSE term (Sicurello).
-
-A step's `ctx` (trainer.StepContext) carries its runtime, the run's optimization settings,
-SMART's teacher and the untouched reference model.
+TASK_LOSSES: for each task, the losses a stage may name (`--para_loss`, `--sts_loss`), the
+default first. Each entry says what its function reads (the task's output, or the two
+sentence embeddings u, v of a siamese pair), whether it trains their cosine and whether
+the batch's other examples are its negatives; the flags' choices and help, the heads the
+model builds and the checks that refuse a combination are all read from it. Adding a loss
+is one entry here. The training step (trainer.train_step) calls them; SMART's term is
+smart.py's, the contrastive objectives simcse.py's.
 """
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-import evaluation
 import simcse
 from evaluation import TASKS
-from smart import SameDropout, SmartConfig, passes_in_float32, smart_loss
 
 # ---------------------------------------------------------------------------------------
 # STS's read-out: the cosine's [-1, 1] stretched onto the 0-5 scores
@@ -169,128 +161,3 @@ def loss_help(task: str) -> str:
     """The --<task>_loss help: every choice with its words, the default first."""
     items = [f"{name} ({loss.help})" for name, loss in TASK_LOSSES[task].items()]
     return f"{TASKS[task].title} loss: {items[0]}, the default; or " + ", ".join(items[1:])
-
-
-def smart_autocast(rt, smart: SmartConfig):
-    """The autocast of a batch's passes: the runtime's, or none (float32) where SMART's
-    passes need it (smart.passes_in_float32); then the clean pass, whose graph R_s and D_Breg
-    share with the task loss, runs in float32 too, and no pass runs twice."""
-    if passes_in_float32(smart, rt.amp_dtype):
-        return torch.autocast(rt.device.type, enabled=False)
-    return rt.autocast()
-
-
-def smart_term(model, task, smart: SmartConfig, batch, embeds, out, ctx, masks):
-    """SMART's lambda_s * R_s + mu * D_Breg for this batch, the same code for every task.
-
-    embeds, out: the clean pass's embedding output and task output, whose graphs R_s and
-    D_Breg share with the task loss. masks: (before the embedding, after it) SameDropout
-    states, so that the perturbed and the teacher's passes draw the clean pass's dropout
-    masks; None: masks of their own. The reference variant perturbs an embedding output of
-    its own, as mt-dnn's SmartPerturbation runs the embedding again. Every pass runs in the
-    caller's precision (smart_autocast).
-    """
-    same_embed, same = masks or (None, None)
-
-    def replayed(state):
-        return state.replay() if state else nullcontext()
-
-    def from_embeddings(e):  # (N, T, H) embedding output -> the task's output
-        with replayed(same):
-            return model(task, batch, e).float()
-
-    teacher_out = None
-    if ctx.teacher:
-        with replayed(same_embed):
-            teacher_out = ctx.teacher.forward(model, task, batch).float()
-    mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
-    kind = TASKS[task].kind
-    if smart.variant == "reference":  # as SmartPerturbation: a fresh embedding forward,
-        embeds = model.embed(batch)  # its own dropout mask in training
-    return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
-
-
-def distillation(z, batch, masks: SameDropout, training: bool, ctx):
-    """The gap between the cosines of the examples' first sentences, z's first B rows, and
-    those the untouched model (ctx.reference) gives them; a pair's own cosine stays free.
-
-    The reference runs the whole batch in the model's mode (`training`), with the dropout
-    masks of the pass that made z (`masks` replays its draws), in the same precision: at
-    the loaded weights both passes are one computation, so the gap and its gradient are
-    exactly 0 and the term pulls only once the encoder has moved. (An eval-mode reference
-    differs from the dropped-out model at step 0 and pushes the encoder from its first step.)
-    """
-    B = batch["input_ids"].size(-2)  # (B, T) or (2, B, T): the examples, first sentences first
-    with torch.no_grad(), masks.replay():
-        z0 = ctx.reference.train(training).sentences(batch)[:B]  # (B, H)
-    (z, z0), weight = ctx.in_batch(z[:B].float(), z0.float())
-    return weight * simcse.similarity_distillation(z, z0)
-
-
-def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
-    """The training loss of one batch of `task` in `stage` (a presets.Stage): the task's
-    loss, plus SMART's terms when on, plus --distill times the distillation gap when the
-    stage trains the encoder."""
-    loss_fn = loss_of(task, stage.losses.get(task))
-    smart = stage.smart
-    shared = smart.active and smart.dropout == "shared"
-    distill = 0.0 if stage.freeze_encoder else ctx.optim.distill
-    same_embed = SameDropout(ctx.rt.device) if shared or distill > 0 else None
-    with smart_autocast(ctx.rt, smart if not loss_fn.pair else SmartConfig.off()):
-        if loss_fn.pair:  # a loss of the two sentence embeddings, no head
-            z = model.sentences(batch)  # (2B, H)
-            u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
-            labels, weight = batch["labels"], 1.0
-            if loss_fn.in_batch:  # the other examples are the negatives
-                (u, v, labels), weight = ctx.in_batch(u, v, labels)
-            loss = weight * loss_fn.fn(u, v, labels, TASKS[task].kind)
-        else:
-            embeds = model.embed(batch)  # (N, T, H), kept so SMART can perturb it
-            masks = (same_embed, SameDropout(ctx.rt.device)) if shared else None
-            z = model.sentences(batch, embeds)  # (N, H)
-            out = model.readout(task, batch, z)
-            loss = loss_fn.fn(out.float(), batch["labels"])
-            if smart.active:
-                loss = loss + smart_term(model, task, smart, batch, embeds, out, ctx, masks)
-        if distill > 0:
-            loss = loss + distill * distillation(z, batch, same_embed, model.training, ctx)
-    return loss
-
-
-def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
-    """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
-    cfg: the stage's SimCSE settings (objective and temperature)."""
-    if batch["input_ids"].size(0) == 1:  # the same sentences twice: dropout is the only noise
-        batch = {k: v.repeat(2, 1, 1) if k != "ids" else v for k, v in batch.items()}  # (2, B, T)
-    K = batch["input_ids"].size(0)
-    with ctx.rt.autocast():
-        z = model.sentences(batch).float()  # (K * B, H)
-    (z,), weight = ctx.in_batch(z.view(K, -1, z.size(-1)).transpose(0, 1))  # (B, K, H)
-    return weight * simcse.OBJECTIVES[cfg.simcse_loss][1](z.transpose(0, 1), cfg.temperature)
-
-
-def simcse_term(model, batch, temperature: float, ctx) -> torch.Tensor:
-    """Unsupervised SimCSE of the batch's sentences (both sides of pairs): two passes, two
-    dropout masks (Sicurello adds it to the task losses)."""
-    with ctx.rt.autocast():
-        z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
-    ids = batch["input_ids"]
-    S = ids.size(0) if ids.dim() == 3 else 1  # sentences per example
-    # (S * B, H) -> (B, S, H): gathered by example, as the processes' shares are cut
-    by_example = (z.view(S, -1, z.size(-1)).transpose(0, 1) for z in (z1, z2))
-    (z1, z2), weight = ctx.in_batch(*by_example)
-    z1, z2 = (z.transpose(0, 1).reshape(-1, z.size(-1)) for z in (z1, z2))  # (S * N, H)
-    return weight * simcse.unsup_simcse_loss(z1, z2, temperature)
-
-
-def task_loss(model, stage, task, batch, ctx) -> torch.Tensor:
-    """One batch's loss in this stage: a contrastive objective or the task's loss, plus a
-    weighted SimCSE term when the stage has one."""
-    batch = evaluation.to_device(batch, ctx.rt.device)
-    if stage.kind == "contrastive":
-        return contrastive_loss(model, stage.contrastive, batch, ctx)
-    loss = batch_loss(model, task, batch, stage, ctx)
-    term = stage.contrastive
-    if term and term.simcse_weight > 0:
-        loss = loss + term.simcse_weight * simcse_term(model, batch, term.temperature, ctx)
-    return loss

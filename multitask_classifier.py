@@ -47,6 +47,7 @@ from base_bert import read_json_object
 from bert import BertModel, mean_pool
 from engine import checkpoint, flags, handout, runtime
 from engine.checks import check_loading, check_run
+from engine.estimate import estimate_plans
 from engine.flags import ModelConfig, OptimConfig, RunConfig, from_dict
 from engine.handout import MULTITASK_HANDOUT
 from engine.runfolder import Run, finish, write_prediction_files
@@ -253,16 +254,19 @@ class MultitaskBERT(nn.Module):
 
 
 def model_factory(
-    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
+    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=(), model_class=None
 ) -> Callable[[], MultitaskBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
-    at the same point of every run)."""
+    at the same point of every run): MultitaskBERT, or for one sentiment task model_class
+    (classifier.BertSentimentClassifier)."""
 
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
         check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:
             compile_layers(bert)
+        if model_class:
+            return fast_dropout(model_class(bert, *tasks, cfg.pooling, cfg.dropout))
         model = MultitaskBERT(
             bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
         )
@@ -375,7 +379,7 @@ def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: b
 
 def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     """Print each stage's expected minutes and return the whole run's, before any run
-    folder exists (--estimate; lab/sweep.py asks it through main): trainer.estimate_plans
+    folder exists (--estimate; lab/sweep.py asks it through main): engine.estimate.estimate_plans
     times a few real steps of each kind of stage, plus one dev scoring."""
     task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
@@ -383,7 +387,7 @@ def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     t0 = time.perf_counter()
     sub_run(cfg, Path(), "", rt).score(model, task_data)
     scoring = time.perf_counter() - t0
-    return trainer.estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
+    return estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:

@@ -1,13 +1,19 @@
 """The one training loop: a plan is a list of stages, run in order, scored after each.
 
-Read it top down: `train_step` is one update (forward, loss, backward, clip, step: the
-function lab/bench.py times); `train_stage` repeats it over a stage's batches with its
-learning-rate schedule; `run_plan` runs every stage of a plan (plans.py), scores the dev
+Read it top down: `train_step` is one update, on one screen: for each batch, the forward,
+the task's loss (losses.py) and SMART's term (smart.py), backward; then clip and step (the
+function lab/bench.py times). The heads' exceptions are one named call each below it: a
+pair loss or a contrastive stage's objective (`embedding_loss`), distillation, the added
+SimCSE term, PCGrad. `train_stage` repeats the step over a stage's batches with its
+learning-rate schedule; `run_plan` runs every stage of a plan (presets.py), scores the dev
 sets after each (a row of the forgetting table) and keeps the best model and a resumable
-state in the run folder (runfolder.Run).
+state in the run folder.
 
-A batch's loss is losses.py's; device, precision and data-parallel processes are
-runtime.py's.
+Each batch of a step is the global one: this process trains on its parts (the engine's
+`shares`: its share under torchrun, in pieces with --accumulate), each loss weighted by
+its task's weight and its share of the batch, and the gradients are summed over the
+processes before the update, as DistributedDataParallel would. Device, precision,
+processes, the run folder and resume are the engine's (engine/).
 """
 
 import copy
@@ -15,6 +21,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -22,24 +29,26 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 import datasets as data
+import simcse
 from datasets import CONTRASTIVE
 from engine import checkpoint, runfolder
 from engine.flags import OptimConfig
+from engine.resume import InStage
 from engine.runfolder import Run, evaluate_split
 from engine.runtime import (
     Runtime,
-    any_process,
     from_main,
     gather_rows,
-    micro_batches,
     own_generators,
+    shares,
     sum_gradients,
     sum_over_processes,
 )
-from losses import task_loss
+from evaluation import TASKS
+from losses import loss_of
 from optimizer import backward, l2_sp, loss_weights, lr_factor, optimizer_step, pcgrad_backward
 from presets import Stage
-from smart import EMATeacher
+from smart import EMATeacher, SameDropout, SmartConfig, passes_in_float32, smart_loss
 
 # ---------------------------------------------------------------------------------------
 # A stage's batches
@@ -92,12 +101,7 @@ class StepContext:
     optim: OptimConfig = field(default_factory=OptimConfig)  # the update's tools and weights
     teacher: EMATeacher | None = None  # SMART's momentum teacher of the current stage
     reference: torch.nn.Module | None = None  # the untouched model: L2-SP and distillation
-    gather: bool = False  # in-batch objectives see every process's rows (train_step decides)
-
-    def in_batch(self, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
-        """The rows an in-batch objective compares, and its loss's weight: this process's
-        own, or under torchrun the whole batch's (runtime.gather_rows)."""
-        return gather_rows(list(tensors), self.rt) if self.gather else (list(tensors), 1.0)
+    gather: bool = False  # in-batch objectives see every process's rows (set by each step)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -105,45 +109,60 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, schedule=1.0):
-    """One update from `step_batches`, [(task, batch), ...]; returns the step's loss and
-    the gradient's global L2 norm before clipping.
-
-    The learning rate is the stage's times `schedule` (optimizer.lr_factor at this step). Each
-    batch is the global one: this process trains on its micro-batches (several with
-    --accumulate, its share under torchrun), each task's loss weighted by its share, and
-    the gradients are summed over the processes before the update. ctx (StepContext)
-    carries the update's settings, SMART's teacher and the untouched reference model.
-    """
-    rt, optim = ctx.rt, ctx.optim
-    set_lr(optimizer, stage, schedule)
-    micro, gather = micro_batches(step_batches, rt, optim.accumulate)
-    ctx = replace(ctx, gather=gather)
-    tasks = [task for task, _ in step_batches]
-    weights = dict(zip(tasks, loss_weights(len(tasks), stage.weighting, generator), strict=True))
+    """One update from [(task, global batch), ...]: for each part this process trains on, the
+    forward, the task's loss and SMART's term, backward; then clip and step. Returns the
+    step's loss and the gradient's L2 norm before clipping (the module's docstring has more)."""
+    rt, pcgrad, by_task, loss = ctx.rt, stage.weighting == "pcgrad", {}, 0.0
+    set_lr(optimizer, stage, schedule)  # the stage's lr times its schedule at this step
     optimizer.zero_grad(set_to_none=True)
-    if stage.weighting == "pcgrad" and len(tasks) > 1:
-        loss = pcgrad_losses(model, stage, micro, weights, ctx, generator)
-    else:
-        # BEGIN EXERCISE multitask_step: per micro-batch: sum over its tasks of weight * share * task_loss, + l2sp_pull once; backward each; loss sums them, detached
-        loss = 0.0
-        for k, parts in enumerate(micro):  # micro-batch k of every task
-            part = sum(
-                weights[p.task] * p.share * task_loss(model, stage, p.task, p.batch, ctx)
-                for p in parts
-            )
-            if k == 0:  # once per update
-                part = part + l2sp_pull(model, ctx)
-            backward(part, rt.scaler)
-            loss = loss + part.detach()
+    weights = task_weights(stage, step_batches, generator)  # {task: its weight in the sum}
+    parts, ctx.gather = shares(step_batches, rt, ctx.optim.accumulate)  # this process's
+    for k, (task, batch, share) in enumerate(parts):
+        loss_fn = loss_of(task, stage.losses.get(task)) if task in TASKS else None
+        with step_autocast(rt, stage, loss_fn):  # SMART's passes may ask for float32
+            if loss_fn is None or loss_fn.pair:  # no head: SimCSE's objectives, pair losses
+                part = embedding_loss(model, stage, task, batch, ctx)
+            else:
+                draws = SameDropout(rt.device)  # dropout's state, for passes that replay it
+                embeds = model.embed(batch)  # (N, T, H) embedding output, kept for SMART
+                z = model.sentences(batch, embeds)  # (N, H) pooled sentences
+                out = model.readout(task, batch, z)  # the task's output
+                part = loss_fn.fn(out.float(), batch["labels"])  # the task's loss
+                part = part + smart_term(model, stage, task, batch, (embeds, out), draws, ctx)
+                part = part + distillation_term(model, stage, batch, z, draws, ctx)
+        part = part + simcse_term(model, stage, batch, ctx)  # Sicurello's added SimCSE
+        if pcgrad and len(weights) > 1:  # PCGrad takes each task's loss whole, below
+            by_task[task] = by_task.get(task, 0.0) + share * part
+            continue
+        # BEGIN EXERCISE multitask_step: weight * share * part, + l2sp_pull on the first part only; backward each part; loss sums them, detached
+        part = weights[task] * share * part + (l2sp_pull(model, ctx) if k == 0 else 0.0)
+        backward(part, rt.scaler)  # scaled first under float16
+        loss = loss + part.detach()
         # END EXERCISE multitask_step
-        sum_gradients(list(model.parameters()), rt)
-    loss = sum_over_processes(torch.as_tensor(loss, dtype=torch.float32, device=rt.device), rt)
-    if not torch.isfinite(loss):  # the same verdict on every process
-        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(tasks))
-    norm = optimizer_step(optimizer, rt.scaler, optim.max_grad_norm)  # clipped, when asked
+    if by_task:
+        loss = pcgrad_update(model, by_task, weights, ctx, generator)  # PCGrad's backward
+    else:
+        sum_gradients(list(model.parameters()), rt)  # over the processes, as DDP does
+    loss = step_loss(loss, step_batches, rt)  # summed over the processes; stops if not finite
+    norm = optimizer_step(optimizer, rt.scaler, ctx.optim.max_grad_norm)  # clip, step
     if ctx.teacher:
         ctx.teacher.update(model)
     return loss, norm
+
+
+def task_weights(stage: Stage, step_batches, generator) -> dict:
+    """Each task's weight in the step's loss: 1 alone, else the stage's weighting."""
+    tasks = [task for task, _ in step_batches]
+    return dict(zip(tasks, loss_weights(len(tasks), stage.weighting, generator), strict=True))
+
+
+def step_loss(loss, step_batches, rt) -> torch.Tensor:
+    """The step's loss summed over the processes; NonFiniteLoss (the same verdict on every
+    process) when it is not a number."""
+    loss = sum_over_processes(torch.as_tensor(loss, dtype=torch.float32, device=rt.device), rt)
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"loss is {loss.item()}", "+".join(task for task, _ in step_batches))
+    return loss
 
 
 def set_lr(optimizer, stage: Stage, factor: float = 1.0):
@@ -155,6 +174,131 @@ def set_lr(optimizer, stage: Stage, factor: float = 1.0):
         group["lr"] = stage.lr * factor * scale
 
 
+def step_autocast(rt, stage: Stage, loss_fn):
+    """The autocast of a batch's passes: the runtime's, or none (float32) where SMART's
+    passes need it (smart.passes_in_float32); then the clean pass, whose graph R_s and D_Breg
+    share with the task loss, runs in float32 too, and no pass runs twice. A contrastive
+    stage (no loss_fn) sets its own (contrastive_loss)."""
+    if loss_fn is None:
+        return nullcontext()
+    smart = stage.smart if not loss_fn.pair else SmartConfig.off()
+    if passes_in_float32(smart, rt.amp_dtype):
+        return torch.autocast(rt.device.type, enabled=False)
+    return rt.autocast()
+
+
+def embedding_loss(model, stage: Stage, task, batch, ctx) -> torch.Tensor:
+    """The loss of a stage with no head: a contrastive stage's objective on (K, B, T)
+    sentence tuples, or a pair loss of the two sentence embeddings u, v (2, B, T), plus
+    the distillation term."""
+    if stage.kind == CONTRASTIVE:
+        return contrastive_loss(model, stage.contrastive, batch, ctx)
+    draws = SameDropout(ctx.rt.device)
+    z = model.sentences(batch)  # (2B, H)
+    u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
+    loss_fn, labels, weight = loss_of(task, stage.losses.get(task)), batch["labels"], 1.0
+    if loss_fn.in_batch:  # the other examples are the negatives: the whole batch's
+        (u, v, labels), weight = in_batch(ctx, u, v, labels)
+    loss = weight * loss_fn.fn(u, v, labels, TASKS[task].kind)
+    return loss + distillation_term(model, stage, batch, z, draws, ctx)
+
+
+def in_batch(ctx, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
+    """The rows an in-batch objective compares, and its loss's weight: this process's own,
+    or under torchrun the whole batch's (runtime.gather_rows)."""
+    return gather_rows(list(tensors), ctx.rt) if ctx.gather else (list(tensors), 1.0)
+
+
+def smart_term(model, stage: Stage, task, batch, clean: tuple, draws, ctx):
+    """SMART's lambda_s * R_s + mu * D_Breg for this batch (Jiang et al., 2020), the same code
+    for every task; 0 when the stage has no SMART.
+
+    clean: the clean pass's embedding output and task output, whose graphs R_s and D_Breg
+    share with the task loss. draws: the dropout state before that pass: with
+    --smart_dropout shared the perturbed and the teacher's passes replay its masks (the
+    state after the embedding is found by replaying the embedding); else masks of their
+    own. The reference variant perturbs an embedding output of its own, as mt-dnn's
+    SmartPerturbation runs the embedding again. Every pass runs in the caller's precision
+    (step_autocast).
+    """
+    smart, (embeds, out) = stage.smart, clean
+    if not smart.active:
+        return 0.0
+    same_embed = same = None
+    if smart.dropout == "shared":
+        with torch.no_grad(), draws.replay():
+            model.embed(batch)  # the clean pass's embedding draws: the encoder's come next
+            same = SameDropout(ctx.rt.device)
+        same_embed = draws
+
+    def replayed(state):
+        return state.replay() if state else nullcontext()
+
+    def from_embeddings(e):  # (N, T, H) embedding output -> the task's output
+        with replayed(same):
+            return model(task, batch, e).float()
+
+    teacher_out = None
+    if ctx.teacher:
+        with replayed(same_embed):
+            teacher_out = ctx.teacher.forward(model, task, batch).float()
+    mask = model.flat_inputs(batch)[1]  # (N, T): padding gets no noise
+    if smart.variant == "reference":  # as SmartPerturbation: a fresh embedding forward,
+        embeds = model.embed(batch)  # its own dropout mask in training
+    kind = TASKS[task].kind
+    return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
+
+
+def distillation_term(model, stage: Stage, batch, z, draws, ctx):
+    """--distill times the gap between the cosines of the examples' first sentences, z's
+    first B rows, and those the untouched model (ctx.reference) gives them; a pair's own
+    cosine stays free. 0 when the stage does not train the encoder.
+
+    The reference runs the whole batch in the model's mode with the dropout masks of the
+    pass that made z (`draws` replays them), in the same precision: at the loaded weights
+    both passes are one computation, so the gap and its gradient are exactly 0 and the term
+    pulls only once the encoder has moved. (An eval-mode reference differs from the
+    dropped-out model at step 0 and pushes the encoder from its first step.)
+    """
+    weight = 0.0 if stage.freeze_encoder else ctx.optim.distill
+    if weight == 0:
+        return 0.0
+    B = batch["input_ids"].size(-2)  # (B, T) or (2, B, T): the examples, first sentences first
+    with torch.no_grad(), draws.replay():
+        z0 = ctx.reference.train(model.training).sentences(batch)[:B]  # (B, H)
+    (z, z0), share = in_batch(ctx, z[:B].float(), z0.float())
+    return weight * share * simcse.similarity_distillation(z, z0)
+
+
+def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
+    """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
+    cfg: the stage's SimCSE settings (objective and temperature)."""
+    if batch["input_ids"].size(0) == 1:  # the same sentences twice: dropout is the only noise
+        batch = {k: v.repeat(2, 1, 1) if k != "ids" else v for k, v in batch.items()}  # (2, B, T)
+    K = batch["input_ids"].size(0)
+    with ctx.rt.autocast():
+        z = model.sentences(batch).float()  # (K * B, H)
+    (z,), weight = in_batch(ctx, z.view(K, -1, z.size(-1)).transpose(0, 1))  # (B, K, H)
+    return weight * simcse.OBJECTIVES[cfg.simcse_loss][1](z.transpose(0, 1), cfg.temperature)
+
+
+def simcse_term(model, stage: Stage, batch, ctx):
+    """The stage's weight times unsupervised SimCSE of the batch's sentences (both sides of
+    pairs): two passes, two dropout masks (Sicurello adds it to the task losses); 0 without."""
+    term = stage.contrastive
+    if stage.kind == CONTRASTIVE or not term or term.simcse_weight == 0:
+        return 0.0
+    with ctx.rt.autocast():
+        z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
+    ids = batch["input_ids"]
+    S = ids.size(0) if ids.dim() == 3 else 1  # sentences per example
+    # (S * B, H) -> (B, S, H): gathered by example, as the processes' shares are cut
+    by_example = (z.view(S, -1, z.size(-1)).transpose(0, 1) for z in (z1, z2))
+    (z1, z2), weight = in_batch(ctx, *by_example)
+    z1, z2 = (z.transpose(0, 1).reshape(-1, z.size(-1)) for z in (z1, z2))  # (S * N, H)
+    return term.simcse_weight * weight * simcse.unsup_simcse_loss(z1, z2, term.temperature)
+
+
 def l2sp_pull(model, ctx) -> torch.Tensor | float:
     """--l2sp alpha times L2-SP's pull of the encoder toward the loaded weights; added by
     one process only, since the gradients are summed over the processes."""
@@ -163,72 +307,21 @@ def l2sp_pull(model, ctx) -> torch.Tensor | float:
     return ctx.optim.l2sp * l2_sp(model.bert.parameters(), ctx.reference.bert.parameters())
 
 
-def pcgrad_losses(model, stage, micro, weights: dict, ctx, generator):
-    """PCGrad's backward: each task's whole-shard loss, the surgery on the shared encoder's
-    gradients (each task's summed over processes first); returns the weighted loss."""
-    losses = {task: None for task in weights}  # None: no example of the task here
-    for p in (p for parts in micro for p in parts):
-        part = p.share * task_loss(model, stage, p.task, p.batch, ctx)
-        losses[p.task] = part if losses[p.task] is None else losses[p.task] + part
+def pcgrad_update(model, by_task: dict, weights: dict, ctx, generator):
+    """PCGrad's backward: each task's whole loss, the surgery on the shared encoder's
+    gradients (each task's summed over processes first); returns the weighted loss. The
+    heads' gradients are summed over the processes after it."""
+    losses = [by_task.get(task) for task in weights]  # None: no example of the task here
     shared = [p for p in model.bert.parameters() if p.requires_grad]
     reduce = lambda g: sum_over_processes(g, ctx.rt)  # noqa: E731
-    pcgrad_backward(shared, list(losses.values()), generator, reduce, ctx.rt.scaler)
+    pcgrad_backward(shared, losses, generator, reduce, ctx.rt.scaler)
     in_shared = {id(p) for p in shared}
     sum_gradients([p for p in model.parameters() if id(p) not in in_shared], ctx.rt)  # heads
-    return sum(weights[t] * x.detach() for t, x in losses.items() if x is not None)
+    return sum(weights[t] * x.detach() for t, x in by_task.items())
 
 
 # ---------------------------------------------------------------------------------------
 # The stage
-
-
-@dataclass
-class InStage:
-    """Resume, stop and save inside a stage. `save(position)` (None: never) is called
-    when `due()` says a checkpoint is due and when Ctrl-C or SIGTERM asks for a stop;
-    `resume`: a position saved earlier inside this stage (checkpoint.resume_position)."""
-
-    save: Callable[[dict], None] | None = None
-    due: Callable[[], bool] = lambda: False
-    resume: dict | None = None
-    end: dict | None = None  # the position after the last step (its generators included)
-    stop: list = field(default_factory=list)  # the signals caught so far
-
-    def restore(self, teacher) -> tuple[int, float]:
-        """(steps already done, their mean loss); the teacher gets its saved parameters."""
-        if not self.resume:
-            return 0, 0.0
-        if teacher and self.resume["teacher"]:
-            teacher.params, teacher.step = self.resume["teacher"]
-        return self.resume["step"], self.resume["running"]
-
-    def replaying(self, step: int, rt: Runtime) -> bool:
-        """True for steps the checkpoint holds: their batches are drawn, not trained on,
-        so the data order goes on as it was; at the saved step the generators come back
-        (the main process's; the others then draw their own from them)."""
-        done = self.resume["step"] if self.resume else 0
-        if step == done and self.resume:
-            checkpoint.set_rng_state(*self.resume["rng"])
-            own_generators(rt)
-        return step <= done
-
-    def after_step(self, step: int, total: int, running: float, teacher, rt: Runtime):
-        """Keep the stage's end position; save when due or asked to stop, then stop. Under
-        torchrun every process stops (and saves) at the same step."""
-        if step == total:
-            self.end = {"step": step, "running": running, "rng": checkpoint.rng_state()}
-        halt, due = any_process([bool(self.stop), self.save is not None and self.due()], rt)
-        if self.save and (halt or due):
-            self.save({"step": step, "running": running, "teacher": teacher})
-        if halt:
-            raise KeyboardInterrupt
-
-    def save_end(self):
-        """A stop after the last step (e.g. during an evaluation): save the stage's end
-        (no step left for a teacher to serve), then stop."""
-        if self.save and self.end:
-            self.save(self.end | {"teacher": None})
-        raise KeyboardInterrupt
 
 
 @dataclass
@@ -452,47 +545,3 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
 def _within(progress: dict) -> dict:
     """The in-stage position of a resumed run's first stage, once."""
     return {"within": progress.pop("within")} if "within" in progress else {}
-
-
-def time_steps(model, optim: OptimConfig, stage: Stage, steps, reference, rt) -> float:
-    """Seconds per padded token of train_step on `steps` (--estimate), timed on a second
-    pass: the first use of a shape builds its kernels."""
-    teacher = EMATeacher(model, stage.smart) if stage.smart.mu > 0 else None
-    ctx = StepContext(rt, optim, teacher, reference)
-    optimizer = model.configure_optimizers(optim)
-    prepare(model, stage)
-    model.train()
-    for step in steps:
-        train_step(model, optimizer, stage, step, ctx, torch.Generator())
-    t0 = time.perf_counter()
-    for step in steps:
-        train_step(model, optimizer, stage, step, ctx, torch.Generator())
-    seconds = time.perf_counter() - t0
-    model.bert.requires_grad_(True)
-    return seconds / sum(b["input_ids"].numel() for step in steps for _, b in step)
-
-
-def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: float, probe=4):
-    """Print each stage's expected minutes and return the whole run's: `probe` real steps
-    of each kind of stage on this device and precision, each run twice and timed the second
-    time (kernels for a new shape are built on first use), give seconds per padded token,
-    times the stage's tokens; plus `scoring` seconds of dev scoring after each epoch."""
-    rates, total = {}, 0.0
-    print(f"{'stage':28s} {'steps':>6s} {'examples':>9s} {'s/step':>7s} {'minutes':>8s}")
-    for name, plan in plans.items():
-        for k, stage in enumerate(plan):
-            order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
-            steps = list(stage_steps(task_data, stage, order, cfg.seed))
-            tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
-            kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
-            if kind not in rates:  # seconds per token of this kind of stage
-                rates[kind] = time_steps(model, cfg.optim, stage, steps[:probe], reference, rt)
-            n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
-            examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
-            label = f"{name}: {stage.name}" if name else stage.name
-            print(f"{label[:28]:28s} {n:6d} {examples:9d} {seconds / n:7.2f} {seconds / 60:8.1f}")
-            total += seconds + scoring * stage.epochs
-    print(f"dev scoring: {scoring:.0f} s, after the start and after each epoch of a stage")
-    minutes = (total + scoring) / 60
-    print(f"whole run: about {minutes:.1f} minutes ({rt.device}, {rt.precision})")
-    return minutes

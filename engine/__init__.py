@@ -6,5 +6,7 @@ to open it.
 - show.py: `--show`, a preset's settings and stages; handout.py: the handout's flags
 - runtime.py: device, precision, compile, data-parallel shares and gathers, the fast CPU
   dropout, the command-line error wrapper
-- runfolder.py: what a run writes; checkpoint.py: safe files, stops and resume
+- runfolder.py: what a run writes; checkpoint.py: safe files, stops and resume;
+  resume.py: a stage's place, saved and replayed
+- estimate.py: --estimate, a run's minutes from a few timed steps
 """

@@ -27,6 +27,7 @@ from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike
 from base_bert import ModelError
 from datasets import DataError
 from engine.checkpoint import CheckpointError
+from evaluation import to_device
 from optimizer import flatten_grads, write_flat_grads
 
 
@@ -365,6 +366,15 @@ def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[
     micro = [[p[k] for p in mine if k < len(p)] for k in range(max(map(len, mine)))]
     even = all(even_parts(batch, rt, accumulate) for _, batch in step_batches)
     return micro, rt.world > 1 and even
+
+
+def shares(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[tuple], bool]:
+    """This process's parts of a step's global batches, each on the device: [(task, batch,
+    its share of the task's global batch)], micro-batch k of every task before k + 1; and
+    whether in-batch objectives gather the whole batch (micro_batches)."""
+    micro, gather = micro_batches(step_batches, rt, accumulate)
+    parts = [(p.task, to_device(p.batch, rt.device), p.share) for part in micro for p in part]
+    return parts, gather
 
 
 def out_of_memory(e: torch.cuda.OutOfMemoryError, accumulate: int, run_dir) -> str:

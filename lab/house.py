@@ -53,6 +53,8 @@ HOUSE = {
             ("engine/runtime.py", "device, precision, processes"),
             ("engine/runfolder.py", "what a run writes"),
             ("engine/checkpoint.py", "safe files, resume"),
+            ("engine/resume.py", "a stage stopped and resumed"),
+            ("engine/estimate.py", "--estimate: minutes ahead"),
         ],
     ),
     "the lab": (

@@ -2,6 +2,7 @@
 multitask_classifier.main on the tiny BERT."""
 
 import json
+from unittest.mock import patch
 
 import torch
 
@@ -171,3 +172,27 @@ class RecordedBar:
 
     def update(self, n):
         self.done += n
+
+
+class NoUpdate:
+    """An optimizer that holds nothing: train_step sets its (no) learning rates."""
+
+    param_groups: list = []
+
+    def zero_grad(self, set_to_none=True):
+        pass
+
+
+def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
+    """One batch's loss as trainer.train_step computes it (the forward, the task's loss,
+    SMART's and distillation's terms, the SimCSE term), its graph kept: the step itself,
+    run on that one batch with its backward, its update and SMART's teacher's caught."""
+    caught = []
+    with (
+        patch.object(trainer, "backward", lambda loss, scaler=None: caught.append(loss)),
+        patch.object(trainer, "optimizer_step", lambda *a, **k: torch.tensor(0.0)),
+        patch.object(trainer.EMATeacher, "update", lambda self, model: None),
+    ):
+        trainer.train_step(model, NoUpdate(), stage, [(task, batch)], ctx, torch.Generator())
+    (loss,) = caught
+    return loss

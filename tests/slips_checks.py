@@ -297,36 +297,31 @@ SLIPS = {
     ],
     "multitask_step": [
         (
-            "micro-batch shares left out",
-            [("weights[p.task] * p.share * task_loss(", "weights[p.task] * task_loss(")],
+            "part shares left out",
+            [("weights[task] * share * part", "weights[task] * part")],
+        ),
+        ("task weights left out", [("weights[task] * share * part", "share * part")]),
+        (
+            "L2-SP on every part",
+            [("(l2sp_pull(model, ctx) if k == 0 else 0.0)", "l2sp_pull(model, ctx)")],
         ),
         (
-            "task weights left out",
-            [("weights[p.task] * p.share * task_loss(", "p.share * task_loss(")],
-        ),
-        ("L2-SP on every micro-batch", [("if k == 0:  # once per update", "if True:")]),
-        (
-            "the last micro-batch's loss only",
+            "the last part's loss only",
             [("loss = loss + part.detach()", "loss = part.detach()")],
         ),
         (
-            "backward of the last micro-batch only",
+            "backward of the last part only",
             [
                 (
                     "backward(part, rt.scaler)",
-                    "if k == len(micro) - 1:\n                backward(part, rt.scaler)",
+                    "if k == len(parts) - 1:\n            backward(part, rt.scaler)",
                 )
             ],
         ),
         ("the loss scaler bypassed", [("backward(part, rt.scaler)", "part.backward()")]),
         (
-            "1 / micro-batches for the share",
-            [
-                (
-                    "weights[p.task] * p.share * task_loss(",
-                    "weights[p.task] / len(micro) * task_loss(",
-                )
-            ],
+            "1 / parts for the share",
+            [("weights[task] * share * part", "weights[task] / len(parts) * part")],
         ),
         (
             "the returned loss keeps its graph",

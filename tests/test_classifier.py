@@ -4,6 +4,7 @@ import torch
 
 import classifier
 import multitask_classifier as mt
+from bert import BertModel
 from engine.flags import ModelConfig
 from helpers import tiny_flags, weights
 
@@ -42,3 +43,22 @@ def test_negative_sizes_are_refused():
 
     with pytest.raises(SystemExit, match="--train_size must be at least 0, got -3"):
         classifier.main(["--train_size", "-3"])
+
+
+def test_the_handouts_sentiment_classifier_is_the_one_task_model(tiny_config):
+    """BertSentimentClassifier.logits (the handout's forward) is the model's output on the
+    batch it builds, (B, C) for each task; a classifier.py run trains this class."""
+    torch.manual_seed(0)
+    for task, classes in (("sst", 5), ("cfimdb", 2)):
+        model = classifier.BertSentimentClassifier(BertModel(tiny_config), task).eval()
+        ids = torch.randint(1, tiny_config.vocab_size, (3, 6))
+        mask = torch.ones_like(ids)
+        mask[1, 4:] = 0
+        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": 0 * ids}
+        logits = model.logits(ids, mask)
+        assert logits.shape == (3, classes) and torch.equal(logits, model(task, batch))
+        assert list(model.heads) == [task]
+    make = mt.model_factory(
+        ModelConfig(bert="minilm"), ("sst",), model_class=classifier.BertSentimentClassifier
+    )
+    assert type(make()) is classifier.BertSentimentClassifier

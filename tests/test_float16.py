@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 
-import losses
 import multitask_classifier as mt
 import trainer
 from bert import BertModel
@@ -14,6 +13,7 @@ from engine import checkpoint, runtime
 from engine.flags import OptimConfig
 from helpers import (
     assert_same_run,
+    batch_loss,
     first_batch,
     gradient_of_one_step,
     pair_batch,
@@ -84,7 +84,7 @@ def test_pcgrad_under_a_scaler_is_the_surgery_scaled(tiny_config):
     ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
 
     def surgery(scaler):
-        task_losses = [losses.batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
+        task_losses = [batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
         model.zero_grad(set_to_none=True)
         pcgrad_backward(shared, task_losses, torch.Generator().manual_seed(7), None, scaler)
         return flatten_grads(shared)

@@ -18,23 +18,22 @@ from base_bert import BertConfig
 from bert import BertModel
 from engine import runtime
 from engine.flags import OptimConfig, SimCSEConfig
-from helpers import first_batch, sentence_batch, tiny_model_and_data, two_sets
+from helpers import batch_loss, first_batch, sentence_batch, tiny_model_and_data, two_sets
 from presets import Stage
 from smart import EMATeacher, SameDropout, SmartConfig
 from trainer import StepContext
 
 
 def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
-    """losses.smart_term on one batch, its passes set up as batch_loss sets them up."""
+    """trainer.smart_term on one batch, its passes set up as train_step sets them up."""
     torch.manual_seed(0)
-    with losses.smart_autocast(rt, cfg):
-        shared = cfg.dropout == "shared"
-        same_embed = SameDropout(rt.device) if shared else None
+    stage = Stage((task,), 1e-5, 8, smart=cfg)
+    with trainer.step_autocast(rt, stage, losses.loss_of(task, None)):
+        draws = SameDropout(rt.device)
         embeds = model.embed(batch)
-        masks = (same_embed, SameDropout(rt.device)) if shared else None
         out = model(task, batch, embeds)
         ctx = StepContext(rt, teacher=teacher)
-        return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, masks).item()
+        return trainer.smart_term(model, stage, task, batch, (embeds, out), draws, ctx).item()
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -100,7 +99,7 @@ def test_a_float32_smart_step_under_autocast_runs_each_pass_once(tiny_env):
         model.zero_grad()
         torch.manual_seed(1)  # the same dropout masks in both steps
         ctx = StepContext(runtime.make_runtime("cpu", precision), teacher=teacher)
-        losses.batch_loss(model, "sst", batch, stage, ctx).backward()
+        batch_loss(model, "sst", batch, stage, ctx).backward()
         grads[precision] = torch.cat(
             [p.grad.flatten() for p in model.parameters() if p.grad is not None]
         )
@@ -153,8 +152,8 @@ def test_distillation_adds_the_gap_between_the_batch_cosines_and_the_reference(t
     pull = StepContext(rt, OptimConfig(distill=2.0), reference=reference)
     for task in ("sst", "para"):  # one sentence per example; two (2B sentences)
         batch = first_batch(task_data, task, 6)
-        plain = losses.batch_loss(model, task, batch, stage, StepContext(rt))
-        pulled = losses.batch_loss(model, task, batch, stage, pull)
+        plain = batch_loss(model, task, batch, stage, StepContext(rt))
+        pulled = batch_loss(model, task, batch, stage, pull)
         with torch.no_grad():  # each example's first sentence (a pair's: side 0)
             first = {k: v[0] if v.dim() == 3 else v for k, v in batch.items() if k != "ids"}
             z, z0 = model.sentences(first).tolist(), reference.sentences(first).tolist()
@@ -191,7 +190,7 @@ def test_distillation_rests_at_the_loaded_weights_with_dropout_on(tiny_env, prec
         for ctx in (StepContext(rt), pull):
             model.zero_grad()
             torch.manual_seed(1)  # the same dropout masks in both steps
-            loss = losses.batch_loss(model, task, batch, stage, ctx)
+            loss = batch_loss(model, task, batch, stage, ctx)
             loss.backward()
             grads.append(torch.cat([p.grad.flatten() for p in encoder if p.grad is not None]))
         assert grads[0].abs().sum() > 0  # the task's own gradient reaches the encoder
@@ -202,9 +201,9 @@ def test_distillation_rests_at_the_loaded_weights_with_dropout_on(tiny_env, prec
     stage = Stage(("sst",), 1e-5, 8)
     batch = first_batch(task_data, "sst", 8)
     torch.manual_seed(1)
-    plain = losses.batch_loss(model, "sst", batch, stage, StepContext(rt)).item()
+    plain = batch_loss(model, "sst", batch, stage, StepContext(rt)).item()
     torch.manual_seed(1)
-    assert losses.batch_loss(model, "sst", batch, stage, pull).item() > plain + 1e-4
+    assert batch_loss(model, "sst", batch, stage, pull).item() > plain + 1e-4
 
 
 def test_task_losses_on_hand_made_inputs():
@@ -309,9 +308,9 @@ def test_a_simcse_term_adds_the_weighted_loss_of_two_dropout_views(tiny_config):
     plain = Stage(("sst",), 1e-3, 3)
     with_term = Stage(("sst",), 1e-3, 3, contrastive=term)
     batch = sentence_batch() | {"labels": torch.tensor([0, 3, 4])}
-    base = losses.task_loss(model, plain, "sst", batch, StepContext(rt))
+    base = batch_loss(model, "sst", batch, plain, StepContext(rt))
     z = model.sentences(batch)
     expected = base + 0.3 * simcse.unsup_simcse_loss(z, z, term.temperature)
-    got = losses.task_loss(model, with_term, "sst", batch, StepContext(rt))
+    got = batch_loss(model, "sst", batch, with_term, StepContext(rt))
     assert got.item() == pytest.approx(expected.item(), rel=1e-6)
     assert got.item() > base.item()

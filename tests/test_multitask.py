@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 
 import datasets as data
-import losses
 import multitask_classifier as mt
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
 from engine import runtime
 from engine.flags import ModelConfig
 from helpers import (
+    batch_loss,
     embeddings,
     pair_batch,
     sentence_batch,
@@ -197,7 +197,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     ctx = StepContext(runtime.make_runtime("cpu", "fp32"))
     plain = Stage(("sst",), 1e-3, 3)
     torch.manual_seed(2)
-    with_r_s = losses.batch_loss(models[True], "sst", batch, stage, ctx)
+    with_r_s = batch_loss(models[True], "sst", batch, stage, ctx)
     torch.manual_seed(2)
-    without = losses.batch_loss(models[True], "sst", batch, plain, ctx)
+    without = batch_loss(models[True], "sst", batch, plain, ctx)
     assert 0 <= (with_r_s - without).item() < 1e-9  # the perturbed pass saw the same masks

@@ -12,10 +12,9 @@ import torch.nn.functional as F
 
 import datasets as data
 import evaluation
-import losses
 import multitask_classifier as mt
 import trainer
-from engine import checkpoint, runtime
+from engine import checkpoint, estimate, runtime
 from helpers import (
     run,
     tiny_flags,
@@ -99,13 +98,13 @@ def test_frozen_encoder_presets_train_only_the_heads(tiny_env, tmp_path, monkeyp
 def test_thesis_smart_preset_runs_with_smart_on(tiny_env, tmp_path, monkeypatch):
 
     calls = {"n": 0}
-    real = losses.smart_term
+    real = trainer.smart_term
 
     def counting(*a, **k):
         calls["n"] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(losses, "smart_term", counting)
+    monkeypatch.setattr(trainer, "smart_term", counting)
     rows = run(tiny_env, tmp_path / "run", "--preset", "thesis-smart", "--smart_batch_size", "8")
     assert len(rows) == 4 and calls["n"] > 0
     assert all(math.isfinite(r["overall"]) for r in rows)
@@ -291,8 +290,8 @@ def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
     tiny_env, tmp_path, capsys, monkeypatch
 ):
     timed = []
-    real = trainer.time_steps
-    monkeypatch.setattr(trainer, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
+    real = estimate.time_steps
+    monkeypatch.setattr(estimate, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
     flags = "--preset thesis --loops 2 --max_length 64 --estimate"
     mt.main(tiny_flags(tiny_env, tmp_path / "r", flags))
     out = capsys.readouterr().out

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-import losses
 import mtdnn_smart
 from evaluation import TASKS
 from smart import (
@@ -231,11 +230,13 @@ def test_replay_draws_the_same_masks_and_leaves_the_generator_alone():
 @pytest.mark.parametrize("task", ["sst", "para", "sts"])
 def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(tiny_env, task):
     """In train mode, with one generator for both: R_s of --smart_variant reference, as a
-    training step computes it (losses.smart_term), against mt-dnn's SmartPerturbation
+    training step computes it (trainer.smart_term), against mt-dnn's SmartPerturbation
     transcribed, which runs the embedding again (its own dropout mask) before the noise:
     the value and every parameter's gradient."""
+    import trainer
     from engine import runtime
     from helpers import first_batch, tiny_model_and_data
+    from presets import Stage
     from trainer import StepContext
 
     model, task_data = tiny_model_and_data(tiny_env)
@@ -251,9 +252,11 @@ def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(t
         return torch.stack([torch.zeros_like(out), out], -1) if kind == "binary" else out
 
     def ours():
+        draws = SameDropout(ctx.rt.device)
         embeds = model.embed(batch)
         out = model.readout(task, batch, model.sentences(batch, embeds))
-        return losses.smart_term(model, task, cfg, batch, embeds, out, ctx, None)
+        stage = Stage((task,), 1e-5, 4, smart=cfg)
+        return trainer.smart_term(model, stage, task, batch, (embeds, out), draws, ctx)
 
     def theirs():
         clean = pairs(model(task, batch))  # the clean pass

@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import losses
 import multitask_classifier as mt
 import simcse
 import trainer
@@ -16,6 +15,7 @@ from bert import BertModel
 from engine import runtime
 from engine.flags import OptimConfig
 from helpers import (
+    batch_loss,
     first_batch,
     gradient_of_one_step,
     pair_batch,
@@ -45,7 +45,7 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
 
     def task_losses():
         ctx = StepContext(rt)
-        return [losses.batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
+        return [batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
 
     grads = []  # the reference: each task's encoder gradient alone, then PCGrad by hand
     for loss in task_losses():

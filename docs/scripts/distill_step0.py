@@ -1,7 +1,7 @@
 """The distillation term's pull at step 0 on MiniLM, for docs/forgetting.md, section 4.
 
 At the loaded weights, with dropout on, it prints the norm of the encoder's gradient from
-the SST loss itself and from --distill 30's term: as losses.distillation computes it (the
+the SST loss itself and from --distill 30's term: as trainer.distillation_term computes it (the
 frozen copy runs the step's own dropout masks), and as it was computed before commit
 6cdc37e (the copy in eval mode, on the first sentences). One batch: the first 16 SST
 training sentences, the SST head drawn after torch.manual_seed(0), in float32 and bf16.
@@ -20,16 +20,17 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from smart_rs import sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
-import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
 import simcse  # noqa: E402
 import trainer  # noqa: E402
 from engine import runtime  # noqa: E402
-from engine.flags import ModelConfig  # noqa: E402
+from engine.flags import ModelConfig, OptimConfig  # noqa: E402
+from presets import Stage  # noqa: E402
 from smart import SameDropout  # noqa: E402
 from trainer import StepContext  # noqa: E402
 
 W = 30.0  # the defended preset's --distill
+DISTILLED = Stage(("sst",), 1e-5, 16)  # a stage that trains the encoder: distillation pulls
 
 
 def eval_copy_term(model, batch, same, ctx):
@@ -43,7 +44,7 @@ def encoder_grad_norm(model, batch, rt, term) -> float:
     """Norm of the encoder's gradient of term(z, same) for the batch's embeddings z."""
     model.zero_grad()
     torch.manual_seed(1)  # the same dropout masks for every term
-    same = SameDropout(rt.device)  # the generators before the pass, as batch_loss keeps them
+    same = SameDropout(rt.device)  # the generators before the pass, as train_step keeps them
     with rt.autocast():
         z = model.sentences(batch)  # (B, H)
         loss = term(z, same)
@@ -57,13 +58,14 @@ def main(argv=None):
     batch = {k: v for k, v in batch.items() if torch.is_tensor(v)}
     torch.manual_seed(0)
     model = mt.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)().train()
-    ctx = StepContext(runtime.make_runtime("cpu", "fp32"), reference=trainer.frozen_copy(model))
+    rt, reference = runtime.make_runtime("cpu", "fp32"), trainer.frozen_copy(model)
+    ctx = StepContext(rt, OptimConfig(distill=W), reference=reference)
     terms = {
         "SST loss (cross-entropy)": lambda z, same: F.cross_entropy(
             model.readout("sst", batch, z).float(), batch["labels"]
         ),
-        "distillation, copy with the step's masks (now)": lambda z, same: (
-            W * losses.distillation(z, batch, same, True, ctx)
+        "distillation, copy with the step's masks (now)": lambda z, same: trainer.distillation_term(
+            model, DISTILLED, batch, z, same, ctx
         ),
         "distillation, copy in eval mode (before 6cdc37e)": lambda z, same: (
             W * eval_copy_term(model, batch, same, ctx)(z)

@@ -4,7 +4,7 @@ For each ascent (the paper's, with shared or own dropout masks; the reference co
 own masks) it prints R_s and the median over tokens of the final perturbation's largest
 coordinate, with dropout on and off. One batch: the first 16 SST training sentences,
 float32, one ascent step, the SST head drawn after torch.manual_seed(0). R_s is computed
-by losses.smart_term, as a training step computes it (lambda_s = 1, mu = 0).
+by trainer.smart_term, as a training step computes it (lambda_s = 1, mu = 0).
 
 Run from the repository root (under a minute on a 2-core CPU):
 
@@ -23,8 +23,10 @@ import torch  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
+import trainer  # noqa: E402
 from engine import runtime  # noqa: E402
 from engine.flags import DataConfig, ModelConfig  # noqa: E402
+from presets import Stage  # noqa: E402
 from smart import SameDropout, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 from trainer import StepContext  # noqa: E402
@@ -47,19 +49,18 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
 
         return smart_loss(f_seen, embeds, *args, **kwargs)
 
-    smart_loss, losses.smart_loss = losses.smart_loss, recording
+    smart_loss, trainer.smart_loss = trainer.smart_loss, recording
+    stage = Stage(("sst",), 1e-5, len(batch["labels"]), smart=cfg)
     try:
         torch.manual_seed(0)
-        with losses.smart_autocast(rt, cfg):  # as batch_loss runs the passes
-            shared = cfg.dropout == "shared"
-            same_embed = SameDropout(rt.device) if shared else None
+        with trainer.step_autocast(rt, stage, losses.loss_of("sst", None)):  # as train_step
+            draws = SameDropout(rt.device)
             embeds = model.embed(batch)  # (B, T, H)
-            masks = (same_embed, SameDropout(rt.device)) if shared else None
             out = model("sst", batch, embeds)
             ctx = StepContext(rt)  # a step's context: no teacher
-            r_s = losses.smart_term(model, "sst", cfg, batch, embeds, out, ctx, masks)
+            r_s = trainer.smart_term(model, stage, "sst", batch, (embeds, out), draws, ctx)
     finally:
-        losses.smart_loss = smart_loss
+        trainer.smart_loss = smart_loss
     # the last pass is f(embeds + noise) with the final noise (both ascents end so)
     noise = seen[-1].float() - embeds.detach().float()  # (B, T, H)
     largest = noise.abs().amax(dim=-1)[batch["attention_mask"].bool()]  # (real tokens,)
