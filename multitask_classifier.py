@@ -12,7 +12,8 @@ The CS224n handout's three methods are one call here, `model(task, batch)`:
     predict_similarity(ids1, m1, ids2, m2) -> model("sts", batch)   (B,) a 0-5 score
 where a pair batch holds both sentences as (2, B, T) tensors, encoded in one pass.
 
-Training is a plan: a list of stages (presets.Stage), run by one loop (trainer.run_plan).
+Training is a plan: a list of stages (presets.Stage), run by one loop (trainer.run_plan)
+that `train_multitask`, the handout's driver, calls.
 Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
 defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
@@ -21,6 +22,7 @@ every stage all three dev sets are scored: one row of the forgetting table.
     python multitask_classifier.py                    # thesis preset, bert-base-uncased
     python multitask_classifier.py --preset sequential --bert minilm
     python multitask_classifier.py --preset defended --show   # what it trains, stage by stage
+    python multitask_classifier.py --preset demo --score      # the untrained model's dev row
     python multitask_classifier.py --resume runs/thesis-...
 """
 
@@ -64,7 +66,7 @@ from engine.show import show
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from presets import PRESETS, concat_tasks, cosine_tasks, plan_data, plan_files
+from presets import PRESETS, Stage, concat_tasks, cosine_tasks, plan_data, plan_files
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -304,6 +306,12 @@ SHOW = (
     "print what the preset resolves to (settings, then each stage) and stop; loads nothing",
     "switch",
 )
+SCORE = (
+    "--score",
+    "score the model as the preset loads it, untrained, on the dev sets (the forgetting "
+    "table's first row) and stop: the effect of an edit, e.g. to attention; no run folder",
+    "switch",
+)
 ESTIMATE = (
     "--estimate",
     "time a few real steps of each kind of stage here, print each stage's and the whole "
@@ -327,8 +335,8 @@ def load_run_config(run_dir: str) -> RunConfig:
 
 
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
-    """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'estimate': True
-    or None})."""
+    """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'score' |
+    'estimate': True or None})."""
     argv = handout.handout_argv(sys.argv[1:] if argv is None else argv, MULTITASK_HANDOUT)
     cfg, typed, folders = flags.parse(
         RunConfig(),
@@ -336,7 +344,7 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         DESCRIPTION,
         presets.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT),
         presets.overrides,
-        extra=[RESUME, PREDICT, SHOW, ESTIMATE],
+        extra=[RESUME, PREDICT, SHOW, SCORE, ESTIMATE],
     )
     chosen = [(name, folders[name]) for name in ("resume", "predict") if folders[name]]
     if chosen:  # the run's own config; only the machine's settings may differ
@@ -358,10 +366,12 @@ def seeded_data(cfg: RunConfig, plans: dict) -> dict:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    return plan_data(cfg, [s for plan in plans.values() for s in plan], tokenizer)
+    return plan_data(cfg, plans.stages(), tokenizer)
 
 
-def train(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: bool, rt):
+def train_multitask(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: bool, rt):
+    """The handout's driver: each plan of the preset (one, or the individual preset's one
+    per task) trained stage by stage in its folder, its best model scored and kept."""
     print(f"device {rt.device}, precision {rt.precision} ({rt.why}), model {cfg.model.bert}")
     print(f"run folder {run_dir}")
     make_model = run_model(cfg, cfg.device.compile)
@@ -388,6 +398,21 @@ def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     sub_run(cfg, Path(), "", rt).score(model, task_data)
     scoring = time.perf_counter() - t0
     return estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
+
+
+def score_untrained(cfg: RunConfig, rt) -> dict:
+    """--score: the model as loaded, scored on the dev sets; its row of the table."""
+    torch.manual_seed(cfg.seed)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    fitted = [Stage((task,), 0.0, 1) for task in cosine_tasks(cfg)]  # thresholds: train pairs
+    task_data = plan_data(cfg, fitted, tokenizer)
+    model = run_model(cfg)().to(rt.device).eval()
+    print(attention_line(model.bert, rt.device))
+    run = sub_run(cfg, Path(), "", rt)
+    row = {"stage": "start (no training)"} | run.score(model, task_data)
+    print(evaluation.table_header(run.eval_tasks))
+    run.show(row)
+    return row
 
 
 def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
@@ -445,7 +470,9 @@ def main(argv=None):
         return predict(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
-    data.require(plan_files(cfg, [s for plan in plans.values() for s in plan]))
+    data.require(plan_files(cfg, plans.stages()))
+    if folders["score"]:
+        return score_untrained(cfg, rt)
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
     if not resume:  # a forgotten --resume stops before the data is read
@@ -461,7 +488,7 @@ def main(argv=None):
             )
         try:
             with checkpoint.sigterm_stops():
-                train(cfg, plans, task_data, run_dir, resume, rt)
+                train_multitask(cfg, plans, task_data, run_dir, resume, rt)
         except KeyboardInterrupt:
             print(f"\ninterrupted; the run is saved: continue it with --resume {run_dir}")
             raise SystemExit(130) from None

@@ -266,6 +266,14 @@ def plan_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
 # Named plans
 
 
+class Plans(dict):
+    """What a preset trains: {model name: its stages}. '' is the one model scored on all
+    three tasks; the individual preset trains one per task. `stages()` lists them all."""
+
+    def stages(self) -> list[Stage]:
+        return [s for plan in self.values() for s in plan]
+
+
 @dataclass(frozen=True)
 class Preset:
     help: str  # its line in --help
@@ -278,14 +286,14 @@ class Preset:
     label: str = ""  # a report's row: its name in the report's table
     published: tuple | None = None  # a report's row: its dev SST acc, QQP acc, STS r
 
-    def plans_of(self, cfg: RunConfig) -> dict[str, list[Stage]]:
-        """Sub-run name -> its stages; '' is the one model scored on all three tasks. With
-        --freeze_encoder every stage trains the heads only."""
+    def plans_of(self, cfg: RunConfig) -> Plans:
+        """Sub-run name -> its stages (Plans); '' is the one model scored on all three
+        tasks. With --freeze_encoder every stage trains the heads only."""
         plan = self.plan(cfg)
-        plans = plan if isinstance(plan, dict) else {"": plan}
+        plans = Plans(plan if isinstance(plan, dict) else {"": plan})
         if not cfg.model.freeze_encoder:
             return plans
-        stages = [s for stages in plans.values() for s in stages]
+        stages = plans.stages()
         refuse(
             any(s.kind == "contrastive" for s in stages),
             f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "
@@ -296,13 +304,14 @@ class Preset:
             "--freeze_encoder: STS's output is the cosine, with no head to train on a frozen "
             "encoder; add --pair_head concat (a head on [u, v])",
         )
-        return {n: [replace(s, freeze_encoder=True) for s in ss] for n, ss in plans.items()}
+        return Plans({n: [replace(s, freeze_encoder=True) for s in ss] for n, ss in plans.items()})
 
     def settings(self, typed: dict) -> dict:
         """The overrides, and for a report's row its sizes and epochs times --scale (at
         least 1) and the share of each training set --scale keeps. A --dev_size typed
         smaller than the preset's held-out pairs shrinks them with it (unless
-        --heldout_size is typed too): a small run is scored small."""
+        --heldout_size is typed too): a small run is scored small. A typed --batch_size is
+        SMART stages' batch too, unless --smart_batch_size is typed: no typed flag is lost."""
         settings = self.overrides
         if self.scaled is not None:
             scale = typed.get("schedule.scale", flags.ScheduleConfig.scale)
@@ -311,6 +320,8 @@ class Preset:
         dev, heldout = typed.get("data.dev_size"), settings.get("data.heldout_size")
         if dev and heldout and "data.heldout_size" not in typed:
             settings = settings | {"data.heldout_size": min(heldout, dev)}
+        if "optim.batch_size" in typed and "smart.smart_batch_size" not in typed:
+            settings = settings | {"smart.smart_batch_size": typed["optim.batch_size"]}
         return settings
 
 

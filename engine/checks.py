@@ -7,11 +7,11 @@ from base_bert import load_config, missing_files, resolve_model_dir
 from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES
 from engine.flags import OptimConfig, RunConfig, refuse
 from losses import loss_of
-from presets import Stage, loss_choices
+from presets import Plans, Stage, loss_choices
 from simcse import OBJECTIVES
 
 
-def check_run(cfg: RunConfig, plans: dict) -> None:
+def check_run(cfg: RunConfig, plans: Plans) -> None:
     """Combinations of flags that cannot work, from the config and its stages alone."""
     check_settings(cfg)
     check_plans(cfg, plans)
@@ -105,9 +105,9 @@ def check_compile(compile: bool, device) -> None:
         )
 
 
-def check_plans(cfg: RunConfig, plans: dict):
+def check_plans(cfg: RunConfig, plans: Plans):
     """What only the stages tell, refused before the run folder is made."""
-    stages = [s for plan in plans.values() for s in plan]
+    stages = plans.stages()
     name = f"--preset {cfg.preset}"
     refuse(
         cfg.smart.enabled and not any(s.smart.active for s in stages),

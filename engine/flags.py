@@ -249,7 +249,9 @@ class SmartSettings:
     lambda_sts: float = option(SmartConfig.lambda_s, "smoothness weight for STS", minimum=0)
     mu: float = option(SmartConfig.mu, "Bregman proximal point weight", minimum=0)
     smart_batch_size: int = option(
-        8, "batch size of SMART stages (the thesis's memory limit)", minimum=1
+        8,
+        "batch size of SMART stages (the thesis's memory limit); a typed --batch_size sets it",
+        minimum=1,
     )
     smart_dropout: str = option(
         SmartConfig.dropout,

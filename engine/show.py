@@ -70,7 +70,7 @@ def show(cfg: RunConfig, preset) -> str:
             "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in rows
         ]
-    stages = [s for plan in preset.plans_of(cfg).values() for s in plan]
+    stages = preset.plans_of(cfg).stages()
     if any(s.contrastive and s.contrastive.simcse_data == "snli" for s in stages):
         lines.append(SNLI_NOTE)
     return "\n".join(lines)

@@ -221,3 +221,20 @@ if __name__ == "__main__":  # rewrite the golden file after a deliberate change
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text("".join(resolved_presets().values()))
     sys.exit(f"wrote {GOLDEN}; review its diff")
+
+
+@pytest.mark.parametrize(
+    ("argv", "batch"),
+    [
+        (["--preset", "thesis-smart"], 8),  # the thesis's SMART batch
+        (["--preset", "thesis-smart", "--batch_size", "16"], 16),  # typed: as typed
+        (["--smart", "--batch_size", "16", "--smart_batch_size", "4"], 4),  # both typed
+        (["--batch_size", "16"], 16),  # no SMART: the batch itself
+    ],
+)
+def test_a_typed_batch_size_is_never_replaced_by_smarts(argv, batch):
+    """--smart --batch_size 16 trains its SMART stages at 16, not at --smart_batch_size's
+    default 8; a typed --smart_batch_size wins for them."""
+    cfg, _ = mt.parse_args(argv)
+    stages = presets.PRESETS[cfg.preset].plans_of(cfg)[""]
+    assert {s.batch_size for s in stages if s.kind == "task"} == {batch}

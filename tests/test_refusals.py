@@ -140,7 +140,7 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
 def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
     """presets.plan_files, checked before the run folder is made, against the loaders themselves."""
     cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
-    stages = [s for plan in mt.PRESETS[cfg.preset].plans_of(cfg).values() for s in plan]
+    stages = mt.PRESETS[cfg.preset].plans_of(cfg).stages()
     read = []
     real_task, real_snli = data.read_task, data.read_snli
 

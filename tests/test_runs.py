@@ -188,6 +188,7 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
         "resume": str(tmp_path / "run"),
         "predict": None,
         "show": None,
+        "score": None,
         "estimate": None,
     }
 
@@ -301,3 +302,20 @@ def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
     assert timed == [("para",), ("sts",), ("sst",)]  # QQP 3% is timed as QQP is
     rows = [line.split() for line in out.splitlines() if line.startswith("loop 1: SST ")]
     assert rows[0][3:5] == ["2", "48"]  # 48 training sentences in batches of 32: 2 steps
+
+
+def test_score_scores_the_untrained_model_as_a_run_starts_and_makes_no_folder(
+    tiny_env, tmp_path, capsys
+):
+    """--score prints the row a run's forgetting table starts with, the same numbers, and
+    which attention ran; it trains nothing and makes no run folder."""
+    flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 0 --max_length 64"
+    row = mt.main(tiny_flags(tiny_env, tmp_path / "none", flags, "--score"))
+    out = capsys.readouterr().out
+    assert not (tmp_path / "none").exists()
+    assert "attention: bert.py's BertSelfAttention.attention" in out
+    assert "start (no training)" in out
+    mt.main(tiny_flags(tiny_env, tmp_path / "run", flags))
+    start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    for task in ("sst", "para", "sts"):
+        assert row[task] == start[task], task
