@@ -32,7 +32,7 @@ import simcse
 from evaluation import TASKS
 
 SPLITS = ("train", "dev", "test")  # 'test': the unlabeled *-test-student.csv files
-FILE_STEMS = dict(sst="ids-sst", cfimdb="ids-cfimdb", para="quora", sts="sts", snli="snli")
+FILE_STEMS = {task: spec.files for task, spec in TASKS.items()} | {"snli": "snli"}
 # The splits each task has: SNLI has no test file.
 _TASK_SPLITS = {task: SPLITS[:2] if task == "snli" else SPLITS for task in FILE_STEMS}
 

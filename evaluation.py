@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from losses import TASK_LOSSES
+
 # ---------------------------------------------------------------------------------------
 # Metrics (numpy in, float out)
 #
@@ -115,11 +117,23 @@ def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, floa
 
 @dataclass(frozen=True)
 class TaskSpec:
+    name: str  # its key: --<name>_loss, the run's rows
     kind: str  # 'classification': (B, C) logits; 'binary': (B,) a logit; 'regression': (B,) a score
     num_labels: int  # classes of a classification head; 1 otherwise
     pair: bool  # two sentences per example
     title: str  # name in tables
     column: str  # prediction-file header, as the handout writes it
+    files: str  # the handout's file names: {files}-train.csv, -dev.csv, -test-student.csv
+
+    @property
+    def losses(self) -> dict:
+        """The losses it may train with, by name, the default first (losses.TASK_LOSSES)."""
+        return TASK_LOSSES[self.name]
+
+    @property
+    def metric(self) -> str:
+        """Its score in the overall score, the forgetting table and the best model's choice."""
+        return "pearson" if self.kind == "regression" else "accuracy"
 
 
 # kind -> (raw output -> predictions, (labels, predictions) -> metrics). A binary logit > 0
@@ -131,12 +145,19 @@ RULES = {
 }
 
 MULTITASK = ("sst", "para", "sts")  # the tasks of the overall score
-TASKS = {  # the losses each task may train with: losses.TASK_LOSSES
-    "sst": TaskSpec("classification", 5, False, "SST", "Predicted_Sentiment"),
-    "cfimdb": TaskSpec("classification", 2, False, "CFIMDB", "Predicted_Sentiment"),
-    "para": TaskSpec("binary", 1, True, "QQP", "Predicted_Is_Paraphrase"),
-    # "Similiary" is the handout's spelling; kept so our files match its format exactly.
-    "sts": TaskSpec("regression", 1, True, "STS", "Predicted_Similiary"),
+# The task table: every task, its files, its metric (by its kind) and its losses. The head
+# a loss implies is presets.head_of's; `--show` prints the table for a run.
+TASKS = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("sst", "classification", 5, False, "SST", "Predicted_Sentiment", "ids-sst"),
+        TaskSpec(
+            "cfimdb", "classification", 2, False, "CFIMDB", "Predicted_Sentiment", "ids-cfimdb"
+        ),
+        TaskSpec("para", "binary", 1, True, "QQP", "Predicted_Is_Paraphrase", "quora"),
+        # "Similiary" is the handout's spelling; kept so our files match its format exactly.
+        TaskSpec("sts", "regression", 1, True, "STS", "Predicted_Similiary", "sts"),
+    )
 }
 
 
@@ -319,7 +340,7 @@ def main_score(row: dict, task: str) -> float:
     held-out transfer AUC."""
     if task in ("overall", "heldout"):
         return row[task]
-    return row[task]["pearson" if TASKS[task].kind == "regression" else "accuracy"]
+    return row[task][TASKS[task].metric]
 
 
 def selection_score(row: dict, tasks) -> float:

@@ -1,7 +1,7 @@
 """Every loss a task can train with: small functions of the model's outputs and the labels,
 one table per task.
 
-TASK_LOSSES: for each task, the losses a stage may name (`--para_loss`, `--sts_loss`), the
+TASK_LOSSES: for each task of the task table (evaluation.TASKS), the losses a stage may name (`--para_loss`, `--sts_loss`), the
 default first. Each entry says what its function reads (the task's output, or the two
 sentence embeddings u, v of a siamese pair), whether it trains their cosine and whether
 the batch's other examples are its negatives; the flags' choices and help, the heads the
@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 import simcse
-from evaluation import TASKS
 
 # ---------------------------------------------------------------------------------------
 # STS's read-out: the cosine's [-1, 1] stretched onto the 0-5 scores
@@ -155,9 +154,3 @@ def default_loss(task: str) -> str:
 def loss_of(task: str, name: str | None) -> Loss:
     """The task's loss called `name` (None: its default)."""
     return TASK_LOSSES[task][name or default_loss(task)]
-
-
-def loss_help(task: str) -> str:
-    """The --<task>_loss help: every choice with its words, the default first."""
-    items = [f"{name} ({loss.help})" for name, loss in TASK_LOSSES[task].items()]
-    return f"{TASKS[task].title} loss: {items[0]}, the default; or " + ", ".join(items[1:])

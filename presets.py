@@ -134,6 +134,24 @@ def concat_tasks(cfg: RunConfig) -> tuple:
     )
 
 
+def head_of(cfg: RunConfig, task: str) -> str:
+    """What reads the task's output off the encoder, as the run's loss for it implies
+    (MultitaskBERT builds it from cosine_tasks and concat_tasks); --show prints it."""
+    spec, euclidean = TASKS[task], cfg.model.siamese == "euclidean"
+    if task in cfg.multitask.cross_encode:
+        return "Linear on [CLS] of the pair as one sequence"
+    if spec.kind == "classification":
+        return f"Linear({spec.num_labels}) on the pooled sentence"
+    if task in concat_tasks(cfg):
+        return "Linear on [u, v]"
+    distance = "d = ||u - v||" if euclidean else "cos(u, v)"
+    if spec.kind == "regression":
+        return distance if euclidean else "cos(u, v) onto 0-5, no weights"
+    if task in cosine_tasks(cfg):
+        return f"{distance} above a threshold fit on training pairs, no weights"
+    return "Linear on [u, v, |u - v|], both orders averaged"
+
+
 def added_simcse(cfg: RunConfig):
     """The SimCSE settings of a task stage that adds --simcse_weight x SimCSE, else None."""
     return cfg.simcse if cfg.simcse.simcse_weight > 0 else None

@@ -26,10 +26,17 @@ from typing import Any
 
 from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS
 from engine.runtime import PRECISIONS
-from losses import TASK_LOSSES, loss_help
+from evaluation import TASKS
+from losses import TASK_LOSSES
 from optimizer import DECAYS, WEIGHTINGS
 from simcse import DISTANCES, OBJECTIVES
 from smart import DROPOUT, VARIANTS, SmartConfig
+
+
+def loss_help(task: str) -> str:
+    """The --<task>_loss help: every choice with its words, the default first."""
+    items = [f"{name} ({loss.help})" for name, loss in TASK_LOSSES[task].items()]
+    return f"{TASKS[task].title} loss: {items[0]}, the default; or " + ", ".join(items[1:])
 
 
 def option(default, help: str, **meta):

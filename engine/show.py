@@ -4,8 +4,9 @@ loading anything."""
 from datasets import CONTRASTIVE
 from engine import flags
 from engine.flags import RunConfig
+from evaluation import MULTITASK, TASKS
 from losses import default_loss
-from presets import Stage
+from presets import Stage, head_of, loss_choices
 
 
 def changed_settings(cfg: RunConfig) -> list[str]:
@@ -55,12 +56,29 @@ SNLI_NOTE = (
 )
 
 
+def task_table(cfg: RunConfig) -> list[str]:
+    """--show's lines on the tasks (evaluation.TASKS): files, metric, the run's loss of the
+    ones it allows, and the head that loss implies."""
+    chosen = loss_choices(cfg)
+    rows = [["task", "files", "metric", "loss (of the allowed)", "head"]]
+    for task in MULTITASK:
+        spec = TASKS[task]
+        loss = f"{chosen.get(task) or default_loss(task)} (1 of {len(spec.losses)})"
+        rows.append([task, f"{spec.files}-*.csv", spec.metric, loss, head_of(cfg, task)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    return ["tasks:", *table]
+
+
 def show(cfg: RunConfig, preset) -> str:
     """The resolved settings and the stages of cfg's preset (a presets.Preset), as `--show`
     prints them."""
     lines = [f"preset {cfg.preset}: {preset.help}", f"source: {preset.source}"]
     lines.append("settings that differ from the defaults:")
     lines += [f"  {x}" for x in changed_settings(cfg)] or ["  (none)"]
+    lines += task_table(cfg)
     head = ["stage", "epochs", "fraction", "batch", "lr", "losses", "SMART", "distill"]
     for run, stages in preset.plans_of(cfg).items():
         rows = [head] + [describe(s, cfg) for s in stages]

@@ -16,7 +16,7 @@ import smart
 import trainer
 from base_bert import BertConfig
 from bert import BertModel
-from engine import runtime
+from engine import flags, runtime
 from engine.flags import OptimConfig, SimCSEConfig
 from helpers import batch_loss, first_batch, sentence_batch, tiny_model_and_data, two_sets
 from presets import Stage
@@ -229,9 +229,9 @@ def test_the_loss_table_drives_flags_heads_and_checks():
     for task in ("para", "sts"):
         meta = MultitaskConfig.__dataclass_fields__[f"{task}_loss"].metadata
         assert meta["choices"] == tuple(losses.TASK_LOSSES[task])
-        assert meta["help"] == losses.loss_help(task)
+        assert meta["help"] == flags.loss_help(task)
         for name, loss in losses.TASK_LOSSES[task].items():
-            assert f"{name} ({loss.help})" in losses.loss_help(task)
+            assert f"{name} ({loss.help})" in flags.loss_help(task)
     cosine = {n for n, x in losses.TASK_LOSSES["sts"].items() if x.cosine}
     assert cosine == {"cosine_mse", "cosine_sbert", "mnrl"}
     assert losses.loss_of("para", "mnrl").in_batch and not losses.loss_of("para", None).in_batch

@@ -238,3 +238,31 @@ def test_a_typed_batch_size_is_never_replaced_by_smarts(argv, batch):
     cfg, _ = mt.parse_args(argv)
     stages = presets.PRESETS[cfg.preset].plans_of(cfg)[""]
     assert {s.batch_size for s in stages if s.kind == "task"} == {batch}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--para_loss", "contrastive"],
+        ["--pair_head", "concat"],
+        ["--cross_encode", "para"],
+        ["--siamese", "euclidean", "--para_loss", "distance_margin"],
+    ],
+)
+def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
+    """presets.head_of (the head --show prints for each task) against the MultitaskBERT the
+    run builds: a Linear of the named width, a cross-encoder's, or no weights at all."""
+    cfg, _ = mt.parse_args(["--bert", str(tiny_env[0]), *argv])
+    model, H = mt.run_model(cfg)(), 32
+    widths = {"the pooled sentence": H, "[u, v]": 2 * H, "[u, v, |u - v|]": 3 * H}
+    for task in ("sst", "para", "sts"):
+        head = presets.head_of(cfg, task)
+        if "one sequence" in head:
+            assert model.heads[f"{task}_cross"].in_features == H
+        elif "no weights" in head or head.startswith("d = "):
+            assert task not in model.heads
+        else:
+            on = re.search(r" on (\[.*\]|the pooled sentence)", head)[1]
+            assert model.heads[task].in_features == widths[on], (task, head)
+    assert ("threshold" in presets.head_of(cfg, "para")) == ("para" in model.cosine)
