@@ -2,9 +2,9 @@
 file and function sizes (tests' too: a test file at most 500 lines), parameters, module
 docstrings, formatter escapes, the README's size, the number of modules at the top level
 (the lesson; the engine and the lab's tools are packages), imports (no cycle; the course
-never reaches into the lab) and lab/house.py's list of every module. A
-student's new module or long function keeps `make test` green; the developers keep this
-green.
+never reaches into the lab), lab/house.py's list of every module and the README's of the
+lesson's. A student's new module or long function keeps `make test` green; the developers
+keep this green.
 
     python .ci/lint.py          # the repository this file sits in
     python .ci/lint.py PATH     # another checkout
@@ -116,6 +116,16 @@ def house_problems(root: Path, names: list[str]) -> list[str]:
     return out + [f"{HOUSE}: {f}, which is not there" for f in named if f not in files]
 
 
+def readme_problems(root: Path, top: list[str]) -> list[str]:
+    """The README's tables name every module at the top level (the lesson a student reads)."""
+    readme = (root / "README.md").read_text() if (root / "README.md").is_file() else ""
+    return [
+        f"README.md: no `{name}`; add it to the lesson's table"
+        for name in top
+        if f"`{name}`" not in readme
+    ]
+
+
 def path(module: str) -> str:
     """lab.plots -> lab/plots.py; a package itself, lab -> lab/__init__.py."""
     return f"{module}/__init__.py" if module in PACKAGES else module.replace(".", "/") + ".py"
@@ -143,6 +153,7 @@ def problems(root: Path) -> list[str]:
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += import_problems(trees) + house_problems(root, sorted(modules))
+    out += readme_problems(root, [p.name for p in top])
     sources = [*modules.values(), *sorted((root / "tests").glob("*.py"))]
     if (n := sum(p.read_text().count("# fmt: skip") for p in sources)) > FMT_SKIPS:
         out.append(f"{n} '# fmt: skip' escapes, over {FMT_SKIPS}")

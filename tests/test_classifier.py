@@ -45,7 +45,7 @@ def test_negative_sizes_are_refused():
         classifier.main(["--train_size", "-3"])
 
 
-def test_the_handouts_sentiment_classifier_is_the_one_task_model(tiny_config):
+def test_the_handouts_sentiment_classifier_is_the_one_task_model(tiny_config, tiny_env):
     """BertSentimentClassifier.logits (the handout's forward) is the model's output on the
     batch it builds, (B, C) for each task; a classifier.py run trains this class."""
     torch.manual_seed(0)
@@ -59,6 +59,6 @@ def test_the_handouts_sentiment_classifier_is_the_one_task_model(tiny_config):
         assert logits.shape == (3, classes) and torch.equal(logits, model(task, batch))
         assert list(model.heads) == [task]
     make = mt.model_factory(
-        ModelConfig(bert="minilm"), ("sst",), model_class=classifier.BertSentimentClassifier
+        ModelConfig(bert=str(tiny_env[0])), ("sst",), model_class=classifier.BertSentimentClassifier
     )
     assert type(make()) is classifier.BertSentimentClassifier
