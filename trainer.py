@@ -33,7 +33,7 @@ import simcse
 from datasets import CONTRASTIVE
 from engine import checkpoint, runfolder
 from engine.flags import OptimConfig
-from engine.resume import InStage
+from engine.resume import InStage, Progress
 from engine.runfolder import Run, evaluate_split
 from engine.runtime import (
     Runtime,
@@ -461,11 +461,12 @@ def frozen_copy(model):
     return copy.deepcopy(model).requires_grad_(False)
 
 
-def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress: dict) -> dict:
-    """Train stage k = progress['next_stage']; returns its row of the forgetting table.
+def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress: Progress):
+    """Train stage k = progress.next_stage; returns its row of the forgetting table.
     progress: the run's before the stage (what a checkpoint inside it keeps), with the
-    position of such a checkpoint under 'within' when the stage resumes from one."""
-    k, resume = progress["next_stage"], progress.pop("within", None)
+    position of such a checkpoint as `within` when the stage resumes from one."""
+    k, resume = progress.next_stage, progress.within
+    progress = replace(progress, within=None)  # a checkpoint inside the stage adds its own
     order = torch.Generator().manual_seed(run.seed * 1000 + k)
     steps = stage_steps(task_data, stage, order, run.seed)
     t0 = time.time() - (resume or {}).get("seconds", 0.0)
@@ -529,19 +530,13 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
         for tensor in model.state_dict().values():
             dist.broadcast(tensor, src=0)
     own_generators(run.rt)  # each process its own dropout masks from here on
-    for k in range(progress["next_stage"], len(plan)):
-        at_start = {"best": progress["best"], "rows": progress["rows"], "next_stage": k}
-        at_start |= _within(progress)  # a resumed run's place inside its first stage
+    for k in range(progress.next_stage, len(plan)):
+        at_start = progress.at_stage(k)  # with a resumed run's place inside its first stage
         try:
             row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
         except NonFiniteLoss as e:
             raise SystemExit(f"stopped: {e}{runfolder.kept_best(run)}") from None
         progress = run.record(model, optimizer, row, k, progress)  # its row, best, state
-        if "stopped" in progress:
+        if progress.stopped:
             break
-    return model, progress["rows"], progress["best"]
-
-
-def _within(progress: dict) -> dict:
-    """The in-stage position of a resumed run's first stage, once."""
-    return {"within": progress.pop("within")} if "within" in progress else {}
+    return model, progress.rows, progress.best

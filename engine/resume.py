@@ -1,11 +1,52 @@
-"""Resume, stop and save inside a stage: where a stage's loop stands, what a checkpoint
-inside it keeps, and how a resumed stage replays its data order up to the saved step."""
+"""Where a run stands, and resume, stop and save inside a stage: the run's progress (its
+rows, its best stage, the next stage), what a checkpoint inside a stage keeps, and how a
+resumed stage replays its data order up to the saved step."""
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine import checkpoint
 from engine.runtime import Runtime, any_process, own_generators
+
+
+def no_best() -> dict:
+    return {"score": -math.inf, "stage": None, "index": None}
+
+
+@dataclass
+class Progress:
+    """A run's place: the forgetting table's rows so far, the best stage (its selection
+    score, name, index), the next stage to train; `within`: the saved position inside that
+    stage (InStage.resume), or None; `stopped`: the stage after which --patience ended the
+    run, or None. A checkpoint keeps it as JSON (to_json, from_json)."""
+
+    rows: list = field(default_factory=list)
+    best: dict = field(default_factory=no_best)
+    next_stage: int = 0
+    within: dict | None = None
+    stopped: int | None = None
+
+    def to_json(self) -> dict:
+        out = {"best": self.best, "rows": self.rows, "next_stage": self.next_stage}
+        extra = {"within": self.within, "stopped": self.stopped}
+        return out | {k: v for k, v in extra.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, saved: dict) -> "Progress":
+        return cls(
+            saved["rows"],
+            saved["best"],
+            saved["next_stage"],
+            saved.get("within"),
+            saved.get("stopped"),
+        )
+
+    def at_stage(self, k: int) -> "Progress":
+        """The progress before stage k, the in-stage position handed over once (a resumed
+        run's place inside its first stage)."""
+        within, self.within = self.within, None
+        return Progress(self.rows, self.best, k, within)
 
 
 @dataclass

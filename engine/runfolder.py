@@ -28,6 +28,7 @@ from pathlib import Path
 import datasets as data
 import evaluation
 from engine import checkpoint
+from engine.resume import Progress
 from engine.runtime import Runtime, from_main
 
 
@@ -120,10 +121,11 @@ class Run:
         """The score that keeps a stage's model as the best (nan elsewhere: never kept)."""
         return evaluation.selection_score(row, self.eval_tasks) if self.rt.main else math.nan
 
-    def keep_steps(self, progress: dict):
+    def keep_steps(self, progress: Progress):
         """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""
         if self.rt.main:
-            done = checkpoint.keep_logged_steps(self.run_dir / checkpoint.STEPS, progress)
+            steps = self.run_dir / checkpoint.STEPS
+            done = checkpoint.keep_logged_steps(steps, progress.to_json())
             self.board = TensorBoard(self.run_dir, done) if self.tensorboard else None
 
     def file(self, name: str) -> Path:
@@ -138,7 +140,7 @@ class Run:
         """Whether checkpoint_minutes have passed since the state was last written."""
         return 0 < 60 * self.checkpoint_minutes < time.monotonic() - self.last_save
 
-    def save(self, model, optimizer, progress: dict, position: dict | None = None):
+    def save(self, model, optimizer, progress: Progress, position: dict | None = None):
         """The state after a finished stage, or (position) inside the next one; a best
         model kept back is written first, so the state never names a best not on disk."""
         self.last_save = time.monotonic()
@@ -147,9 +149,10 @@ class Run:
         self.write_best()
         path, scaler = self.run_dir / checkpoint.STATE, self.rt.scaler
         if position is None:
-            checkpoint.save_state(model, optimizer, scaler, progress, path)
+            checkpoint.save_state(model, optimizer, scaler, progress.to_json(), path)
         else:
-            checkpoint.save_position(model, optimizer, scaler, progress, position, path)
+            saved = progress.to_json()
+            checkpoint.save_position(model, optimizer, scaler, saved, position, path)
 
     def save_best(self, model, row: dict):
         """A new best model: written now, or without stage checkpoints kept on the CPU
@@ -161,23 +164,23 @@ class Run:
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         self.unsaved_best = weights, model.config(), row
 
-    def record(self, model, optimizer, row: dict, k: int, progress: dict) -> dict:
+    def record(self, model, optimizer, row: dict, k: int, progress: Progress) -> Progress:
         """After stage k: its row written to the table, its model kept if it is the new
         best, the row shown, the state saved when due; returns the progress after it,
-        marked 'stopped' when --patience ends the run here."""
-        best, rows, score = progress["best"], [*progress["rows"], row], self.select(row)
+        `stopped` when --patience ends the run here."""
+        best, rows, score = progress.best, [*progress.rows, row], self.select(row)
         self.write_rows(rows)
         if score > best["score"]:  # False for nan
             best = {"score": score, "stage": row["stage"], "index": k}
             self.save_best(model, row)
         self.show(row, mark=best["index"] == k)
-        progress, last = {"best": best, "rows": rows, "next_stage": k + 1}, self.plan_length
+        progress, last = Progress(rows, best, k + 1), self.plan_length
         # the main process decides (only it scores), every process stops with it
         if from_main(patience_ran_out(self.patience, k, best["index"]), self.rt) and k + 1 < last:
             since = best["stage"] or "the start"
             print(f"--patience {self.patience}: no new best since {since}; the run stops")
-            progress |= {"next_stage": last, "stopped": k + 1}
-        if self.stage_checkpoints or self.due() or progress["next_stage"] == last:
+            progress.next_stage, progress.stopped = last, k + 1
+        if self.stage_checkpoints or self.due() or progress.next_stage == last:
             self.save(model, optimizer, progress)
         return progress
 
@@ -192,7 +195,7 @@ def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:
     return patience > 0 and k - (-1 if best_index is None else best_index) >= patience
 
 
-def start(model, optimizer, task_data, run: Run) -> dict:
+def start(model, optimizer, task_data, run: Run) -> Progress:
     """A new run (scored once before training) or the progress of the one in run_dir."""
     state_path, best_path = run.run_dir / checkpoint.STATE, run.run_dir / checkpoint.BEST
     if state_path.exists() and not run.resume:
@@ -201,28 +204,28 @@ def start(model, optimizer, task_data, run: Run) -> dict:
         raise checkpoint.CheckpointError(
             f"{state_path}: missing; nothing to continue from ({best_path} serves --predict)"
         )
-    progress = {"best": {"score": -math.inf, "stage": None, "index": None}, "rows": []}
-    progress["next_stage"] = 0
+    progress = Progress()
     if state_path.exists():
-        progress, extra, rng = checkpoint.load_state(model, optimizer, run.rt.scaler, state_path)
+        saved, extra, rng = checkpoint.load_state(model, optimizer, run.rt.scaler, state_path)
+        progress = Progress.from_json(saved)
         if best_path.exists():  # found broken now, not after the remaining stages
             checkpoint.read_tensors(best_path)
-        if "within" in progress:  # inside a stage: the generators are restored there
-            within = progress["within"]
-            progress["within"] = checkpoint.resume_position(within, extra, rng, run.rt.device)
+        if progress.within:  # inside a stage: the generators are restored there
+            within = progress.within
+            progress.within = checkpoint.resume_position(within, extra, rng, run.rt.device)
         else:
             checkpoint.set_rng_state(*rng)
-        k, n = progress["next_stage"], run.plan_length
+        k, n = progress.next_stage, run.plan_length
         where = f"at stage {k + 1}/{n}" if k < n else f"after all {n} stages: best rescored"
-        if "stopped" in progress:  # --patience ended it: a finished run
-            where = f"stopped after stage {progress['stopped']}/{n} (--patience): best rescored"
+        if progress.stopped:  # --patience ended it: a finished run
+            where = f"stopped after stage {progress.stopped}/{n} (--patience): best rescored"
         print(f"resuming {run.run_dir} {where}")
     run.keep_steps(progress)  # the step log and the table of what the state holds
-    run.write_rows(progress["rows"])
-    print(evaluation.format_table(progress["rows"], run.eval_tasks))
-    if not progress["rows"]:  # the starting point: what training has to beat
+    run.write_rows(progress.rows)
+    print(evaluation.format_table(progress.rows, run.eval_tasks))
+    if not progress.rows:  # the starting point: what training has to beat
         row = {"stage": "start (no training)", "index": -1} | run.score(model, task_data)
-        progress["rows"].append(row)
+        progress.rows.append(row)
         run.show(row)
     return progress
 
