@@ -514,7 +514,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
     stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
     best model so far) and state.safetensors (everything needed to continue after the last
-    finished stage, or from inside a stage; runfolder.py). A stage whose score is not a
+    finished stage, or from inside a stage; engine/runfolder.py). A stage whose score is not a
     number (e.g. the Pearson r of a constant prediction) is never the best.
     """
     run.plan_length = len(plan)

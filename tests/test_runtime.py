@@ -1,4 +1,4 @@
-"""Device and precision decided once, and each process's share of a batch (runtime.py)."""
+"""Device and precision decided once, and each process's share of a batch (engine/runtime.py)."""
 
 from datetime import timedelta
 
