@@ -153,7 +153,7 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
     device, runs = ctx.rt.device, {}
     for attention in attentions:
         bert, ref_bert = encoders(ctx, attention)
-        ours = MultitaskBERT(bert).to(device).train()
+        ours = runtime.fast_dropout(MultitaskBERT(bert)).to(device).train()  # as a run's
         runs[attention] = own_step(ctx, B, model=ours)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
         ref_opt = torch.optim.AdamW(ref.to(device).parameters(), **ADAMW, foreach=ctx.cuda)
@@ -173,7 +173,7 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
     if model is None:
         torch.manual_seed(0)  # random weights and heads: the same for every precision
         bert = runtime.compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
-        model = MultitaskBERT(bert).to(ctx.rt.device).train()
+        model = runtime.fast_dropout(MultitaskBERT(bert)).to(ctx.rt.device).train()  # as a run's
     batch = random_batch(ctx, B, model.bert.config.vocab_size)
     scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
     teacher = EMATeacher(model, smart) if smart else None

@@ -5,11 +5,12 @@ lab/gpu_check.py run` (make gpu-check) runs them with `-m cuda`."""
 import pytest
 import torch
 
+import bert
 import datasets as data
 import evaluation
 from bert import BertModel
 from engine import checkpoint
-from engine.runtime import dropout, make_runtime
+from engine.runtime import check_attention, dropout, make_runtime
 from helpers import run, sentence_batch, tiny_model_and_data
 from optimizer import AdamW, backward, optimizer_step
 
@@ -43,7 +44,9 @@ def test_sdpa_equals_the_manual_attention_on_cuda(tiny_config):
 
 
 def test_auto_attention_is_sdpa_on_cuda_and_manual_on_the_cpu(tiny_config):
+    """Probed as a run's model is (check_attention), auto takes SDPA on the GPU only."""
     manual, auto = twin_berts(tiny_config, attention="auto")
+    assert check_attention(auto) < 1e-9
     sdpa = twin_berts(tiny_config, attention="sdpa")[1]
     batch = sentence_batch(B=4, T=9, vocab=tiny_config.vocab_size)
     with torch.no_grad():
@@ -52,6 +55,26 @@ def test_auto_attention_is_sdpa_on_cuda_and_manual_on_the_cpu(tiny_config):
             m.cpu()(*batch.values())["last_hidden_state"] for m in (auto, manual)
         )
     assert torch.equal(on_gpu[0], on_gpu[1]) and torch.equal(auto_cpu, manual_cpu)
+
+
+def test_an_edited_attention_runs_on_cuda_under_auto(tiny_config, monkeypatch):
+    """A student's edit to BertSelfAttention.attention (here a temperature of 2) changes
+    what a CUDA run computes: the probe finds it unlike SDPA, so auto runs it."""
+
+    class Edited(bert.BertSelfAttention):
+        def attention(self, q, k, v, mask):
+            return super().attention(q / 2, k, v, mask)
+
+    sdpa = twin_berts(tiny_config, attention="sdpa")[1]
+    monkeypatch.setattr(bert, "BertSelfAttention", Edited)
+    manual, auto = twin_berts(tiny_config, attention="auto")
+    assert check_attention(auto) > 1e-3
+    batch = sentence_batch(B=4, T=9, vocab=tiny_config.vocab_size)
+    with torch.no_grad():
+        edited, hand, fused = (
+            m(*(batch[k].cuda() for k in INPUTS))["last_hidden_state"] for m in (auto, manual, sdpa)
+        )
+    assert torch.equal(edited, hand) and (edited - fused).abs().max() > 1e-3
 
 
 def test_the_cuda_forward_equals_the_cpu_forward(tiny_config):
