@@ -405,6 +405,7 @@ def score_untrained(cfg: RunConfig, rt) -> dict:
     torch.manual_seed(cfg.seed)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     fitted = [Stage((task,), 0.0, 1) for task in cosine_tasks(cfg)]  # thresholds: train pairs
+    data.require(plan_files(cfg, fitted))  # the dev sets (and those), no other file
     task_data = plan_data(cfg, fitted, tokenizer)
     model = run_model(cfg)().to(rt.device).eval()
     print(attention_line(model.bert, rt.device))
@@ -470,9 +471,9 @@ def main(argv=None):
         return predict(cfg, run_dir, rt)
     resume = bool(folders["resume"])
     plans = PRESETS[cfg.preset].plans_of(cfg)
-    data.require(plan_files(cfg, plans.stages()))
     if folders["score"]:
         return score_untrained(cfg, rt)
+    data.require(plan_files(cfg, plans.stages()))
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
     if not resume:  # a forgotten --resume stops before the data is read

@@ -239,7 +239,7 @@ def reference_regularizer(
     is added to the embedding output, which goes on into the encoder (mt_dnn/matcher.py's
     embed_forward as the paper's code had it; docs/forgetting.md). The caller gives an
     embedding output of its own (mt-dnn runs the embedding again, its own dropout mask:
-    losses.smart_term) and runs the passes with their own masks (the network in train mode).
+    trainer.smart_term) and runs the passes with their own masks (the network in train mode).
     Shapes as in adversarial_regularizer.
     """
     cfg = cfg or SmartConfig()

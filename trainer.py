@@ -139,7 +139,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
         backward(part, rt.scaler)  # scaled first under float16
         loss = loss + part.detach()
         # END EXERCISE multitask_step
-    if by_task:
+    if pcgrad and len(weights) > 1:  # every process, with or without a part of its own
         loss = pcgrad_update(model, by_task, weights, ctx, generator)  # PCGrad's backward
     else:
         sum_gradients(list(model.parameters()), rt)  # over the processes, as DDP does
@@ -457,7 +457,7 @@ class BestEpoch:
 
 def frozen_copy(model):
     """A copy of the model that never learns (no gradients); distillation runs it with the
-    step's own dropout masks (losses.distillation)."""
+    step's own dropout masks (trainer.distillation_term)."""
     return copy.deepcopy(model).requires_grad_(False)
 
 

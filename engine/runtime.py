@@ -104,6 +104,8 @@ def attention_line(bert: nn.Module, device: torch.device) -> str:
     ours = "bert.py's BertSelfAttention.attention"
     if kind == "sdpa":
         return "attention: torch's fused SDPA (--attention sdpa), not bert.py's"
+    if gap == math.inf:
+        return "attention: the model's own, never torch's SDPA (the probe could not run it)"
     if gap >= 1e-9:
         return f"attention: {ours}, on every device (it differs from torch's SDPA by {gap:.2g})"
     if kind == "auto" and device.type == "cuda":

@@ -80,6 +80,9 @@ CONFIGS = {
     "plain": ["--preset", "thesis"],
     "smart": ["--preset", "thesis-smart", "--smart_batch_size", "8", "--smart_dropout", "shared"],
     "pcgrad": ["--preset", "multitask", "--weighting", "pcgrad", "--multitask_epochs", "1"],
+    # batches of one: the second process has no rows, and still joins PCGrad's sums
+    "pcgrad-rowless": ["--preset", "multitask", "--weighting", "pcgrad", "--batch_size", "1"]
+    + ["--multitask_epochs", "1", "--examples_per_task", "6"],
     # in-batch objectives: one process compares the whole batch, so two must gather it
     "simcse-stage": ["--preset", "simcse", "--simcse_data", "para", "--simcse_loss", "mnrl"],
     "mnrl-simcse-term": ["--preset", "thesis", "--para_loss", "mnrl", "--simcse_weight", "0.5"],
