@@ -340,6 +340,13 @@ class Preset:
             settings = settings | {"data.heldout_size": min(heldout, dev)}
         if "optim.batch_size" in typed and "smart.smart_batch_size" not in typed:
             settings = settings | {"smart.smart_batch_size": typed["optim.batch_size"]}
+        refuse(
+            typed.get("smart.smart_dropout") == "shared"
+            and typed.get("smart.smart_variant", settings.get("smart.smart_variant"))
+            == "reference",
+            "--smart_dropout shared: --smart_variant reference draws every pass's own masks, as "
+            "SMART's code does; leave --smart_dropout out, or use --smart_variant paper",
+        )
         return settings
 
 

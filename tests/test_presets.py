@@ -266,3 +266,14 @@ def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
             on = re.search(r" on (\[.*\]|the pooled sentence)", head)[1]
             assert model.heads[task].in_features == widths[on], (task, head)
     assert ("threshold" in presets.head_of(cfg, "para")) == ("para" in model.cosine)
+
+
+def test_a_typed_smart_dropout_the_reference_variant_would_replace_is_refused():
+    """--smart_variant reference draws each pass's own masks: a typed --smart_dropout shared
+    would be replaced without a word, so it stops in one line; untyped, or independent, runs."""
+    with pytest.raises(SystemExit, match="--smart_dropout shared: --smart_variant reference"):
+        mt.parse_args(["--smart", "--smart_variant", "reference", "--smart_dropout", "shared"])
+    for argv in ([], ["--smart_dropout", "independent"]):
+        cfg, _ = mt.parse_args(["--smart", "--smart_variant", "reference", *argv])
+        stages = presets.PRESETS[cfg.preset].plans_of(cfg).stages()
+        assert {s.smart.dropout for s in stages if s.smart.active} == {"independent"}
