@@ -71,6 +71,15 @@ class SmartConfig:
         """Both weights 0: the loss is the task's alone."""
         return cls(lambda_s=0.0, mu=0.0)
 
+    @classmethod
+    def at_radius(cls, epsilon: float, variant: str = "paper", **settings) -> "SmartConfig":
+        """The settings a run's flags give (--smart_epsilon and the rest): the paper's noise
+        and step scaled to the ball's radius, sigma = epsilon and eta = 100 x epsilon (its
+        1e-5 and 1e-3); the reference variant's passes always draw their own masks."""
+        if variant == "reference":
+            settings["dropout"] = "independent"
+        return cls(sigma=epsilon, eta=100 * epsilon, epsilon=epsilon, variant=variant, **settings)
+
     @property
     def active(self) -> bool:
         """True when SMART changes the loss (the loop can skip the teacher pass otherwise)."""

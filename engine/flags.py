@@ -244,8 +244,10 @@ class MultitaskConfig:
     )
 
 
+# SMART's flags: the per-task weights and what a run may change. SMART's settings, their
+# defaults and the rules between them are smart.SmartConfig's: for_task only picks them.
 @dataclass
-class SmartSettings:
+class SmartFlags:
     """SMART (Jiang et al., 2020), with the thesis's per-task weights (section 4.2.1)"""
 
     enabled: bool = option(
@@ -281,19 +283,17 @@ class SmartSettings:
     )
 
     def for_task(self, task: str) -> SmartConfig:
-        """SMART's settings for a stage of `task`; both weights 0 when SMART is off."""
+        """SMART's settings for a stage of `task` (SmartConfig.at_radius); both weights 0
+        when SMART is off."""
         if not self.enabled:
             return SmartConfig.off()
         lambdas = {"sst": self.lambda_sst, "para": self.lambda_para, "sts": self.lambda_sts}
-        eps = self.smart_epsilon
-        return SmartConfig(
+        return SmartConfig.at_radius(
+            self.smart_epsilon,
+            self.smart_variant,
             lambda_s=lambdas[task],
             mu=self.mu,
-            sigma=eps,
-            eta=100 * eps,
-            epsilon=eps,
-            dropout="independent" if self.smart_variant == "reference" else self.smart_dropout,
-            variant=self.smart_variant,
+            dropout=self.smart_dropout,
         )
 
 
@@ -380,7 +380,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     multitask: MultitaskConfig = field(default_factory=MultitaskConfig)
-    smart: SmartSettings = field(default_factory=SmartSettings)
+    smart: SmartFlags = field(default_factory=SmartFlags)
     simcse: SimCSEConfig = field(default_factory=SimCSEConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
 
