@@ -72,7 +72,9 @@ class ClassifierConfig:
     )
     epochs: int = flags.option(10, "passes over the training set", minimum=1)
     seed: int = flags.option(RunConfig.seed, "random seed")
-    run_dir: str | None = flags.option(None, "output folder; unset: runs/<task>-<option>-<time>")
+    run_dir: str | None = flags.option(
+        None, "output folder; unset: runs/<option>-<time>, a subfolder per task when both train"
+    )
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=lambda: ModelConfig(dropout=0.3))
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=16))
