@@ -42,17 +42,16 @@ from torch import nn
 
 import datasets as data
 import evaluation
-import presets
 import simcse
 import trainer
-from base_bert import read_json_object
 from bert import BertModel, mean_pool
-from engine import checkpoint, flags, handout, runtime
+from engine import checkpoint, flags, handout, preset_flags, runtime
 from engine.checks import check_loading, check_run
 from engine.estimate import estimate_plans
-from engine.flags import ModelConfig, OptimConfig, RunConfig, from_dict
+from engine.flags import ModelConfig, OptimConfig, RunConfig
 from engine.handout import MULTITASK_HANDOUT
-from engine.runfolder import Run, finish, write_prediction_files
+from engine.plan_data import plan_data, plan_files
+from engine.runfolder import Run, finish, load_run_config, write_prediction_files
 from engine.runtime import (
     attention_line,
     check_attention,
@@ -66,7 +65,7 @@ from engine.show import show
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from presets import PRESETS, Stage, concat_tasks, cosine_tasks, plan_data, plan_files
+from presets import PRESETS, Stage, concat_tasks, cosine_tasks
 from tokenizer import BertTokenizer
 from trainer import run_plan
 
@@ -320,20 +319,6 @@ ESTIMATE = (
 )
 
 
-def load_run_config(run_dir: str) -> RunConfig:
-    """The config a run folder keeps, over today's defaults for settings added since."""
-    saved = Path(run_dir) / "config.json"
-    if not saved.is_file():
-        raise SystemExit(f"{run_dir}: no config.json there; is it a run folder?")
-    text = read_json_object(saved)
-    cfg = from_dict(RunConfig, text, str(saved))
-    presets.overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
-    if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
-        old = "auto" if cfg.device.amp and torch.cuda.is_available() else "fp32"
-        cfg = replace(cfg, device=replace(cfg.device, precision=old))
-    return replace(cfg, run_dir=str(run_dir))
-
-
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'score' |
     'estimate': True or None})."""
@@ -342,8 +327,8 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         RunConfig(),
         argv,
         DESCRIPTION,
-        presets.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT),
-        presets.overrides,
+        preset_flags.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT),
+        preset_flags.overrides,
         extra=[RESUME, PREDICT, SHOW, SCORE, ESTIMATE],
     )
     chosen = [(name, folders[name]) for name in ("resume", "predict") if folders[name]]

@@ -1,15 +1,11 @@
 """The schedules: what a run trains, stage by stage, and every experiment as one named row.
 
-A `Stage` says what one part of a schedule trains (one task, several at once, or the
-encoder alone on sentence tuples), for how long and with which settings; a plan is a list
-of stages, run in order by trainer.run_plan and scored after each. The builders turn a
-run's settings into the plans: the thesis's loops (`thesis_plan`), the sequential and
-multitask schedules, SimCSE first, heads on a frozen encoder.
-
-A preset (`PRESETS`) names a plan and the settings it overrides; flags the user types win
-over them. A report's row also carries the sizes and epochs `--scale` shrinks, the scale
-`make reports` runs it at, and the dev scores the report printed (lab/reports.py lists the
-rows of each table by name). To add a preset, add a row to PRESETS:
+A `Stage` is one part of a schedule (one task, several at once, or the encoder alone on
+sentence tuples); a plan is a list of stages, run in order by trainer.run_plan and scored
+after each. The builders make the plans: the thesis's loops (`thesis_plan`), sequential,
+multitask, SimCSE first, heads on a frozen encoder. A preset (`PRESETS`) names a plan and
+the settings it overrides (typed flags win); a report's row adds the sizes `--scale`
+shrinks and the scores the report printed. To add a preset, add a row to PRESETS:
 
     "sst-then-sts-smart": Preset(
         help="SST, then STS, with SMART",
@@ -18,19 +14,15 @@ rows of each table by name). To add a preset, add a row to PRESETS:
         overrides=SMART_ON,
     ),
 
-`python multitask_classifier.py --preset NAME --show` prints what it resolves to, stage by
-stage, without loading anything. What a combination of flags cannot do is refused by the
-engine (engine/checks.py) before a run folder is made.
+`--preset NAME --show` prints what a row resolves to; how typed flags combine with it, the
+data a plan reads and what flags cannot do are the engine's (engine/).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-import datasets as data
 from datasets import CONTRASTIVE
-from engine import flags
-from engine.flags import MultitaskConfig, RunConfig, SimCSEConfig, refuse
+from engine.flags import MultitaskConfig, RunConfig, SimCSEConfig
 from evaluation import MULTITASK, TASKS
 from losses import TASK_LOSSES, loss_of
 from optimizer import WEIGHTINGS
@@ -66,10 +58,9 @@ class Stage:
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
         for task, loss in self.losses.items():
-            if loss not in TASK_LOSSES[task]:
-                raise ValueError(
-                    f"loss {loss!r} does not fit task {task!r}; expected {list(TASK_LOSSES[task])}"
-                )
+            allowed = list(TASK_LOSSES[task])
+            if loss not in allowed:
+                raise ValueError(f"loss {loss!r} does not fit task {task!r}; expected {allowed}")
         if not 0 < self.fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
         if self.kind == "task" and len(self.tasks) != 1:
@@ -132,24 +123,6 @@ def concat_tasks(cfg: RunConfig) -> tuple:
         if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
         and t not in cfg.multitask.cross_encode
     )
-
-
-def head_of(cfg: RunConfig, task: str) -> str:
-    """What reads the task's output off the encoder, as the run's loss for it implies
-    (MultitaskBERT builds it from cosine_tasks and concat_tasks); --show prints it."""
-    spec, euclidean = TASKS[task], cfg.model.siamese == "euclidean"
-    if task in cfg.multitask.cross_encode:
-        return "Linear on [CLS] of the pair as one sequence"
-    if spec.kind == "classification":
-        return f"Linear({spec.num_labels}) on the pooled sentence"
-    if task in concat_tasks(cfg):
-        return "Linear on [u, v]"
-    distance = "d = ||u - v||" if euclidean else "cos(u, v)"
-    if spec.kind == "regression":
-        return distance if euclidean else "cos(u, v) onto 0-5, no weights"
-    if task in cosine_tasks(cfg):
-        return f"{distance} above a threshold fit on training pairs, no weights"
-    return "Linear on [u, v, |u - v|], both orders averaged"
 
 
 def added_simcse(cfg: RunConfig):
@@ -255,35 +228,6 @@ def individual_plans(cfg: RunConfig) -> dict[str, list[Stage]]:
     return {t: [task_stage(cfg, t, epochs=cfg.schedule.individual_epochs)] for t in MULTITASK}
 
 
-# ---------------------------------------------------------------------------------------
-# What a plan reads
-
-
-def plan_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
-    """Every split a run scores, and the training sets its stages train on."""
-    cross = cfg.multitask.cross_encode
-    trained = {t for s in stages for t in s.tasks}
-    task_data = data.load_task_data(cfg.data, tokenizer, MULTITASK, cfg.seed, trained, cross)
-    contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
-    if contrastive:
-        s = contrastive[0]
-        task_data[CONTRASTIVE] = data.load_contrastive_data(
-            cfg.data, tokenizer, s.simcse_loss, s.simcse_data, cfg.seed
-        )
-    return task_data
-
-
-def plan_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
-    """The files plan_data will read for these stages (checked before a folder is made)."""
-    trained = {t for s in stages for t in s.tasks}
-    contrastive = [s.contrastive.simcse_data for s in stages if s.kind == CONTRASTIVE]
-    return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
-
-
-# ---------------------------------------------------------------------------------------
-# Named plans
-
-
 class Plans(dict):
     """What a preset trains: {model name: its stages}. '' is the one model scored on all
     three tasks; the individual preset trains one per task. `stages()` lists them all."""
@@ -306,48 +250,13 @@ class Preset:
 
     def plans_of(self, cfg: RunConfig) -> Plans:
         """Sub-run name -> its stages (Plans); '' is the one model scored on all three
-        tasks. With --freeze_encoder every stage trains the heads only."""
+        tasks. With --freeze_encoder every stage trains the heads only (what that cannot
+        do is engine.checks.check_frozen's)."""
         plan = self.plan(cfg)
         plans = Plans(plan if isinstance(plan, dict) else {"": plan})
         if not cfg.model.freeze_encoder:
             return plans
-        stages = plans.stages()
-        refuse(
-            any(s.kind == "contrastive" for s in stages),
-            f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "
-            f"{cfg.preset} also trains the encoder contrastively",
-        )
-        refuse(
-            cfg.model.pair_head == "sbert" and any("sts" in s.tasks for s in stages),
-            "--freeze_encoder: STS's output is the cosine, with no head to train on a frozen "
-            "encoder; add --pair_head concat (a head on [u, v])",
-        )
         return Plans({n: [replace(s, freeze_encoder=True) for s in ss] for n, ss in plans.items()})
-
-    def settings(self, typed: dict) -> dict:
-        """The overrides, and for a report's row its sizes and epochs times --scale (at
-        least 1) and the share of each training set --scale keeps. A --dev_size typed
-        smaller than the preset's held-out pairs shrinks them with it (unless
-        --heldout_size is typed too): a small run is scored small. A typed --batch_size is
-        SMART stages' batch too, unless --smart_batch_size is typed: no typed flag is lost."""
-        settings = self.overrides
-        if self.scaled is not None:
-            scale = typed.get("schedule.scale", flags.ScheduleConfig.scale)
-            shrunk = {k: max(1, round(v * scale)) for k, v in self.scaled.items()}
-            settings = settings | shrunk | {"data.train_share": scale}
-        dev, heldout = typed.get("data.dev_size"), settings.get("data.heldout_size")
-        if dev and heldout and "data.heldout_size" not in typed:
-            settings = settings | {"data.heldout_size": min(heldout, dev)}
-        if "optim.batch_size" in typed and "smart.smart_batch_size" not in typed:
-            settings = settings | {"smart.smart_batch_size": typed["optim.batch_size"]}
-        refuse(
-            typed.get("smart.smart_dropout") == "shared"
-            and typed.get("smart.smart_variant", settings.get("smart.smart_variant"))
-            == "reference",
-            "--smart_dropout shared: --smart_variant reference draws every pass's own masks, as "
-            "SMART's code does; leave --smart_dropout out, or use --smart_variant paper",
-        )
-        return settings
 
 
 # Named groups of settings, each written out flat (none is built from another); a row
@@ -441,9 +350,7 @@ def auslin(help, label, published, overrides, scaled=AUSLIN_EPOCHS, source=SRC_A
 def sicurello(help, label, plan, overrides, scaled=SICURELLO_EPOCHS, source=SRC_SICURELLO_1):
     """A row of Sicurello's tables, whose scores were lost in the text; their 128-batch
     subsample is already CPU-sized (--scale 1)."""
-    return Preset(
-        help, source, plan, overrides=overrides, scaled=scaled, report_scale=1.0, label=label
-    )
+    return Preset(help, source, plan, overrides, scaled, 1.0, label)
 
 
 PRESETS = {
@@ -676,22 +583,3 @@ PRESETS = {
         SRC_SICURELLO_2,
     ),
 }
-
-
-def overrides(typed: dict) -> dict:
-    """The settings of the preset the user typed (or the default one), for config.parse."""
-    name = typed.get("preset", RunConfig().preset)
-    if name not in PRESETS:
-        raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    scaled = typed.get("schedule.scale", flags.ScheduleConfig.scale) != 1
-    refuse(
-        scaled and PRESETS[name].scaled is None,
-        f"--scale shrinks the reports' presets; {name} is not one",
-    )
-    return PRESETS[name].settings(typed)
-
-
-def epilog() -> str:
-    """The presets as --help lists them: each with its line and its source."""
-    lines = [f"  {k:<20} {p.help} [{p.source}]" for k, p in PRESETS.items()]
-    return "presets (--preset NAME --show prints what one trains):\n" + "\n".join(lines)

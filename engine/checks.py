@@ -108,6 +108,7 @@ def check_compile(compile: bool, device) -> None:
 def check_plans(cfg: RunConfig, plans: Plans):
     """What only the stages tell, refused before the run folder is made."""
     stages = plans.stages()
+    check_frozen(cfg, stages)
     name = f"--preset {cfg.preset}"
     refuse(
         cfg.smart.enabled and not any(s.smart.active for s in stages),
@@ -133,6 +134,22 @@ def check_plans(cfg: RunConfig, plans: Plans):
             f"--simcse_loss {objective} needs {need} sentences per example "
             f"and --simcse_data {source} has {has}: use --simcse_data snli",
         )
+
+
+def check_frozen(cfg: RunConfig, stages: list[Stage]):
+    """--freeze_encoder trains the heads only: no contrastive stage, and STS needs a head."""
+    if not cfg.model.freeze_encoder:
+        return
+    refuse(
+        any(s.kind == CONTRASTIVE for s in stages),
+        f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "
+        f"{cfg.preset} also trains the encoder contrastively",
+    )
+    refuse(
+        cfg.model.pair_head == "sbert" and any("sts" in s.tasks for s in stages),
+        "--freeze_encoder: STS's output is the cosine, with no head to train on a frozen "
+        "encoder; add --pair_head concat (a head on [u, v])",
+    )
 
 
 def check_update(stages: list[Stage], optim: OptimConfig):

@@ -7,7 +7,7 @@ model and save the state; `finish` prints the forgetting table, reloads the best
 writes its predictions. Only the main process (rt.main) scores and writes: the others
 train alongside.
 
-    run_dir/config.json        the run's settings (--resume reads them)
+    run_dir/config.json        the run's settings (load_run_config: --resume reads them)
     run_dir/metrics.jsonl      one row of dev scores per stage, the untouched model first
     run_dir/steps.jsonl        one line per step: loss, lr, gradient norm (clipped, or skipped by the fp16 scaler), examples/s
     run_dir/best.safetensors   the best model so far; state.safetensors: how to go on
@@ -22,12 +22,17 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import torch
 
 import datasets as data
 import evaluation
+from base_bert import read_json_object
 from engine import checkpoint
+from engine.flags import RunConfig, from_dict
+from engine.preset_flags import overrides
 from engine.resume import Progress
 from engine.runtime import Runtime, from_main
 
@@ -188,6 +193,20 @@ class Run:
         if self.unsaved_best:
             checkpoint.write_best(*self.unsaved_best, self.run_dir / checkpoint.BEST)
             self.unsaved_best = None
+
+
+def load_run_config(run_dir: str) -> RunConfig:
+    """The config a run folder keeps, over today's defaults for settings added since."""
+    saved = Path(run_dir) / "config.json"
+    if not saved.is_file():
+        raise SystemExit(f"{run_dir}: no config.json there; is it a run folder?")
+    text = read_json_object(saved)
+    cfg = from_dict(RunConfig, text, str(saved))
+    overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
+    if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
+        old = "auto" if cfg.device.amp and torch.cuda.is_available() else "fp32"
+        cfg = replace(cfg, device=replace(cfg.device, precision=old))
+    return replace(cfg, run_dir=str(run_dir))
 
 
 def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:

@@ -6,7 +6,7 @@ from engine import flags
 from engine.flags import RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import default_loss
-from presets import Stage, head_of, loss_choices
+from presets import Stage, concat_tasks, cosine_tasks, loss_choices
 
 
 def changed_settings(cfg: RunConfig) -> list[str]:
@@ -54,6 +54,24 @@ SNLI_NOTE = (
     "SNLI: the triplets of snli-train.csv as fetched: the first 100,000 rows of SNLI 1.0's "
     "training split, or all 550,152 (the thesis's) after python -m lab.fetch --snli_all"
 )
+
+
+def head_of(cfg: RunConfig, task: str) -> str:
+    """What reads the task's output off the encoder, as the run's loss for it implies
+    (MultitaskBERT builds it from cosine_tasks and concat_tasks); --show prints it."""
+    spec, euclidean = TASKS[task], cfg.model.siamese == "euclidean"
+    if task in cfg.multitask.cross_encode:
+        return "Linear on [CLS] of the pair as one sequence"
+    if spec.kind == "classification":
+        return f"Linear({spec.num_labels}) on the pooled sentence"
+    if task in concat_tasks(cfg):
+        return "Linear on [u, v]"
+    distance = "d = ||u - v||" if euclidean else "cos(u, v)"
+    if spec.kind == "regression":
+        return distance if euclidean else "cos(u, v) onto 0-5, no weights"
+    if task in cosine_tasks(cfg):
+        return f"{distance} above a threshold fit on training pairs, no weights"
+    return "Linear on [u, v, |u - v|], both orders averaged"
 
 
 def task_table(cfg: RunConfig) -> list[str]:

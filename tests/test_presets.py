@@ -251,13 +251,13 @@ def test_a_typed_batch_size_is_never_replaced_by_smarts(argv, batch):
     ],
 )
 def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
-    """presets.head_of (the head --show prints for each task) against the MultitaskBERT the
+    """show.head_of (the head --show prints for each task) against the MultitaskBERT the
     run builds: a Linear of the named width, a cross-encoder's, or no weights at all."""
     cfg, _ = mt.parse_args(["--bert", str(tiny_env[0]), *argv])
     model, H = mt.run_model(cfg)(), 32
     widths = {"the pooled sentence": H, "[u, v]": 2 * H, "[u, v, |u - v|]": 3 * H}
     for task in ("sst", "para", "sts"):
-        head = presets.head_of(cfg, task)
+        head = show.head_of(cfg, task)
         if "one sequence" in head:
             assert model.heads[f"{task}_cross"].in_features == H
         elif "no weights" in head or head.startswith("d = "):
@@ -265,7 +265,7 @@ def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
         else:
             on = re.search(r" on (\[.*\]|the pooled sentence)", head)[1]
             assert model.heads[task].in_features == widths[on], (task, head)
-    assert ("threshold" in presets.head_of(cfg, "para")) == ("para" in model.cosine)
+    assert ("threshold" in show.head_of(cfg, "para")) == ("para" in model.cosine)
 
 
 def test_a_typed_smart_dropout_the_reference_variant_would_replace_is_refused():

@@ -7,8 +7,8 @@ import pytest
 
 import datasets as data
 import multitask_classifier as mt
-import presets
 from base_bert import ModelError
+from engine import plan_data
 from helpers import (
     no_training,
     run,
@@ -138,7 +138,7 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
     ],
 )
 def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
-    """presets.plan_files, checked before the run folder is made, against the loaders themselves."""
+    """plan_data.plan_files, checked before the run folder is made, against the loaders themselves."""
     cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
     stages = mt.PRESETS[cfg.preset].plans_of(cfg).stages()
     read = []
@@ -154,8 +154,8 @@ def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkey
 
     monkeypatch.setattr(data, "read_task", read_task)
     monkeypatch.setattr(data, "read_snli", read_snli)
-    presets.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
-    assert sorted(set(read)) == sorted(presets.plan_files(cfg, stages))
+    plan_data.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
+    assert sorted(set(read)) == sorted(plan_data.plan_files(cfg, stages))
 
 
 def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path):
