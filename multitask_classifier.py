@@ -388,6 +388,7 @@ def estimate(cfg: RunConfig, plans: dict, rt) -> float:
 def score_untrained(cfg: RunConfig, rt) -> dict:
     """--score: the model as loaded, scored on the dev sets; its row of the table."""
     torch.manual_seed(cfg.seed)
+    cfg = replace(cfg, data=replace(cfg.data, test_predictions=False))  # dev only: no test set
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     fitted = [Stage((task,), 0.0, 1) for task in cosine_tasks(cfg)]  # thresholds: train pairs
     data.require(plan_files(cfg, fitted))  # the dev sets (and those), no other file
