@@ -71,6 +71,19 @@ SLIPS = {
             [('F.gelu(self.intermediate["dense"](a))', 'F.relu(self.intermediate["dense"](a))')],
         ),
         (
+            "the tanh GELU, the dense layers by F.linear (no hook sees the activation)",
+            [
+                (
+                    'F.gelu(self.intermediate["dense"](a))',
+                    'F.gelu(self.intermediate["dense"](a), approximate="tanh")',
+                ),
+                (
+                    "dropout(dense_layer(output))",
+                    "dropout(F.linear(output, dense_layer.weight, dense_layer.bias))",
+                ),
+            ],
+        ),
+        (
             "the layer's input as the second residual",
             [
                 (

@@ -106,6 +106,17 @@ VARIANTS = {
             ],
         ),
         (
+            "F.linear and F.layer_norm on add_norm's modules' parameters",
+            [
+                (
+                    "ln_layer(input + dropout(dense_layer(output)))",
+                    "F.layer_norm(input + dropout(F.linear(output, dense_layer.weight, "
+                    "dense_layer.bias)), ln_layer.normalized_shape, ln_layer.weight, "
+                    "ln_layer.bias, ln_layer.eps)",
+                )
+            ],
+        ),
+        (
             "exact GELU by name",
             [
                 (
