@@ -7,7 +7,10 @@ SNLI (Bowman et al., 2015) is read for supervised SimCSE (Gao et al., 2021).
 
 Bad rows (wrong column count, empty or out-of-range label, empty text) are never misread:
 by default they are skipped with ONE warning per file naming their lines; `strict=True`
-raises a DataError at the first one instead.
+raises a DataError at the first one instead. A test row is never skipped, as the handout's
+reader never skips one: every leaderboard id needs a prediction. An empty text there is
+read as "" ([CLS] [SEP]) and a repeated id as a row of its own, said in one line; a row
+that cannot be read at all stops with a DataError naming its line.
 
 `load_task_data` reads and tokenizes every split a run needs, once; `fraction_loader` and
 `subset_loader` batch a stage's share of a training set. lab/fetch.py (`make data`) fetches
@@ -42,7 +45,7 @@ class DataError(ValueError):
 
 
 class DataWarning(UserWarning):
-    """Rows of a data file were skipped."""
+    """Rows of a data file were skipped, or (test files) read as the handout reads them."""
 
 
 def _format_warning(message, category, filename, lineno, line=None, _python=warnings.formatwarning):
@@ -191,13 +194,14 @@ def _fields(line: str) -> list[str]:
 
 
 def _parse_row(line, width, text_columns, text_at, label_at, parse_label):
-    """([stripped texts], label or None) of one line; _BadRow says what is wrong."""
+    """([stripped texts], label or None) of one line; _BadRow says what is wrong. An
+    unlabeled (test) row may have an empty text, but not an empty id."""
     fields = _fields(line)
     if len(fields) != width:
         raise _BadRow(f"{len(fields)} columns; expected {width} like the header")
     texts = [fields[i].strip() for i in text_at]
     for name, text in zip(text_columns, texts, strict=True):
-        if not text:
+        if not text and (label_at is not None or name == "id"):
             raise _BadRow(f"empty {name}; expected text")
     if "id" in text_columns and not ID.fullmatch(texts[0]):
         raise _BadRow(f"id {texts[0]!r} has a space or a comma; expected one word")
@@ -246,28 +250,51 @@ def _read_table(
     except _BadRow as err:
         raise DataError(f"{path}:1: {err}") from None
     text_at, label_at = _columns(path, header, text_columns, label_column)
-    rows, bad, first_line = [], [], {}
+    test = label_at is None  # a test file: every row is predicted, none skipped
+    rows, bad, first_line, kept = [], [], {}, {"empty text": [], "repeated id": []}
     for line_no, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue  # blank line: csv.DictReader skips these too
         try:
             row = _parse_row(line, len(header), text_columns, text_at, label_at, parse_label)
             if "id" in text_columns and first_line.setdefault(row[0][0], line_no) != line_no:
-                raise _BadRow(f"id {row[0][0]!r} repeats line {first_line[row[0][0]]}")
+                if not test:
+                    raise _BadRow(f"id {row[0][0]!r} repeats line {first_line[row[0][0]]}")
+                kept["repeated id"].append(line_no)
+            if not all(row[0]):
+                kept["empty text"].append(line_no)
             rows.append(row)
         except _BadRow as err:
-            if strict:
-                raise DataError(f"{path}:{line_no}: {err}") from None
+            if strict or test:
+                why = "; a test row is never skipped: its id needs a prediction" if test else ""
+                raise DataError(f"{path}:{line_no}: {err}{why}") from None
             bad.append((line_no, str(err)))  # (line, why)
-    if bad:  # one DataWarning for the file's skipped rows
-        shown = ", ".join(str(n) for n, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+    _warn(path, bad, kept)
+    return rows
+
+
+def _warn(path: Path, bad: list, kept: dict) -> None:
+    """One DataWarning for the file's skipped rows, one for the test rows read specially."""
+    if bad:
         warnings.warn(
-            f"{path}: skipped {len(bad)} bad row(s) at line(s) {shown}; "
+            f"{path}: skipped {len(bad)} bad row(s) at line(s) {_shown(bad)}; "
             f"first: line {bad[0][0]}: {bad[0][1]} (--strict stops instead)",
             DataWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return rows
+    if kinds := [f"{len(at)} {kind} at line(s) {_shown(at)}" for kind, at in kept.items() if at]:
+        warnings.warn(
+            f"{path}: predicted as the handout predicts them: {'; '.join(kinds)} (an empty "
+            "text is [CLS] [SEP]; a repeated id gets a prediction row each)",
+            DataWarning,
+            stacklevel=3,
+        )
+
+
+def _shown(lines: list) -> str:
+    """The first five line numbers of `lines` (ints, or (line, why) pairs), then '...'."""
+    numbers = [n if isinstance(n, int) else n[0] for n in lines]
+    return ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
 
 
 def read_sentiment(

@@ -93,6 +93,21 @@ def write_tiny_data(folder: Path, n_train=48, n_dev=16, seed=0):
     return folder
 
 
+def add_real_bad_rows(folder: Path) -> Path:
+    """The kinds of bad rows the handout's real files hold, added to tiny data: a Quora dev
+    pair whose is_duplicate is empty after a quoted sentence (the real quora-dev.csv has two,
+    at lines 2577 and 14222), and in the test files a pair with an empty sentence, an SST
+    sentence that is empty and a repeated id (every test row gets a prediction)."""
+    quoted = '"""Where can I find it"" asked the man?"'
+    with (folder / "quora-dev.csv").open("a") as f:
+        f.write(f"90\tquoradev-nolabel\tgood day\t{quoted}\t\n")
+    with (folder / "quora-test-student.csv").open("a") as f:
+        f.write("90\tquoratest-empty\t \tgood day\n91\tquoratest-student0\tbad day\tok\n")
+    with (folder / "ids-sst-test-student.csv").open("a") as f:
+        f.write("90\tids-ssttest-empty\t\n")
+    return folder
+
+
 def write_tiny_checkpoint(folder: Path, config: BertConfig, seed=0):
     """A random tiny BERT in Hugging Face format (config.json, model.safetensors, vocab.txt)."""
     import json

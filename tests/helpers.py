@@ -2,6 +2,8 @@
 multitask_classifier.main on the tiny BERT."""
 
 import json
+import shutil
+from pathlib import Path
 from unittest.mock import patch
 
 import torch
@@ -77,11 +79,12 @@ def assert_same_run(straight_rows, straight_dir, resumed_dir):
 
 
 def tiny_flags(tiny_env, run_dir, flags: str = "", *extra) -> list[str]:
-    """--bert, --data_dir and --run_dir of the tiny model, data and a run folder, float32
-    whatever this CPU offers (a later --precision wins), then the flags in `flags` (split
-    at spaces) and `extra`."""
+    """--bert, --data_dir and --run_dir of the tiny model, data and a run folder (the copies
+    of its predictions beside it, not in ./predictions/), float32 whatever this CPU offers
+    (a later --precision wins), then the flags in `flags` (split at spaces) and `extra`."""
     bert_dir, data_dir = tiny_env
     where = ["--bert", str(bert_dir), "--data_dir", str(data_dir), "--run_dir", str(run_dir)]
+    where += ["--predictions_dir", f"{run_dir}-predictions"]
     return where + ["--precision", "fp32"] + flags.split() + list(extra)
 
 
@@ -196,3 +199,15 @@ def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
         trainer.train_step(model, NoUpdate(), stage, [(task, batch)], ctx, torch.Generator())
     (loss,) = caught
     return loss
+
+
+def a_clone(tmp_path) -> Path:
+    """A folder holding the repository's code (the top-level modules and engine/), where a
+    student runs the handout's commands and prepare_submit.py."""
+    repo = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    for f in repo.glob("*.py"):
+        shutil.copy2(f, folder / f.name)
+    shutil.copytree(repo / "engine", folder / "engine", ignore=shutil.ignore_patterns("__py*"))
+    return folder

@@ -114,6 +114,25 @@ def test_read_pairs_binary_and_score(tmp_path):
         D.read_pairs(sts, "regression")
 
 
+def test_a_test_row_is_never_skipped(tmp_path):
+    """The handout's reader keeps every test row: an empty sentence is predicted (as
+    [CLS] [SEP]) and a repeated id gets a row each, said in one line; a row that cannot
+    be read stops, strict or not, since its id would get no prediction."""
+    rows = ["\tid\tsentence1\tsentence2", "0\tt1\ta\t ", "1\tt2\tb\tc", "2\tt1\td\te"]
+    path = write(tmp_path, "quora-test-student.csv", rows)
+    got, warned = read_quietly(D.read_pairs, path, "binary")
+    assert [(e.id, e.sentence2) for e in got] == [("t1", ""), ("t2", "c"), ("t1", "e")]
+    assert len(warned) == 1 and "predicted as the handout predicts them" in warned[0]
+    assert "1 empty text at line(s) 2; 1 repeated id at line(s) 4" in warned[0]
+    assert D.read_pairs(path, "binary", strict=True) == got
+    sst = write(tmp_path, "sst-test.csv", ["\tid\tsentence", "0\ts1\t", "1\t\tno id"])
+    with pytest.raises(D.DataError, match=r":3: empty id; expected text; a test row is never"):
+        D.read_sentiment(sst, 5)
+    labeled = [f"{row}\t1" for row in rows[1:]]
+    dev = write(tmp_path, "quora-dev.csv", [PAIR_HEADER.format("is_duplicate"), *labeled])
+    assert [e.id for e in read_quietly(D.read_pairs, dev, "binary")[0]] == ["t2", "t1"]  # dev
+
+
 def test_read_snli(tmp_path):
     path = write(
         tmp_path, "snli.csv", ["premise\thypothesis\tlabel", "A dog runs.\tAn animal moves.\t0"]

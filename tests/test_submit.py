@@ -16,23 +16,11 @@ import datasets as data
 import multitask_classifier as mt
 import prepare_submit
 from evaluation import MULTITASK, read_predictions
-from helpers import tiny_flags
+from helpers import a_clone, tiny_flags
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
 TINY = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64 --preset thesis"
-
-
-def a_clone(tmp_path) -> Path:
-    """A folder holding the repository's top-level modules, where prepare_submit.py runs."""
-    folder = tmp_path / "clone"
-    folder.mkdir()
-    for f in REPO.glob("*.py"):
-        shutil.copy2(f, folder / f.name)
-    shutil.copytree(
-        REPO / "engine", folder / "engine", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    return folder
 
 
 def submit_in(folder, *args) -> subprocess.CompletedProcess:
@@ -118,7 +106,7 @@ def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
     """multitask_classifier.py with the handout's flags: --option pretrain freezes the
     encoder in every stage, --epochs sets the loops, its output flags are taken."""
     argv = ["--option", "pretrain", "--epochs", "1", "--lr", "1e-3", "--hidden_dropout_prob", "0.3"]
-    argv += ["--sst_dev_out", "predictions/sst-dev-output.csv", "--max_length", "64"]
+    argv += ["--sst_dev_out", f"{tmp_path}/p2-predictions/sst-dev-output.csv", "--max_length", "64"]
     cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
     assert cfg.model.freeze_encoder and cfg.schedule.loops == 1 and cfg.model.dropout == 0.3
     assert all(s.freeze_encoder for s in mt.PRESETS[cfg.preset].plans_of(cfg)[""])
@@ -127,3 +115,44 @@ def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
     assert names == sorted(f"{t}-{s}-output.csv" for t in MULTITASK for s in ("dev", "test"))
     with pytest.raises(SystemExit, match="--option nonsense: pretrain or finetune"):
         mt.parse_args(["--option", "nonsense"])
+
+
+def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_path):
+    """A NaN, a label out of range and a wrong header are refused in one line naming the
+    file's line; Part 1 needs both tasks per option; files from an earlier call stay out."""
+    run_dir, part1 = tmp_path / "run", tmp_path / "part1"
+    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    argv = ["--task", "sst", "--epochs", "1", "--max_length", "64"]
+    classifier.main(tiny_flags(tiny_env, part1, "", *argv))
+    clone = a_clone(tmp_path)
+    (clone / "predictions").mkdir()
+    (clone / "predictions" / "old-sst-dev-output.csv").write_text("id \t x \n")  # an earlier call
+    done = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
+    assert done.returncode == 0, done.stderr
+    assert "Part 1 is missing" in done.stdout and "left out of the zip" in done.stdout
+    assert (
+        "predictions/old-sst-dev-output.csv"
+        not in zipfile.ZipFile(clone / prepare_submit.ARCHIVE).namelist()
+    )
+    refused = submit_in(clone, run_dir, "--part1", part1, "--data_dir", tiny_env[1])
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert (
+        "no pretrain-cfimdb-dev-out.csv: python classifier.py --option pretrain --task cfimdb"
+        in refused.stderr
+    )
+    sts = run_dir / "predictions" / "sts-test-output.csv"
+    good = sts.read_text()
+    for text, why in (
+        (good.replace(good.splitlines()[2].split(",")[1], " nan \n", 1), ":3: "),
+        (good.replace("Predicted_Similiary", "Predicted_Similarity"), ":1: header"),
+    ):
+        sts.write_text(text)
+        refused = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
+        assert refused.returncode == 1 and why in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1
+    sts.write_text(good)
+    sst = run_dir / "predictions" / "sst-dev-output.csv"
+    lines = sst.read_text().splitlines()
+    sst.write_text("\n".join([*lines[:2], lines[2].split(",")[0] + ", 7 ", *lines[3:]]) + "\n")
+    refused = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
+    assert "sst-dev-output.csv:3:" in refused.stderr and "one of [0, 1, 2, 3, 4]" in refused.stderr
