@@ -1,13 +1,17 @@
 """Single-task sentiment classification: the thesis's Phase 1 (CS224n handout part 1).
 
-SST-5 (5 classes) and CFIMDB (2 classes), each with a linear head on the pooled sentence:
-- `--option pretrain` (or last-linear-layer): BERT frozen, only the head learns (lr 1e-3
-  unless --lr);
+SST-5 (5 classes) and CFIMDB (2 classes), each with a linear head on BERT's pooled [CLS]:
+- `--option pretrain` (the handout's default; or last-linear-layer): BERT frozen, only
+  the head learns (lr 1e-3 unless --lr);
 - `--option finetune`: every parameter learns (--lr, default 1e-5).
-It is the multitask code with one task: the same model class, the same training loop
-(trainer.run_plan) and the same evaluation, scored on that task's dev set. As the
-handout's command does, one run trains SST, then CFIMDB (`--task` picks one), and writes
-predictions/{pretrain|finetune}-{sst|cfimdb}-{dev|test}-out.csv, the handout's names.
+The defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB always at most
+8, as the handout's), dropout 0.3, up to 512 tokens, seed 11711. It is the multitask code
+with one task: the same model class, the same training loop (trainer.run_plan) and the
+same evaluation, scored on that task's dev set. As the handout's command does, one run
+trains SST, then CFIMDB (`--task` picks one), and writes
+predictions/{pretrain|finetune}-{sst|cfimdb}-{dev|test}-out.csv, the handout's names, into
+each task's run folder and into ./predictions/ (--predictions_dir), where the handout's
+prepare_submit.py finds them.
 
     python classifier.py --option finetune --use_gpu --epochs 10 --lr 1e-5
 """
@@ -47,7 +51,7 @@ class BertSentimentClassifier(mt.MultitaskBERT):
     the task's classes (MultitaskBERT.readout's one-sentence branch: the `classifier`
     exercise). It is MultitaskBERT with one task, so the one training loop trains it."""
 
-    def __init__(self, bert, task: str = "sst", pooling: str = "mean", dropout: float = 0.1):
+    def __init__(self, bert, task: str = "sst", pooling: str = "cls", dropout: float = 0.3):
         super().__init__(bert, (task,), pooling, dropout)
         self.task = task
 
@@ -65,7 +69,7 @@ class ClassifierConfig:
         "both", "data set; both: SST, then CFIMDB", choices=("sst", "cfimdb", "both")
     )
     option: str = flags.option(
-        "finetune",
+        "pretrain",
         f"pretrain (or last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
         "unless given); finetune: train everything",
         choices=("pretrain", "last-linear-layer", "finetune"),
@@ -75,13 +79,17 @@ class ClassifierConfig:
     run_dir: str | None = flags.option(
         None, "output folder; unset: runs/<option>-<time>, a subfolder per task when both train"
     )
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(dropout=0.3))
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=16))
+    predictions_dir: str | None = flags.option(
+        "predictions", "also copy the prediction files here, where the handout's command writes"
+    )
+    data: DataConfig = field(default_factory=lambda: DataConfig(max_length=512))
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(dropout=0.3, pooling="cls"))
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=8))
     device: DeviceConfig = field(default_factory=DeviceConfig)
 
 
 FROZEN = ("pretrain", "last-linear-layer")
+CFIMDB_BATCH = 8  # the handout's classifier.py trains CFIMDB (up to 512 tokens) at 8
 # The handout's classifier.py names its files itself, whatever its --dev_out and --test_out say
 NAMED = "accepted: predictions/{option}-{task}-{split}-out.csv, as the handout names them"
 HANDOUT = HANDOUT_FLAGS | {"--dev_out": (1, no_flags, NAMED), "--test_out": (1, no_flags, NAMED)}
@@ -89,7 +97,7 @@ HANDOUT = HANDOUT_FLAGS | {"--dev_out": (1, no_flags, NAMED), "--test_out": (1, 
 
 def frozen_lr(typed: dict) -> dict:
     """The frozen option's own learning rate, under an --lr the user typed."""
-    return {"optim.lr": FROZEN_LR} if typed.get("option") in FROZEN else {}
+    return {"optim.lr": FROZEN_LR} if typed.get("option", ClassifierConfig.option) in FROZEN else {}
 
 
 def main(argv=None):
@@ -118,6 +126,7 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
     torch.manual_seed(cfg.seed)
     task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
     frozen = cfg.option in FROZEN
+    batch = cfg.optim.batch_size if task == "sst" else min(cfg.optim.batch_size, CFIMDB_BATCH)
     make_model = mt.model_factory(
         cfg.model, (task,), compile=cfg.device.compile, model_class=BertSentimentClassifier
     )
@@ -125,13 +134,17 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
         Stage(
             (task,),
             cfg.optim.lr,
-            cfg.optim.batch_size,
+            batch,
             name=f"epoch {e + 1}",
             freeze_encoder=frozen,
         )
         for e in range(cfg.epochs)
     ]
     print(f"{task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
+    print(
+        f"the handout's Part 1: {cfg.epochs} epochs, lr {cfg.optim.lr:g}, batch {batch}, "
+        f"dropout {cfg.model.dropout:g}, {cfg.data.max_length} tokens, {cfg.model.pooling} pooling"
+    )
     run_dir.mkdir(parents=True, exist_ok=True)  # its settings, for prepare_submit.py to read
     checkpoint.atomic_write(json.dumps(flags.to_dict(cfg), indent=1), run_dir / "config.json")
     option = "pretrain" if frozen else "finetune"  # the handout's names of the two
@@ -147,6 +160,7 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
         cfg.seed,
         score_train=True,
         prediction_file=named,
+        copy_to=Path(cfg.predictions_dir) if cfg.predictions_dir else None,
     )
     t0 = time.time()
     model, rows, best = run_plan(stages, make_model(), task_data, cfg.optim, run)

@@ -297,7 +297,7 @@ RESUME = ("--resume", "continue the run in this folder from its last checkpoint"
 # settings of the machine rather than of the experiment: a resumed run may change them
 MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
 MACHINE |= {"checkpoint_minutes", "stage_checkpoints", "device.dist_timeout", "tensorboard"}
-MACHINE |= {"optim.accumulate"}
+MACHINE |= {"optim.accumulate", "predictions_dir"}
 SCORING = {"data.dev_size", "data.test_predictions", "data.eval_batch_size"}  # --predict's own
 PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
 SHOW = (
@@ -322,7 +322,8 @@ ESTIMATE = (
 def parse_args(argv=None) -> tuple[RunConfig, dict]:
     """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'score' |
     'estimate': True or None})."""
-    argv = handout.handout_argv(sys.argv[1:] if argv is None else argv, MULTITASK_HANDOUT)
+    argv = sys.argv[1:] if argv is None else argv
+    argv = handout.handout_argv(argv, MULTITASK_HANDOUT, handout.MULTITASK_DEFAULTS)
     cfg, typed, folders = flags.parse(
         RunConfig(),
         argv,
@@ -407,6 +408,7 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
     its own scored on its one task (the individual preset)."""
     tasks = (name,) if name else MULTITASK
     settings |= {"split_dev": cfg.data.split_dev, "patience": cfg.schedule.patience}
+    settings |= {"copy_to": Path(cfg.predictions_dir) if cfg.predictions_dir else None}
     return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
 
 
@@ -448,6 +450,11 @@ def main(argv=None):
     cfg, folders = parse_args(argv)
     if folders["show"]:  # loads nothing
         return print(show(cfg, PRESETS[cfg.preset]))
+    preset = PRESETS[cfg.preset]
+    if cfg.preset == "handout":
+        print(f"the handout's run: {preset.help} [{preset.source}]")
+    else:  # the handout's run is its flags' (engine.handout), or --preset handout
+        print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     check_loading(cfg, rt.device)
     run_dir = Path(

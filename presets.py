@@ -206,6 +206,14 @@ def multitask_plan(cfg: RunConfig) -> list[Stage]:
     return [replace(stage, name=f"{stage.name} epoch {e + 1}") for e in range(epochs)]
 
 
+def handout_plan(cfg: RunConfig) -> list[Stage]:
+    """The handout's --epochs passes over the data: each one SST, then QQP, then STS."""
+    epochs = range(1, cfg.multitask.multitask_epochs + 1)
+    return [
+        task_stage(cfg, t, name=f"epoch {e}: {TASKS[t].title}") for e in epochs for t in MULTITASK
+    ]
+
+
 def sst_plan(cfg: RunConfig) -> list[Stage]:
     """SST alone, one stage per --multitask_epochs, all three tasks scored after each."""
     epochs = cfg.multitask.multitask_epochs
@@ -250,13 +258,14 @@ class Preset:
 
     def plans_of(self, cfg: RunConfig) -> Plans:
         """Sub-run name -> its stages (Plans); '' is the one model scored on all three
-        tasks. With --freeze_encoder every stage trains the heads only (what that cannot
-        do is engine.checks.check_frozen's)."""
+        tasks. With --freeze_encoder every stage trains the heads only, at --head_lr (what
+        that cannot do is engine.checks.check_frozen's)."""
         plan = self.plan(cfg)
         plans = Plans(plan if isinstance(plan, dict) else {"": plan})
         if not cfg.model.freeze_encoder:
             return plans
-        return Plans({n: [replace(s, freeze_encoder=True) for s in ss] for n, ss in plans.items()})
+        frozen = {"freeze_encoder": True, "lr": cfg.schedule.head_lr}  # heads at --head_lr
+        return Plans({n: [replace(s, **frozen) for s in ss] for n, ss in plans.items()})
 
 
 # Named groups of settings, each written out flat (none is built from another); a row
@@ -274,6 +283,18 @@ DEFENDED = {
     "optim.decay": "linear",
     "optim.distill": 30.0,
     "schedule.loop_decay": "linear",
+}
+# The CS224n 2023 handout's multitask_classifier.py: its argparse defaults (--epochs 10,
+# --batch_size 8, --hidden_dropout_prob 0.3, --lr 1e-5), 512 tokens (its tokenizer call
+# truncates at BERT's limit), BERT's pooled [CLS], and a Linear on [u, v] for the pairs.
+HANDOUT = {
+    "multitask.multitask_epochs": 10,
+    "optim.batch_size": 8,
+    "model.dropout": 0.3,
+    "optim.lr": 1e-5,
+    "data.max_length": 512,
+    "model.pooling": "cls",
+    "model.pair_head": "concat",
 }
 BROADHURST = {  # section 5.3: lr 1e-5, batch 8, dropout 0.3, random weights, concat heads
     "optim.lr": 1e-5,
@@ -424,6 +445,15 @@ PRESETS = {
         help="all tasks at once: --mixing, --weighting, --order",
         source="CS224n reports",
         plan=multitask_plan,
+    ),
+    "handout": Preset(
+        help="the handout's run, picked by its flags (--option, --epochs, --use_gpu, its data "
+        "and output paths) when no --preset is typed: --epochs passes over SST, then QQP, then "
+        "STS; BERT's pooled [CLS]; a Linear on [u, v] for the pairs; 512 tokens, batch 8, "
+        "dropout 0.3, lr 1e-5; --option pretrain (its default) trains the heads at --head_lr",
+        source="the CS224n 2023 handout's multitask_classifier.py",
+        plan=handout_plan,
+        overrides=HANDOUT,
     ),
     "broadhurst-1": broadhurst(
         "exp. 1: SST only, 10 epochs, all three scored",

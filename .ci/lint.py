@@ -14,7 +14,9 @@ import ast
 import sys
 from pathlib import Path
 
-LINES = {"multitask_classifier.py": 495, "datasets.py": 810, "lab/bench.py": 540}  # else 585
+# presets.py is the one table of every preset and its settings: it grows a row at a time
+LINES = {"multitask_classifier.py": 495, "datasets.py": 810, "lab/bench.py": 540, "presets.py": 640}
+LINES_DEFAULT = 585
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000
 TEST_LINES = 500  # a test file holds one concern, named after what it tests
 TOP_LEVEL = 18  # modules at the top level: the lesson; the engine and the lab are packages
@@ -48,8 +50,8 @@ def project_imports(tree: ast.AST, known: set[str]) -> set[str]:
 
 def module_problems(path: Path, name: str, tree: ast.AST, limit: int = 0) -> list[str]:
     """Size, docstring and every function's length and parameters of one module (limit: its
-    lines, else LINES' or 585)."""
-    out, limit = [], limit or LINES.get(name, 585)
+    lines, else LINES' or LINES_DEFAULT)."""
+    out, limit = [], limit or LINES.get(name, LINES_DEFAULT)
     if (n := len(path.read_text().splitlines())) > limit:
         out.append(f"{name}: {n} lines, over its {limit}")
     if not ast.get_docstring(tree):

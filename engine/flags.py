@@ -192,7 +192,7 @@ class ScheduleConfig:
     individual_epochs: int = option(
         3, "individual and frozen-encoder presets: epochs per task", minimum=1
     )
-    head_lr: float = option(1e-3, "learning rate of heads on a frozen encoder", positive=True)
+    head_lr: float = option(1e-3, "lr of the heads on a frozen encoder", positive=True)
     patience: int = option(
         0,
         "stop the schedule after this many stages without a new best model (0: run "
@@ -357,6 +357,7 @@ class RunConfig:
         11711, "seed for data order, subsets and dropout", minimum=0, maximum=2**32 - 1
     )
     run_dir: str | None = option(None, "output folder; unset: runs/<preset>-<time>")
+    predictions_dir: str | None = option(None, "also copy the kept model's predictions here")
     checkpoint_minutes: float = option(
         10.0,
         "also save a resumable checkpoint inside a stage this often, in minutes (0: only "

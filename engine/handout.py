@@ -1,7 +1,13 @@
 """The CS224n handout's own command-line flags (`--use_gpu`, `--option pretrain`, ...),
-rewritten into this project's before the parser reads them."""
+rewritten into this project's before the parser reads them; on multitask_classifier.py
+they pick the handout's run (the `handout` preset, with its defaults) unless --preset is
+typed."""
 
+from pathlib import Path
+
+from datasets import task_file
 from engine.flags import refuse
+from evaluation import MULTITASK, prediction_path
 
 # The CS224n handout's own flags, as its commands take them: flag -> (how many values, the
 # flags of this project it stands for, what --help says). Each command adds its own.
@@ -9,12 +15,13 @@ HANDOUT_FLAGS = {
     "--use_gpu": (0, lambda: ["--device", "cuda"], "--device cuda"),
     "--hidden_dropout_prob": (1, lambda p: ["--dropout", p], "--dropout"),
 }
+FOLDERS = ("--data_dir", "--predictions_dir")  # one folder each, however many flags name it
 
 
-def handout_argv(argv: list[str], table: dict) -> list[str]:
-    """argv with each of the handout's flags in `table` rewritten into this project's:
-    `--use_gpu` becomes `--device cuda`."""
-    out, i = [], 0
+def rewrite(argv: list[str], table: dict) -> tuple[list[str], list[str]]:
+    """(argv with each of the handout's flags in `table` rewritten into this project's, one
+    'flag value -> ours' note per rewritten flag)."""
+    out, notes, i = [], [], 0
     while i < len(argv):
         flag, _, inline = argv[i].partition("=")
         if flag not in table:
@@ -24,7 +31,40 @@ def handout_argv(argv: list[str], table: dict) -> list[str]:
         values = [inline] if inline else argv[i + 1 : i + 1 + arity]
         if len(values) != arity or any(v.startswith("--") for v in values):
             raise SystemExit(f"{flag} (the handout's flag) takes {arity} value(s)")
-        out, i = [*out, *ours(*values)], i + 1 + (0 if inline else arity)
+        flags = ours(*values)
+        notes.append(f"{' '.join([flag, *values])} -> {' '.join(flags) or 'nothing'}")
+        out, i = [*out, *flags], i + 1 + (0 if inline else arity)
+    return out, notes
+
+
+def one_folder(out: list[str], notes: list[str]) -> None:
+    """The handout's data (or output) flags name files in one folder: this project reads
+    (writes) the handout's file names there."""
+    for folder in FOLDERS:
+        named = {out[i + 1] for i, a in enumerate(out[:-1]) if a == folder}
+        refuse(
+            len(named) > 1 and any(folder in n for n in notes),
+            f"{', '.join(n for n in notes if folder in n)}: the handout's files are read and "
+            f"written in one folder ({folder}); expected the same folder in each",
+        )
+
+
+def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> list[str]:
+    """argv with the handout's flags rewritten (`--use_gpu` becomes `--device cuda`). With
+    `defaults` (multitask_classifier.py), a command line that uses one and types no
+    --preset (nor --resume, --predict) is the handout's run: `defaults` go first, so the
+    flags typed after them win. Prints one line saying which run it is."""
+    out, notes = rewrite(argv, table)
+    one_folder(out, notes)
+    own = ("--preset", "--resume", "--predict", "-h", "--help")
+    if defaults is not None and notes and not any(a.partition("=")[0] in own for a in argv):
+        typed = {a.partition("=")[0] for a in argv}
+        untyped = [[flag, value] for flag, value in defaults.items() if flag not in typed]
+        extra, _ = rewrite(sum(untyped, []), table)
+        print(f"the handout's run (--preset handout): {'; '.join(notes) or 'its defaults'}")
+        return ["--preset", "handout", *extra, *out]
+    if notes:
+        print(f"the handout's flags, as this project's: {'; '.join(notes)}")
     return out
 
 
@@ -34,11 +74,23 @@ def handout_help(table: dict) -> str:
     return "the CS224n handout's flags, taken as this project's:\n" + "\n".join(lines)
 
 
-OUTPUTS = "accepted: the run writes the handout's files to RUN_DIR/predictions/; prepare_submit.py copies them to ./predictions/"
-
-
 def no_flags(_):
     return []
+
+
+def in_folder(flag: str, name: str, ours: str):
+    """A handout flag naming one of its files: that file's folder becomes `ours`
+    (--data_dir, --predictions_dir); another file name is refused in one line."""
+
+    def rewrite(path: str) -> list[str]:
+        refuse(
+            Path(path).name != name,
+            f"{flag} {path}: the handout's file name is {name}; this project reads and writes "
+            f"the handout's names in one folder ({ours})",
+        )
+        return [ours, str(Path(path).parent)]
+
+    return 1, rewrite, f"{ours} (its folder; the file name must be {name})"
 
 
 def multitask_option(option: str) -> list[str]:
@@ -50,16 +102,27 @@ def epochs_flags(n: str) -> list[str]:
     return ["--loops", n, "--individual_epochs", n, "--multitask_epochs", n]
 
 
+SPLITS = ("train", "dev", "test")
 MULTITASK_HANDOUT = HANDOUT_FLAGS | {  # multitask_classifier.py's
     "--option": (
         1,
         multitask_option,
-        "pretrain: --freeze_encoder --pair_head concat; finetune: the default",
+        "pretrain (the handout's default): --freeze_encoder --pair_head concat, heads at "
+        "--head_lr; finetune: the whole model at --lr",
     ),
-    "--epochs": (1, epochs_flags, "--loops (thesis presets), --individual/multitask_epochs"),
+    "--epochs": (1, epochs_flags, "--multitask_epochs (the handout preset), --loops, ..."),
     **{
-        f"--{t}_{s}_out": (1, no_flags, OUTPUTS)
-        for t in ("sst", "para", "sts")
+        f"--{t}_{s}": in_folder(f"--{t}_{s}", task_file(".", t, s).name, "--data_dir")
+        for t in MULTITASK
+        for s in SPLITS
+    },
+    **{
+        f"--{t}_{s}_out": in_folder(
+            f"--{t}_{s}_out", prediction_path("", t, s).name, "--predictions_dir"
+        )
+        for t in MULTITASK
         for s in ("dev", "test")
     },
 }
+# The handout's argparse defaults that are its flags' (the rest are the handout preset's).
+MULTITASK_DEFAULTS = {"--option": "pretrain", "--predictions_dir": "predictions"}

@@ -12,7 +12,8 @@ def settings_of(preset: Preset, typed: dict) -> dict:
     least 1) and the share of each training set --scale keeps. A --dev_size typed
     smaller than the preset's held-out pairs shrinks them with it (unless
     --heldout_size is typed too): a small run is scored small. A typed --batch_size is
-    SMART stages' batch too, unless --smart_batch_size is typed: no typed flag is lost."""
+    SMART stages' batch too, unless --smart_batch_size is typed, and a typed --lr on a
+    frozen encoder is the heads' (--head_lr), unless that is typed: no typed flag is lost."""
     settings = preset.overrides
     if preset.scaled is not None:
         scale = typed.get("schedule.scale", flags.ScheduleConfig.scale)
@@ -23,6 +24,9 @@ def settings_of(preset: Preset, typed: dict) -> dict:
         settings = settings | {"data.heldout_size": min(heldout, dev)}
     if "optim.batch_size" in typed and "smart.smart_batch_size" not in typed:
         settings = settings | {"smart.smart_batch_size": typed["optim.batch_size"]}
+    frozen = typed.get("model.freeze_encoder", settings.get("model.freeze_encoder"))
+    if frozen and "optim.lr" in typed and "schedule.head_lr" not in typed:
+        settings = settings | {"schedule.head_lr": typed["optim.lr"]}  # what trains: heads
     refuse(
         typed.get("smart.smart_dropout") == "shared"
         and typed.get("smart.smart_variant", settings.get("smart.smart_variant")) == "reference",

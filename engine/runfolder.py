@@ -20,6 +20,7 @@ How each file is written safely (atomically, resumable, locked) is checkpoint.py
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -87,6 +88,7 @@ class Run:
     # (folder, task, split) -> a prediction file: the handout's multitask names, unless the
     # command has others (classifier.py: Part 1's)
     prediction_file: Callable[[Path, str, str], Path] = evaluation.prediction_path
+    copy_to: Path | None = None  # a copy of each prediction file here (--predictions_dir)
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
@@ -276,9 +278,13 @@ def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
     for split in ("dev", "test") if test else ("dev",):
         results = evaluate_split(model, task_data, split, run.eval_tasks, run)
         for task, res in results.items():
-            evaluation.write_predictions(
-                run.prediction_file(out_dir, task, split), task, res.ids, res.preds
-            )
+            path = run.prediction_file(out_dir, task, split)
+            evaluation.write_predictions(path, task, res.ids, res.preds)
+            if run.copy_to is not None:  # where the handout's commands write it
+                Path(run.copy_to).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, Path(run.copy_to) / path.name)
+    if run.copy_to is not None:
+        print(f"copied into {run.copy_to}/, where the handout's prepare_submit.py zips them")
     return out_dir
 
 
@@ -286,9 +292,10 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
     """Print the forgetting table, reload the best model and write its predictions."""
     if not run.rt.main:
         return
-    print(f"\nforgetting table ({run.run_dir}, {wall / 60:.1f} min):")
+    several = len(run.eval_tasks) > 1  # one task (classifier.py): nothing else to forget
+    print(f"\n{'forgetting table' if several else 'scores'} ({run.run_dir}, {wall / 60:.1f} min):")
     print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
-    if len(rows) > 1:
+    if len(rows) > 1 and several:
         measures = evaluation.forgetting(rows, run.eval_tasks)
         print(evaluation.format_forgetting(measures))
         if "halves" in rows[0]:

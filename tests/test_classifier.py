@@ -33,9 +33,12 @@ def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
         classifier.ClassifierConfig(), [*frozen, "--lr", "0.1"], overrides=classifier.frozen_lr
     )
     assert typed[0].optim.lr == 0.1
-    assert (
-        parse(classifier.ClassifierConfig(), [], overrides=classifier.frozen_lr)[0].optim.lr == 1e-5
+    default = parse(classifier.ClassifierConfig(), [], overrides=classifier.frozen_lr)[0]
+    assert default.option == "pretrain" and default.optim.lr == 1e-3  # the handout's default
+    tuned = parse(
+        classifier.ClassifierConfig(), ["--option", "finetune"], overrides=classifier.frozen_lr
     )
+    assert tuned[0].optim.lr == 1e-5
 
 
 def test_negative_sizes_are_refused():

@@ -1,0 +1,150 @@
+"""The handout's command lines give the handout's runs, on the handout's kinds of data: its
+Part 1 and Part 2 commands, run in a copy of the code as a student runs them, write the
+handout's files where it writes them; the handout's own zipper and prepare_submit.py then
+zip the same files. A run on data holding the real files' bad rows is submitted end to end."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import multitask_classifier as mt
+from conftest import add_real_bad_rows
+from datasets import DataError
+from evaluation import read_predictions
+from helpers import a_clone, tiny_flags
+
+REPO = Path(__file__).resolve().parents[1]
+PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
+ARCHIVE = "cs224n_default_final_project_submission.zip"
+
+
+def command(folder, script, *args) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, script, *map(str, args)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def zipped(folder) -> list[str]:
+    with zipfile.ZipFile(folder / ARCHIVE) as z:
+        return sorted(z.namelist())
+
+
+def handout_commands(clone: Path, tiny_env, tmp_path) -> str:
+    """classifier.py twice (pretrain, finetune), then multitask_classifier.py with the
+    handout's flags, its data paths among them, run in `clone`; the last one's output."""
+    bert, data = tiny_env
+    small = ["--bert", bert, "--max_length", "64", "--precision", "fp32", "--train_size", "16"]
+    for option in ("pretrain", "finetune"):
+        part1 = ["--option", option, "--epochs", "1", "--run_dir", tmp_path / option]
+        out = command(clone, "classifier.py", *part1, "--data_dir", data, *small).stdout
+        lr = 1e-3 if option == "pretrain" else 1e-5
+        expected = f"Part 1: 1 epochs, lr {lr:g}, batch 8, dropout 0.3, 64 tokens, cls pooling"
+        assert expected in out
+    stems = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+    splits = {"train": "train", "dev": "dev", "test": "test-student"}
+    paths = [
+        x
+        for t, stem in stems.items()
+        for s, name in splits.items()
+        for x in (f"--{t}_{s}", data / f"{stem}-{name}.csv")
+    ]
+    part2 = ["--option", "finetune", "--epochs", "1", "--hidden_dropout_prob", "0.2", *paths]
+    return command(clone, "multitask_classifier.py", *part2, "--run_dir", tmp_path / "p2", *small)
+
+
+def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, tmp_path):
+    """The handout's three commands write its files in ./predictions/; prepare_submit.py
+    with no argument, as the handout runs it, and the handout's own zipper zip the same
+    predictions, every one checked."""
+    clone = a_clone(tmp_path)
+    first = handout_commands(clone, tiny_env, tmp_path).stdout.splitlines()[:2]
+    assert first[0].startswith("the handout's run (--preset handout): --option finetune")
+    assert first[1].startswith("the handout's run: the handout's run, picked by its flags")
+    written = sorted(p.name for p in (clone / "predictions").iterdir())
+    assert len(written) == 14  # 4 + 4 of Part 1, 6 of Part 2, in ./predictions/
+    done = command(clone, "prepare_submit.py", "--data_dir", tiny_env[1])
+    assert "Part 1 is missing" not in done.stdout
+    ours = zipped(clone)
+    predictions = [n for n in ours if n.startswith("predictions/")]
+    assert predictions == [f"predictions/{n}" for n in written]
+    if not PREPARE.is_file():
+        pytest.skip(f"no handout zipper at {PREPARE}")
+    (clone / ARCHIVE).unlink()
+    command(clone, PREPARE)
+    engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
+    assert ours == sorted(zipped(clone) + engine)
+
+
+def test_a_run_on_the_real_files_bad_rows_is_submitted(tiny_env, tmp_path):
+    """An empty label in Quora dev is not demanded; an empty sentence and a repeated id in
+    the test files are predicted, as the handout predicts them; each said in one line."""
+    bert, data = tiny_env
+    add_real_bad_rows(data)
+    run_dir = tmp_path / "run"
+    mt.main(tiny_flags(tiny_env, run_dir, "--preset thesis --loops 1 --max_length 64 --seed 0"))
+    ids, _ = read_predictions(run_dir / "predictions" / "para-test-output.csv")
+    assert "quoratest-empty" in ids and ids.count("quoratest-student0") == 2
+    assert (
+        "ids-ssttest-empty" in read_predictions(run_dir / "predictions" / "sst-test-output.csv")[0]
+    )
+    assert (
+        "quoradev-nolabel"
+        not in read_predictions(run_dir / "predictions" / "para-dev-output.csv")[0]
+    )
+    clone = a_clone(tmp_path)
+    done = command(clone, "prepare_submit.py", run_dir, "--data_dir", data)
+    lines = done.stdout.splitlines()
+    skipped = [line for line in lines if line.startswith("para dev: not demanded:")]
+    assert (
+        len(skipped) == 1 and "skipped 1 bad row(s)" in skipped[0] and "empty label" in skipped[0]
+    )
+    assert any(line.startswith("Part 1 is missing") for line in lines)
+    assert "predictions/para-test-output.csv" in zipped(clone)
+
+
+def test_a_test_row_that_cannot_be_read_stops_the_run_before_its_folder(tiny_env, tmp_path):
+    with (tiny_env[1] / "sts-test-student.csv").open("a") as f:
+        f.write("90\tststest-short\tonly one sentence\n")
+    with pytest.raises(
+        DataError,
+        match=r"sts-test-student.csv:\d+: 3 columns; expected 4 .*"
+        "a test row is never skipped",
+    ):
+        mt.main(tiny_flags(tiny_env, tmp_path / "run", "--preset thesis --max_length 64"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env):
+    """No --preset and a handout flag: the handout's defaults (pretrain, 10 epochs over SST,
+    QQP, STS, batch 8, dropout 0.3, [CLS], 512 tokens) with heads at --head_lr, or at a
+    typed --lr; a typed --preset keeps the project's defaults."""
+    cfg, _ = mt.parse_args(["--use_gpu", "--device", "cpu"])
+    stages = mt.PRESETS[cfg.preset].plans_of(cfg)[""]
+    assert (
+        cfg.preset == "handout"
+        and cfg.model.freeze_encoder
+        and cfg.predictions_dir == "predictions"
+    )
+    assert (cfg.optim.batch_size, cfg.model.dropout, cfg.data.max_length) == (8, 0.3, 512)
+    assert cfg.model.pooling == "cls" and len(stages) == 30
+    assert [s.tasks[0] for s in stages[:3]] == ["sst", "para", "sts"]
+    assert {s.lr for s in stages} == {1e-3} and all(s.freeze_encoder for s in stages)
+    typed, _ = mt.parse_args(["--option", "pretrain", "--lr", "2e-3"])
+    assert {s.lr for s in mt.PRESETS[typed.preset].plans_of(typed)[""]} == {2e-3}
+    head, _ = mt.parse_args(
+        ["--preset", "thesis", "--freeze_encoder", "--pair_head", "concat", "--head_lr", "5e-4"]
+    )
+    assert {s.lr for s in mt.PRESETS["thesis"].plans_of(head)[""]} == {5e-4}
+    ours, _ = mt.parse_args(["--preset", "thesis", "--option", "finetune"])
+    assert ours.preset == "thesis" and ours.optim.batch_size != 8 and ours.predictions_dir is None
+    with pytest.raises(SystemExit, match="the handout's file name is quora-dev.csv"):
+        mt.parse_args(["--para_dev", "data/qqp.csv"])
