@@ -191,6 +191,29 @@ def as_minilm(run_dir: Path, folder: Path) -> Path:
     return folder
 
 
+def both_parts_submitted(run_dir: Path, clone: Path, out: str) -> None:
+    """The Part 1 cell's two runs (pretrain, finetune) on this disk, and the submission
+    cell's archive holding their files and the run's six."""
+    predictions = sorted(p.name for p in (run_dir / "predictions").iterdir())
+    assert len(predictions) == 6  # dev and test for three tasks
+    options = ("pretrain", "finetune")
+    part1 = [f"runs/{run_dir.name}-part1-{option}" for option in options]
+    for folder, option in zip(part1, options, strict=True):
+        assert len(list((clone / folder).rglob(f"predictions/{option}-*-out.csv"))) == 4
+    submitted = f"$ {sys.executable} prepare_submit.py {run_dir} --part1 {' '.join(part1)}\n"
+    assert submitted in out and "Part 1 is missing" not in out  # not MiniLM: no other flag
+    names = [
+        f"{o}-{t}-{s}-out.csv" for o in options for t in ("sst", "cfimdb") for s in ("dev", "test")
+    ]
+    with zipfile.ZipFile(clone / ARCHIVE) as archive:
+        zipped = sorted(
+            n
+            for n in archive.namelist()
+            if n.startswith("./predictions/") or n.startswith("predictions/")
+        )
+    assert [Path(n).name for n in zipped] == sorted(predictions + names)
+
+
 @pytest.mark.slow
 def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
@@ -219,12 +242,7 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     ]
     assert [line[-1] for line in labels] == [s.split("\t")[-1] for s in namespace["SENTENCES"]]
     assert [len(line) for line in labels] == [2, 2, 4]  # the pair: paraphrase, similarity
-    predictions = sorted(p.name for p in (run_dir / "predictions").iterdir())
-    assert len(predictions) == 6  # dev and test for three tasks
-    assert f"$ {sys.executable} prepare_submit.py {run_dir}\n" in out  # not MiniLM: no other flag
-    assert sorted(p.name for p in (clone / "predictions").iterdir()) == predictions
-    with zipfile.ZipFile(clone / ARCHIVE) as archive:
-        assert {f"predictions/{name}" for name in predictions} <= set(archive.namelist())
+    both_parts_submitted(run_dir, clone, out)
 
     training_cell = cell("--resume")
     run_cells(namespace, [CODE[training_cell]])  # running the cell again continues the run
@@ -239,7 +257,8 @@ def test_the_notebook_trains_plots_zips_and_resumes(tiny_env, tmp_path, monkeypa
     assert "MiniLM, which was trained on Quora and NLI pairs" in capsys.readouterr().out
     namespace["ALLOW_OUTSIDE_PRETRAINING"] = True  # the student says so
     run_cells(namespace, [CODE[cell("prepare_submit.py")]])
-    assert f"prepare_submit.py {minilm} --allow_outside_pretraining\n" in capsys.readouterr().out
+    assert f"prepare_submit.py {minilm} --part1 " in (out := capsys.readouterr().out)
+    assert "--allow_outside_pretraining\n" in out
 
 
 def test_without_a_gpu_a_model_other_than_minilm_stops_unless_forced(
@@ -322,7 +341,7 @@ def test_on_drive_the_thesis_schedule_writes_each_checkpoint_once(tiny_env, tmp_
     state and the best model are written once each and nothing heavy is replaced."""
     write_tiny_data(tmp_path / "data")
     logs = {where: tmp_path / f"{where}.log" for where in ("drive", "disk")}
-    ungraded = "GRADE = False"  # grading is the in-process test's
+    ungraded = "GRADE = False\nPART1 = []"  # grading and Part 1 are the in-process test's
     assert kernel(tiny_env[0], tmp_path, tmp_path / "drive", ungraded, logs["drive"]).wait() == 0
     on_disk = f"{ungraded}\nUSE_DRIVE = False"
     on_disk = kernel(tiny_env[0], tmp_path, tmp_path / "disk", on_disk, logs["disk"])
