@@ -328,7 +328,7 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         RunConfig(),
         argv,
         DESCRIPTION,
-        preset_flags.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT),
+        preset_flags.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT, run=True),
         preset_flags.overrides,
         extra=[RESUME, PREDICT, SHOW, SCORE, ESTIMATE],
     )

@@ -68,10 +68,14 @@ def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> 
     return out
 
 
-def handout_help(table: dict) -> str:
-    """--help's lines on the handout's flags this command takes."""
+def handout_help(table: dict, run: bool = False) -> str:
+    """--help's lines on the handout's flags this command takes; run: they pick the handout
+    preset (multitask_classifier.py)."""
     lines = [f"  {flag:22s} {help}" for flag, (_, _, help) in table.items()]
-    return "the CS224n handout's flags, taken as this project's:\n" + "\n".join(lines)
+    head = "the CS224n handout's flags, taken as this project's"
+    if run:
+        head += " (with no --preset, any of them runs the handout's: --preset handout)"
+    return head + ":\n" + "\n".join(lines)
 
 
 def no_flags(_):

@@ -306,8 +306,8 @@ def kill_after_a_checkpoint_inside_a_stage(proc, run_dir: Path):
 @pytest.mark.slow
 def test_a_vm_reset_mid_stage_then_all_cells_again_ends_as_the_unbroken_run(tiny_env, tmp_path):
     write_tiny_data(tmp_path / "data", n_train=2400)  # 300 steps a stage: a second or two
-    # a checkpoint every quarter second; grading and TensorBoard are other tests'
-    often = "CHECKPOINT_MINUTES = 0.004\nGRADE = False\nTENSORBOARD = False"
+    # a checkpoint every quarter second; grading, TensorBoard and Part 1 are other tests'
+    often = "CHECKPOINT_MINUTES = 0.004\nGRADE = False\nTENSORBOARD = False\nPART1 = []"
     assert kernel(tiny_env[0], tmp_path, tmp_path / "drive-a", often).wait() == 0
     broken = tmp_path / "drive-b" / "minbert" / "run"
     stage, step = kill_after_a_checkpoint_inside_a_stage(
