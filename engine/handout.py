@@ -61,11 +61,21 @@ def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> 
         typed = {a.partition("=")[0] for a in argv}
         untyped = [[flag, value] for flag, value in defaults.items() if flag not in typed]
         extra, _ = rewrite(sum(untyped, []), table)
-        print(f"the handout's run (--preset handout): {'; '.join(notes) or 'its defaults'}")
+        print(f"the handout's run (--preset handout): {grouped(notes)}")
         return ["--preset", "handout", *extra, *out]
     if notes:
-        print(f"the handout's flags, as this project's: {'; '.join(notes)}")
+        print(f"the handout's flags, as this project's: {grouped(notes)}")
     return out
+
+
+def grouped(notes: list[str]) -> str:
+    """The notes joined, those with the same result in one ('--sst_dev A, --sts_dev B ->
+    --data_dir D'), the handout's nine data paths being one folder."""
+    by_result = {}
+    for note in notes:
+        typed, _, ours = note.partition(" -> ")
+        by_result.setdefault(ours, []).append(typed)
+    return "; ".join(f"{', '.join(typed)} -> {ours}" for ours, typed in by_result.items())
 
 
 def handout_help(table: dict, run: bool = False) -> str:
