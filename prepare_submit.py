@@ -6,13 +6,15 @@
 1. With RUN_DIR: the run's six Part 2 files ({sst,para,sts}-{dev,test}-output.csv) and
    each --part1 run's (classifier.py) {pretrain,finetune}-{sst,cfimdb}-{dev,test}-out.csv
    are copied into ./predictions/; only these are zipped. Without it: the files of those
-   names already in ./predictions/, where the handout's commands write them.
-2. Part 1 needs its four files for each option it has; without any, one line says Part 1
-   is missing (the zip still has Part 2).
+   names already in ./predictions/, where the handout's commands write them (the runs that
+   wrote them are in ./.predictions.json).
+2. Part 1 needs its four files for each option it has; an option with none is one line
+   (the zip still has the rest).
 3. Every file is read: the handout's header; a number in range on every row (no NaN);
-   every test id, and every dev id the data reader keeps (a dev row without a usable label
-   is not scored, by the handout's reader either: one line gives their count). A gap names
-   the command that fills it.
+   only the data file's ids, each as often as the file has it; every test id, and every
+   dev id the data reader keeps (a dev row without a usable label is not scored, by the
+   handout's reader either: one line gives their count). A gap names the command that
+   fills it.
 4. A run that started from MiniLM is refused: it was trained on Quora and NLI pairs, and
    the handout allows no outside pre-trained model. --allow_outside_pretraining says you
    know (the offline demo).
@@ -21,16 +23,19 @@
 """
 
 import argparse
+import functools
 import json
 import math
 import shutil
 import sys
 import warnings
 import zipfile
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
 import datasets as data
+from engine.runfolder import SOURCES
 from engine.runtime import run_cli
 from evaluation import MULTITASK, TASKS, prediction_path
 
@@ -72,17 +77,20 @@ def file_ids(path: Path) -> list[str]:
     return [line.split("\t")[at].strip() for line in lines[1:] if line.strip()]
 
 
-def demanded_ids(folder: Path, task: str, split: str) -> set[str]:
-    """The ids that need a prediction: every test row; the dev rows the reader keeps (one
-    line says how many it skips and why: the handout's reader skips a row without a label)."""
+@functools.cache
+def demanded(folder: Path, task: str, split: str) -> tuple[frozenset, Counter]:
+    """(the ids that need a prediction, every id of the file with its count): every test
+    row; the dev rows the reader keeps (one line, once, says how many it skips and why: the
+    handout's reader skips a row without a label)."""
+    known = Counter(file_ids(data.task_file(folder, task, split)))
     if split == "test":
-        return set(file_ids(data.task_file(folder, task, split)))
+        return frozenset(known), known
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kept = {e.id for e in data.read_task(folder, task, split)}
+        kept = frozenset(e.id for e in data.read_task(folder, task, split))
     for w in caught:
         print(f"{task} dev: not demanded: {w.message}")
-    return kept
+    return kept, known
 
 
 def gap(source: str, settings: dict, split: str, missing: int, fix: str) -> str:
@@ -100,7 +108,7 @@ def check_values(path: Path, task: str) -> list[str]:
     """The ids of a prediction file whose header and every value are the handout's; else
     one line naming the file's line and what was expected."""
     spec = TASKS[task]
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8-sig").splitlines()  # -sig: Excel's byte-order mark
     if not lines or [c.strip() for c in lines[0].split("\t")] != ["id", spec.column]:
         head = lines[0] if lines else ""
         raise SystemExit(f"{path}:1: header {head!r}; expected 'id \\t {spec.column} '")
@@ -122,12 +130,20 @@ def check_values(path: Path, task: str) -> list[str]:
     return ids
 
 
-def check_ids(path: Path, task: str, wanted: set[str], gap_line) -> None:
-    if missing := len(wanted - set(check_values(path, task))):
+def check_ids(path: Path, task: str, split: str, folder: Path, gap_line) -> None:
+    """Each id of the file once per row of the data file that has it, and every demanded id."""
+    wanted, known = demanded(folder, task, split)
+    have = Counter(check_values(path, task))
+    for id_, n in have.items():
+        if n > known[id_]:
+            where = data.task_file(folder, task, split)
+            held = f"has it {known[id_]} time(s)" if known[id_] else "does not have it"
+            raise SystemExit(f"{path}: id {id_!r} has {n} prediction(s); {where} {held}")
+    if missing := len(wanted - set(have)):
         raise SystemExit(gap_line(missing))
 
 
-def run_files(run_dir: Path, settings: dict) -> dict[str, Path]:
+def run_files(run_dir: Path, settings: dict) -> dict[str, tuple[Path, dict, str]]:
     """The Part 2 files of a multitask_classifier.py run (the individual preset: in its
     sub-runs), by name; a missing one names the command that writes it."""
     out = {}
@@ -137,31 +153,36 @@ def run_files(run_dir: Path, settings: dict) -> dict[str, Path]:
             found = sorted(run_dir.rglob(name))
             if not found:  # an unfinished run, or one with --no_test_predictions
                 raise SystemExit(f"{run_dir}: no {name}: {FIX.format(run=run_dir)}")
-            out[found[0].name] = found[0]
+            out[found[0].name] = (found[0], settings, str(run_dir))
     return out
 
 
-def part1_files(run_dir: Path, allow: bool) -> dict[str, tuple[Path, dict]]:
+def part1_files(run_dir: Path, allow: bool) -> dict[str, tuple[Path, dict, str]]:
     """A classifier.py run's files by the handout's names, each with its run's settings."""
     out = {}
     for config in sorted(run_dir.rglob("config.json")):
         settings = json.loads(config.read_text())
         refuse_outside(config.parent, settings, allow)
         for f in sorted(config.parent.glob("predictions/*-*-*-out.csv")):
-            out[f.name] = (f, settings)
+            out[f.name] = (f, settings, str(config.parent))
     if not out:
         raise SystemExit(f"--part1 {run_dir}: no predictions/*-out.csv; a classifier.py run?")
     return out
 
 
-def check_part1(files: dict, folder: Path) -> None:
-    """Four files per option present; every id in each; else the command that fills it."""
+def check_part1(files: dict, folder: Path, joined: bool) -> None:
+    """Four files per option present; every id in each; else the command that fills it.
+    An option without a file is one line (joined: files come from --part1 runs)."""
     options = [o for o in OPTIONS if any(n.startswith(f"{o}-") for n in files)]
-    if not options:
-        print(
-            "Part 1 is missing: no {pretrain,finetune}-{sst,cfimdb}-*-out.csv; add --part1 "
-            "CLASSIFIER_RUN (python classifier.py --option pretrain, then finetune)"
-        )
+    for option in OPTIONS:
+        if option not in options:
+            how = "add --part1 ITS_RUN_DIR, from" if joined else "it writes ./predictions/:"
+            print(
+                f"Part 1 {option} is missing: no {option}-*-out.csv; {how} "
+                f"python classifier.py --option {option}"
+            )
+    if options:
+        data.require([data.task_file(folder, t, s) for t in PART1_TASKS for s in SPLITS])
     for option in options:
         for task in PART1_TASKS:
             fix = PART1_FIX.format(option=option, task=task)
@@ -169,24 +190,35 @@ def check_part1(files: dict, folder: Path) -> None:
                 name = part1_name(option, task, split)
                 if name not in files:
                     raise SystemExit(f"Part 1 {option}: no {name}: {fix}")
-                path, settings = files[name]
+                path, settings, _ = files[name]
                 where = f"{path}: {task} {split}"
-                wanted = demanded_ids(folder, task, split)
-                check_ids(path, task, wanted, partial(gap, where, settings, split, fix=fix))
+                check_ids(path, task, split, folder, partial(gap, where, settings, split, fix=fix))
 
 
-def check_part2(files: dict, settings: dict, folder: Path, run: str) -> None:
+def check_part2(files: dict, folder: Path) -> None:
     for task in MULTITASK:
         for split in SPLITS:
-            path = files[prediction_path("", task, split).name]
+            path, settings, run = files[prediction_path("", task, split).name]
             fix = FIX.format(run=run)
             where = f"{path}: {task} {split}"
-            wanted = demanded_ids(folder, task, split)
-            check_ids(path, task, wanted, partial(gap, where, settings, split, fix=fix))
+            check_ids(path, task, split, folder, partial(gap, where, settings, split, fix=fix))
 
 
-def in_predictions(out: Path) -> tuple[dict, dict]:
-    """The handout's way: (Part 2, Part 1) files already in ./predictions/, by name."""
+def source_of(name: str, sources: dict, allow: bool) -> tuple[dict, str]:
+    """(settings, run folder) of the run that wrote ./predictions/NAME, as .predictions.json
+    records it (its model checked: refuse_outside); ({}, 'RUN_DIR') when unrecorded."""
+    recorded = sources.get(name)
+    for folder in [Path(recorded), *Path(recorded).parents] if recorded else []:
+        if (folder / "config.json").is_file():
+            settings = run_config(folder)
+            refuse_outside(folder, settings, allow)
+            return settings, str(folder)
+    return {}, "RUN_DIR"
+
+
+def in_predictions(out: Path, allow: bool) -> tuple[dict, dict]:
+    """The handout's way: (Part 2, Part 1) files already in ./predictions/, by name, each
+    with the settings and folder of the run that wrote it, where recorded."""
     part2 = {prediction_path("", t, s).name for t in MULTITASK for s in SPLITS}
     if missing := sorted(n for n in part2 if not (out / n).is_file()):
         raise SystemExit(
@@ -194,8 +226,16 @@ def in_predictions(out: Path) -> tuple[dict, dict]:
             "python multitask_classifier.py, or name its run: python prepare_submit.py RUN_DIR"
         )
     names = {part1_name(o, t, s) for o in OPTIONS for t in PART1_TASKS for s in SPLITS}
-    part1 = {n: (out / n, {}) for n in sorted(names) if (out / n).is_file()}
-    return {n: out / n for n in part2}, part1
+    found = sorted(part2) + sorted(n for n in names if (out / n).is_file())
+    record = out.parent / SOURCES
+    sources = json.loads(record.read_text()) if record.is_file() else {}
+    files = {n: (out / n, *source_of(n, sources, allow)) for n in found}
+    if unknown := [n for n in found if files[n][2] == "RUN_DIR"]:
+        print(
+            f"no record of the run that wrote {', '.join(unknown)} ({record}): its model is "
+            "not checked (prepare_submit.py RUN_DIR checks it)"
+        )
+    return {n: files[n] for n in part2}, {n: f for n, f in files.items() if n not in part2}
 
 
 def write_archive(out: Path, root: Path, predictions: list[str]) -> list[str]:
@@ -212,22 +252,22 @@ def write_archive(out: Path, root: Path, predictions: list[str]) -> list[str]:
 
 def gather(args, out: Path) -> tuple[dict, dict, str]:
     """(Part 2 files, Part 1 files, where they come from), checked against the data."""
+    allow = args.allow_outside_pretraining
     settings = {} if args.run_dir is None else run_config(args.run_dir)
     if args.run_dir is not None:
-        refuse_outside(args.run_dir, settings, args.allow_outside_pretraining)
+        refuse_outside(args.run_dir, settings, allow)
     folder = data.data_dir(args.data_dir or settings.get("data", {}).get("data_dir"))
-    data.require([data.task_file(folder, t, s) for t in (*MULTITASK, "cfimdb") for s in SPLITS])
+    data.require([data.task_file(folder, t, s) for t in MULTITASK for s in SPLITS])
     if args.run_dir is None:
-        part2, part1 = in_predictions(out)
-        source, run = f"{out}/", "RUN_DIR"
+        part2, part1 = in_predictions(out, allow)
+        source = f"{out}/"
     else:
-        part2 = run_files(args.run_dir, settings)
-        part1 = {}
+        part2, part1 = run_files(args.run_dir, settings), {}
         for run_dir in args.part1:
-            part1 |= part1_files(run_dir, args.allow_outside_pretraining)
-        source, run = f"{args.run_dir}", str(args.run_dir)
-    check_part2(part2, settings, folder, run)
-    check_part1(part1, folder)
+            part1 |= part1_files(run_dir, allow)
+        source = str(args.run_dir)
+    check_part2(part2, folder)
+    check_part1(part1, folder, joined=args.run_dir is not None)
     return part2, part1, source
 
 
@@ -250,7 +290,7 @@ def main(argv=None) -> Path:
         parser.error("--part1 joins a RUN_DIR's files; name the multitask run too")
     out = Path.cwd() / "predictions"
     part2, part1, source = gather(args, out)
-    files = part2 | {name: path for name, (path, _) in part1.items()}
+    files = {name: path for name, (path, *_) in (part2 | part1).items()}
     out.mkdir(exist_ok=True)
     for name, path in files.items():
         if path.resolve() != (out / name).resolve():

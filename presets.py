@@ -50,6 +50,7 @@ class Stage:
     contrastive: SimCSEConfig | None = None  # contrastive: objective and temperature;
     # task stages: the weight and temperature of a SimCSE term added to every batch's loss
     select_by_sts: bool = False  # keep the epoch with the best STS dev Pearson (SimCSE)
+    candidate: bool = True  # its model may be the kept one (the handout's: an epoch's last)
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
@@ -207,10 +208,13 @@ def multitask_plan(cfg: RunConfig) -> list[Stage]:
 
 
 def handout_plan(cfg: RunConfig) -> list[Stage]:
-    """The handout's --epochs passes over the data: each one SST, then QQP, then STS."""
+    """The handout's --epochs passes over the data: each one SST, then QQP, then STS, every
+    stage scored; as the handout's, only an epoch's end may be the kept model."""
     epochs = range(1, cfg.multitask.multitask_epochs + 1)
     return [
-        task_stage(cfg, t, name=f"epoch {e}: {TASKS[t].title}") for e in epochs for t in MULTITASK
+        replace(task_stage(cfg, t, name=f"epoch {e}: {TASKS[t].title}"), candidate=t == "sts")
+        for e in epochs
+        for t in MULTITASK
     ]
 
 

@@ -536,7 +536,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
             row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
         except NonFiniteLoss as e:
             raise SystemExit(f"stopped: {e}{runfolder.kept_best(run)}") from None
-        progress = run.record(model, optimizer, row, k, progress)  # its row, best, state
+        progress = run.record(model, optimizer, row, k, progress, plan[k].candidate)
         if progress.stopped:
             break
     return model, progress.rows, progress.best

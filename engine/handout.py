@@ -52,17 +52,19 @@ def one_folder(out: list[str], notes: list[str]) -> None:
 def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> list[str]:
     """argv with the handout's flags rewritten (`--use_gpu` becomes `--device cuda`). With
     `defaults` (multitask_classifier.py), a command line that uses one and types no
-    --preset (nor --resume, --predict) is the handout's run: `defaults` go first, so the
-    flags typed after them win. Prints one line saying which run it is."""
+    --preset (nor --resume, --predict), or one that types --preset handout, is the
+    handout's run: `defaults` go first, so the flags typed after them win. Prints one line
+    saying which run it is."""
     out, notes = rewrite(argv, table)
     one_folder(out, notes)
-    own = ("--preset", "--resume", "--predict", "-h", "--help")
-    if defaults is not None and notes and not any(a.partition("=")[0] in own for a in argv):
-        typed = {a.partition("=")[0] for a in argv}
+    typed = {a.partition("=")[0] for a in argv}
+    named = "--preset handout" in " ".join(argv).replace("=", " ")  # the preset by its name
+    other = {"--resume", "--predict", "-h", "--help"} | (set() if named else {"--preset"})
+    if defaults is not None and (named or notes) and not typed & other:
         untyped = [[flag, value] for flag, value in defaults.items() if flag not in typed]
         extra, _ = rewrite(sum(untyped, []), table)
-        print(f"the handout's run (--preset handout): {grouped(notes)}")
-        return ["--preset", "handout", *extra, *out]
+        print(f"the handout's run (--preset handout): {grouped(notes) or 'its defaults'}")
+        return [*([] if named else ["--preset", "handout"]), *extra, *out]
     if notes:
         print(f"the handout's flags, as this project's: {grouped(notes)}")
     return out
@@ -139,4 +141,4 @@ MULTITASK_HANDOUT = HANDOUT_FLAGS | {  # multitask_classifier.py's
     },
 }
 # The handout's argparse defaults that are its flags' (the rest are the handout preset's).
-MULTITASK_DEFAULTS = {"--option": "pretrain", "--predictions_dir": "predictions"}
+MULTITASK_DEFAULTS = {"--option": "pretrain", "--epochs": "10", "--predictions_dir": "predictions"}

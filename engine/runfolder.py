@@ -171,13 +171,13 @@ class Run:
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         self.unsaved_best = weights, model.config(), row
 
-    def record(self, model, optimizer, row: dict, k: int, progress: Progress) -> Progress:
+    def record(self, model, optimizer, row, k, progress: Progress, candidate=True) -> Progress:
         """After stage k: its row written to the table, its model kept if it is the new
-        best, the row shown, the state saved when due; returns the progress after it,
-        `stopped` when --patience ends the run here."""
+        best (and a candidate: Stage.candidate), the row shown, the state saved when due;
+        returns the progress after it, `stopped` when --patience ends the run here."""
         best, rows, score = progress.best, [*progress.rows, row], self.select(row)
         self.write_rows(rows)
-        if score > best["score"]:  # False for nan
+        if candidate and score > best["score"]:  # False for nan
             best = {"score": score, "stage": row["stage"], "index": k}
             self.save_best(model, row)
         self.show(row, mark=best["index"] == k)
@@ -273,7 +273,8 @@ def kept_best(run: Run) -> str:
 
 
 def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
-    """Dev (and test) predictions of the model in the CS224n output format."""
+    """Dev (and test) predictions of the model in the CS224n output format; with
+    run.copy_to, a copy of each there too."""
     out_dir = run.run_dir / "predictions"
     for split in ("dev", "test") if test else ("dev",):
         results = evaluate_split(model, task_data, split, run.eval_tasks, run)
@@ -281,11 +282,24 @@ def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
             path = run.prediction_file(out_dir, task, split)
             evaluation.write_predictions(path, task, res.ids, res.preds)
             if run.copy_to is not None:  # where the handout's commands write it
-                Path(run.copy_to).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, Path(run.copy_to) / path.name)
+                copy_prediction(path, Path(run.copy_to), run.run_dir)
     if run.copy_to is not None:
-        print(f"copied into {run.copy_to}/, where the handout's prepare_submit.py zips them")
+        print(f"copied into {run.copy_to}/ (prepare_submit.py with no argument zips them)")
     return out_dir
+
+
+SOURCES = ".predictions.json"  # beside a --predictions_dir: which run wrote each file
+
+
+def copy_prediction(path: Path, folder: Path, run_dir: Path) -> None:
+    """A copy of a prediction file in `folder`, and in folder/../.predictions.json the run
+    that wrote it: prepare_submit.py with no argument checks that run's model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, folder / path.name)
+    record = folder.parent / SOURCES
+    sources = json.loads(record.read_text()) if record.is_file() else {}
+    sources[path.name] = str(Path(run_dir).resolve())
+    checkpoint.atomic_write(json.dumps(sources, indent=1) + "\n", record)
 
 
 def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):

@@ -3,6 +3,8 @@ Part 1 and Part 2 commands, run in a copy of the code as a student runs them, wr
 handout's files where it writes them; the handout's own zipper and prepare_submit.py then
 zip the same files. A run on data holding the real files' bad rows is submitted end to end."""
 
+import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -72,7 +74,7 @@ def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, 
     written = sorted(p.name for p in (clone / "predictions").iterdir())
     assert len(written) == 14  # 4 + 4 of Part 1, 6 of Part 2, in ./predictions/
     done = command(clone, "prepare_submit.py", "--data_dir", tiny_env[1])
-    assert "Part 1 is missing" not in done.stdout
+    assert "is missing" not in done.stdout and "no record" not in done.stdout
     ours = zipped(clone)
     predictions = [n for n in ours if n.startswith("predictions/")]
     assert predictions == [f"predictions/{n}" for n in written]
@@ -107,7 +109,7 @@ def test_a_run_on_the_real_files_bad_rows_is_submitted(tiny_env, tmp_path):
     assert (
         len(skipped) == 1 and "skipped 1 bad row(s)" in skipped[0] and "empty label" in skipped[0]
     )
-    assert any(line.startswith("Part 1 is missing") for line in lines)
+    assert sum(line.startswith("Part 1 ") and "is missing" in line for line in lines) == 2
     assert "predictions/para-test-output.csv" in zipped(clone)
 
 
@@ -148,3 +150,27 @@ def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env
     assert ours.preset == "thesis" and ours.optim.batch_size != 8 and ours.predictions_dir is None
     with pytest.raises(SystemExit, match="the handout's file name is quora-dev.csv"):
         mt.parse_args(["--para_dev", "data/qqp.csv"])
+
+
+def test_the_handouts_run_keeps_a_model_only_at_an_epochs_end(tiny_env, tmp_path, capsys):
+    """As the handout's loop, the kept model is an epoch's (the STS stage's), never one whose
+    STS head has not trained yet; --preset handout typed is the same run; a run made with
+    the defaults resumes with --epochs 10 typed."""
+    run_dir = tmp_path / "run"
+    flags = ["--option", "finetune", "--epochs", "2", "--max_length", "64", "--lr", "1e-3"]
+    mt.main(tiny_flags(tiny_env, run_dir, "", *flags))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows[1:4]] == ["epoch 1: SST", "epoch 1: QQP", "epoch 1: STS"]
+    kept = re.search(r"best stage: (.*) \(score", capsys.readouterr().out)
+    assert kept and re.fullmatch(r"(epoch \d: STS|start \(no training\))", kept[1])
+    stages = mt.PRESETS["handout"].plans_of(mt.parse_args(flags)[0])[""]
+    assert [s.candidate for s in stages] == [False, False, True] * 2
+    typed, _ = mt.parse_args(["--preset", "handout"])
+    assert typed.model.freeze_encoder and typed.predictions_dir == "predictions"
+    assert not mt.parse_args(["--preset", "handout", "--option", "finetune"])[
+        0
+    ].model.freeze_encoder
+    default, _ = mt.parse_args(["--option", "pretrain"])
+    assert (default.schedule.loops, default.schedule.individual_epochs) == (10, 10)
+    resumed, _ = mt.parse_args(["--resume", str(run_dir), "--option", "finetune", "--epochs", "2"])
+    assert resumed.multitask.multitask_epochs == 2

@@ -129,7 +129,7 @@ def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_
     (clone / "predictions" / "old-sst-dev-output.csv").write_text("id \t x \n")  # an earlier call
     done = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
     assert done.returncode == 0, done.stderr
-    assert "Part 1 is missing" in done.stdout and "left out of the zip" in done.stdout
+    assert "Part 1 pretrain is missing" in done.stdout and "left out of the zip" in done.stdout
     assert (
         "predictions/old-sst-dev-output.csv"
         not in zipfile.ZipFile(clone / prepare_submit.ARCHIVE).namelist()
@@ -156,3 +156,41 @@ def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_
     sst.write_text("\n".join([*lines[:2], lines[2].split(",")[0] + ", 7 ", *lines[3:]]) + "\n")
     refused = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
     assert "sst-dev-output.csv:3:" in refused.stderr and "one of [0, 1, 2, 3, 4]" in refused.stderr
+
+
+def test_ids_are_the_data_files_each_as_often_and_the_handouts_way_checks_the_model(
+    tiny_env, tmp_path
+):
+    """An id the data lacks, or one predicted twice where the data has it once, stops in one
+    line; Excel's byte-order mark does not. With no argument, the run that wrote each file
+    (.predictions.json) is checked: a MiniLM run is refused there too."""
+    run_dir = tmp_path / "run"
+    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    clone = a_clone(tmp_path)
+    sst = run_dir / "predictions" / "sst-dev-output.csv"
+    good = sst.read_text()
+    first = good.splitlines()[1]
+    for text, why in (
+        (good + "bogus1 , 2 \n", "id 'bogus1' has 1 prediction(s); "),
+        (good + first + "\n", "has 2 prediction(s); "),
+    ):
+        sst.write_text(text)
+        refused = submit_in(clone, run_dir, "--data_dir", tiny_env[1])
+        assert refused.returncode == 1 and why in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1
+    sst.write_text("\ufeff" + good)  # a byte-order mark, as Excel saves UTF-8
+    assert submit_in(clone, run_dir, "--data_dir", tiny_env[1]).returncode == 0
+    handout = tmp_path / f"{run_dir.name}-predictions"  # where tiny_flags copies them
+    (clone / "predictions").mkdir(exist_ok=True)
+    for f in handout.iterdir():
+        shutil.copy2(f, clone / "predictions" / f.name)
+    sources = json.loads((tmp_path / ".predictions.json").read_text())
+    assert sources["sts-test-output.csv"] == str(run_dir.resolve())
+    shutil.copy2(tmp_path / ".predictions.json", clone / ".predictions.json")
+    settings = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps(settings | {"model": {"bert": "minilm"}}))
+    refused = submit_in(clone, "--data_dir", tiny_env[1])
+    assert refused.returncode == 1 and "MiniLM" in refused.stderr
+    (clone / ".predictions.json").unlink()
+    done = submit_in(clone, "--data_dir", tiny_env[1])
+    assert done.returncode == 0 and "no record of the run that wrote" in done.stdout
