@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 GRADER = Path("grader")
 CHECKS = (GRADER / "checks.py", GRADER / "extensions.py")  # the handout's, the project's
 ANSWERS = (GRADER / "references.py", GRADER / "mtdnn_smart.py")  # the TA's: definitions
+ASSIGNED = "exercises-assigned.txt"  # in a student's copy: the exercises make opened
 BEGIN = re.compile(r"^(\s*)# BEGIN EXERCISE (\w+): (.+)$")
 END = re.compile(r"^\s*# END EXERCISE (\w+)\s*$")
 NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_cache"}
@@ -193,6 +194,7 @@ def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
     copy_files(HERE, out, for_students)
     chosen = names or list(found)
     open_exercises(out, [r for name in chosen for r in found[name]])
+    (out / ASSIGNED).write_text("".join(f"{name}\n" for name in chosen))  # what check grades
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
     if ta:
         copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
@@ -241,6 +243,17 @@ def run_checks(root: Path, grader: Path, names: list[str]) -> dict[str, dict]:
     return rows
 
 
+def assigned(root: Path, found: dict) -> list[str]:
+    """The exercises `make` opened in a student's copy (its ASSIGNED file), in the grader's
+    order; every exercise where there is no such file (this repository)."""
+    if not (root / ASSIGNED).is_file():
+        return list(found)
+    chosen = set((root / ASSIGNED).read_text().split())
+    names = [name for name in found if name in chosen]
+    print(f"the assigned exercises ({ASSIGNED}): {', '.join(names)}")
+    return names
+
+
 def check(root: Path, names: list[str], ta: Path | None = None, results: Path | None = None):
     """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
     return how many did not pass."""
@@ -253,7 +266,7 @@ def check(root: Path, names: list[str], ta: Path | None = None, results: Path | 
     unknown = sorted(set(names) - set(found))
     if unknown:
         raise SystemExit(f"no exercise {', '.join(unknown)} in {root}")
-    names = names or list(found)
+    names = names or assigned(root, found)
     rows = run_checks(root, ta, names)
     if not (ta / ANSWERS[0]).is_file():
         print("(a student's copy: parts that need the TA's references are left to the TA)")
@@ -350,7 +363,11 @@ def main(argv=None) -> int:
     handout.add_argument("names", nargs="*", help="the exercises to open (default: all)")
     handout.add_argument("--grader", type=Path, help="a new folder for the TA's grader")
     grade = commands.add_parser("check", help="grade the exercises, print a scorecard")
-    grade.add_argument("names", nargs="*", help="the exercises to grade (default: all)")
+    grade.add_argument(
+        "names",
+        nargs="*",
+        help="the exercises to grade (default: those make opened in a student's copy, else all)",
+    )
     grade.add_argument("--dir", type=Path, default=HERE, help="the copy (default: here)")
     grade.add_argument("--grader", type=Path, help="the TA's grader folder (default: the copy's)")
     grade.add_argument("--results", type=Path, help="also write Gradescope's results.json here")

@@ -171,6 +171,7 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
         in (tmp_path / "some" / r.file).read_text().splitlines()[r.begin + 1]
     ]
     assert sorted(set(open_)) == ["attention", "auc", "pcgrad"]
+    assert set(scorecard(tmp_path / "some")) == {"attention", "auc", "pcgrad"}  # the assigned
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "runs").exists() and (tmp_path / "some" / "README.md").is_file()
