@@ -172,6 +172,73 @@ def open_exercises(root: Path, regions: list[Region]) -> None:
         (root / file).write_text("".join(lines))
 
 
+def enclosing(path: Path, line: int) -> str:
+    """The handout's name of the code holding a 0-based line: Class.method or function."""
+    inner = [
+        n
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.lineno <= line + 1 <= n.end_lineno
+    ]
+    return ".".join(n.name for n in sorted(inner, key=lambda n: n.lineno)) or path.stem
+
+
+def assignment(out: Path, chosen: list[str]) -> str:
+    """ASSIGNMENT.md of a student's copy: the open exercises in the grader's order, each
+    with its points, where it is by the handout's names, its hint; how to check them."""
+    docs, found = check_docs(HERE), in_order(HERE, HERE)
+    rows, total = [], 0
+    for k, name in enumerate(n for n in found if n in chosen):
+        regions, points = found[name], docs[name][1]
+        files = {r.file: [] for r in regions}
+        for r in regions:
+            files[r.file].append(f"`{enclosing(HERE / r.file, r.begin)}`")
+        where = "; ".join(f"{f}: {', '.join(dict.fromkeys(fs))}" for f, fs in files.items())
+        hints = "; ".join(dict.fromkeys(r.hint for r in regions))
+        rows.append(f"| {k + 1} | `{name}` | {points} | {where} | {hints} |")
+        total += points
+    return "\n".join(
+        [
+            "# Your assignment",
+            "",
+            f"This copy has {len(rows)} exercise(s) open, {total} points, in the order to do them.",
+            'Each body raises `NotImplementedError("exercise NAME: hint")` until you write it,',
+            "between its `# BEGIN EXERCISE` and `# END EXERCISE` lines.",
+            "",
+            "| # | exercise | points | where | what it asks |",
+            "| ---: | --- | ---: | --- | --- |",
+            *rows,
+            "",
+            "Check your work as you go:",
+            "",
+            "```bash",
+            "python exercises.py check          # these exercises, with their points",
+            "python exercises.py check NAME     # one of them",
+            "python sanity_check.py             # the handout's check of bert.py",
+            "python optimizer_test.py           # the handout's check of AdamW",
+            "```",
+            "",
+            "A part that needs the references only the TA holds is left to the TA's grader:",
+            "your scorecard is the part the course lets you see.",
+            "",
+        ]
+    )
+
+
+HONOR = "**If you take CS224n"  # the README's paragraph for readers of the solution
+
+
+def point_readme(readme: Path, n: int) -> None:
+    """The copy's README says first that it is the assignment, in place of the paragraph
+    that sends a reader of the solution to a copy."""
+    text = readme.read_text()
+    start = text.find(HONOR)
+    end = text.find("\n\n", start) if start >= 0 else -1
+    ours = f"**This copy is your assignment: {n} exercise(s) open. Start with [ASSIGNMENT.md](ASSIGNMENT.md).**"
+    if start < 0 or end < 0:
+        raise SystemExit(f"{readme}: no paragraph starting {HONOR!r} to replace")
+    readme.write_text(text[:start] + ours + text[end:])
+
+
 def new_folder(out: Path) -> Path:
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -195,6 +262,8 @@ def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
     chosen = names or list(found)
     open_exercises(out, [r for name in chosen for r in found[name]])
     (out / ASSIGNED).write_text("".join(f"{name}\n" for name in chosen))  # what check grades
+    (out / "ASSIGNMENT.md").write_text(assignment(out, chosen))
+    point_readme(out / "README.md", len(chosen))
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
     if ta:
         copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))

@@ -172,6 +172,18 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
     ]
     assert sorted(set(open_)) == ["attention", "auc", "pcgrad"]
     assert set(scorecard(tmp_path / "some")) == {"attention", "auc", "pcgrad"}  # the assigned
+    assignment = (tmp_path / "some" / "ASSIGNMENT.md").read_text()
+    rows = [
+        line
+        for line in assignment.splitlines()
+        if line.startswith("| 1") or line[:4] in ("| 2 ", "| 3 ")
+    ]
+    assert [row.split("|")[2].strip() for row in rows] == ["`attention`", "`pcgrad`", "`auc`"]
+    assert "`BertSelfAttention.attention`" in rows[0] and "7 points" in assignment
+    readme = (tmp_path / "some" / "README.md").read_text()
+    assert (
+        "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme.split("##")[0]
+    )
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "runs").exists() and (tmp_path / "some" / "README.md").is_file()
