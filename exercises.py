@@ -239,6 +239,26 @@ def point_readme(readme: Path, n: int) -> None:
     readme.write_text(text[:start] + ours + text[end:])
 
 
+LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")  # a Markdown link: [text](target)
+
+
+def unlink_removed(root: Path) -> None:
+    """In the copy's Markdown pages, a link into what the copy leaves out (docs/archive/,
+    the tests) keeps its text and loses its target: no page points at a missing file."""
+
+    def kept(page: Path, m: re.Match) -> str:
+        target = m[2].split("#")[0]
+        if not target or "://" in target or (page.parent / target).exists():
+            return m[0]
+        return m[1]
+
+    for page in root.rglob("*.md"):
+        text = page.read_text()
+        fixed = LINK.sub(lambda m, page=page: kept(page, m), text)
+        if fixed != text:
+            page.write_text(fixed)
+
+
 def new_folder(out: Path) -> Path:
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -264,6 +284,7 @@ def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
     (out / ASSIGNED).write_text("".join(f"{name}\n" for name in chosen))  # what check grades
     (out / "ASSIGNMENT.md").write_text(assignment(out, chosen))
     point_readme(out / "README.md", len(chosen))
+    unlink_removed(out)
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
     if ta:
         copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))

@@ -180,6 +180,10 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
     ]
     assert [row.split("|")[2].strip() for row in rows] == ["`attention`", "`pcgrad`", "`auc`"]
     assert "`BertSelfAttention.attention`" in rows[0] and "7 points" in assignment
+    for page in (tmp_path / "some").rglob("*.md"):  # no link into what the copy leaves out
+        for m in exercises.LINK.finditer(page.read_text()):
+            target = m[2].split("#")[0]
+            assert not target or "://" in target or (page.parent / target).exists(), (page, m[0])
     readme = (tmp_path / "some" / "README.md").read_text()
     assert (
         "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme.split("##")[0]
