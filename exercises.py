@@ -227,10 +227,16 @@ def assignment(out: Path, chosen: list[str]) -> str:
 HONOR = "**If you take CS224n"  # the README's paragraph for readers of the solution
 
 
+TA_SECTION = "## Teach with it"  # the README's section for TAs: not in a student's copy
+
+
 def point_readme(readme: Path, n: int) -> None:
     """The copy's README says first that it is the assignment, in place of the paragraph
-    that sends a reader of the solution to a copy."""
+    that sends a reader of the solution to a copy; its section for TAs is left out."""
     text = readme.read_text()
+    if (at := text.find(TA_SECTION)) >= 0:
+        after = text.find("\n## ", at + len(TA_SECTION))
+        text = text[:at] + (text[after + 1 :] if after >= 0 else "")
     start = text.find(HONOR)
     end = text.find("\n\n", start) if start >= 0 else -1
     ours = f"**This copy is your assignment: {n} exercise(s) open. Start with [ASSIGNMENT.md](ASSIGNMENT.md).**"

@@ -185,9 +185,8 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
             target = m[2].split("#")[0]
             assert not target or "://" in target or (page.parent / target).exists(), (page, m[0])
     readme = (tmp_path / "some" / "README.md").read_text()
-    assert (
-        "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme.split("##")[0]
-    )
+    assert "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme
+    assert "## Teach with it" not in readme and "## Read on" in readme  # the TA's section
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "runs").exists() and (tmp_path / "some" / "README.md").is_file()
