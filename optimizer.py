@@ -189,7 +189,7 @@ class AdamW(torch.optim.Optimizer):
         # so the bias corrections are per tensor.
         biases = [self._bias_corrections(group, s["step"]) for s in states]
 
-        # BEGIN EXERCISE adamw: the same update over the group, one torch._foreach_* call per line of math
+        # BEGIN EXERCISE adamw_foreach: the same update over the group, one torch._foreach_* call per line of math
         torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
@@ -202,7 +202,7 @@ class AdamW(torch.optim.Optimizer):
         torch._foreach_add_(denoms, [eps * root2 for root2 in roots2])
         steps = [-lr * root2 / bias1 for root2, (bias1, _) in zip(roots2, biases, strict=True)]
         torch._foreach_addcdiv_(params, exp_avgs, denoms, steps)
-        # END EXERCISE adamw
+        # END EXERCISE adamw_foreach
 
 
 def project_conflicting(

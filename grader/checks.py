@@ -10,14 +10,13 @@ exercise's module before its check runs: an open exercise stops only its own che
 """
 
 import copy
-import functools
 from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Part, check, part, references
+from harness import Part, cached, check, part, references
 
 R = references()
 f64 = torch.float64
@@ -100,7 +99,7 @@ def tiny_self_attention(p: float = 0.0):
     return BertSelfAttention(tiny_config(attention_probs_dropout_prob=p)).double().eval()
 
 
-@check(1e-6, points=4)
+@check(1e-6)
 def attention():
     """BertSelfAttention.attention against the definition (a loop over batch, head and
     query) and torch's scaled_dot_product_attention, values and gradients; in training,
@@ -200,7 +199,7 @@ def same_masks():
             m.dropout = fn
 
 
-@check(1e-9, points=3)
+@check(1e-9, stands_in=("attention",))
 def layer():
     """BertLayer (add_norm, forward) against Hugging Face's BertLayer with the same weights,
     values and gradients, its feed-forward's exact GELU at inputs where tanh's differs; in
@@ -270,7 +269,7 @@ def add_norm_dropout(layer):
     yield from dropout_parts("add_norm in training", dropped[..., 1:], x[..., 1:])
 
 
-@check(1e-9, points=2)
+@check(1e-9)
 def embeddings():
     """BertEmbeddings (word + position + token type, LayerNorm) against Hugging Face's with
     the same weights, values and gradients; in training, dropout after the LayerNorm."""
@@ -308,36 +307,46 @@ def handout(**how):
     return lambda: adamw_runs(R.HandoutAdamW, **how)
 
 
-@check(1e-6, points=4)
+ADAMW_REFERENCES = {
+    "torch.optim.AdamW": lambda: adamw_runs(torch.optim.AdamW),
+    "the handout's AdamW": handout(),
+    "the handout's AdamW, decay first": handout(decay_first=True),
+    "the handout's AdamW, torch's eps": handout(eps_on_v_hat=True),
+}
+UNBIASED_REFERENCES = {  # without the correction, torch's arithmetic is the handout's, decay first
+    "torch.optim.AdamW": handout(correct_bias=False, decay_first=True),
+    "the handout's AdamW": handout(correct_bias=False),
+}
+
+
+@check(1e-6)
 def adamw():
-    """optimizer.AdamW's step, the loop over parameters and foreach=True (torch._foreach_*
-    over a group): parameters after 20 steps with weight decay, against torch.optim.AdamW
-    or the handout's AdamW (Kingma & Ba's efficient bias correction, decay after the
-    update) or either's mix of the two choices; and with correct_bias=False."""
+    """optimizer.AdamW.step, as the handout asks: the handout's optimizer_test.py recipe
+    against its optimizer_test.npy, under its tolerance; parameters after 20 steps with
+    weight decay against torch.optim.AdamW or the handout's AdamW (Kingma & Ba's efficient
+    bias correction, decay after the update) or either's mix of the two choices; and with
+    correct_bias=False."""
     from optimizer import AdamW
 
-    for foreach in (False, True):
-        got = adamw_runs(AdamW, foreach=foreach)
-        yield Part(
-            f"parameters after 20 steps (foreach={foreach})",
-            got,
-            {
-                "torch.optim.AdamW": lambda: adamw_runs(torch.optim.AdamW),
-                "the handout's AdamW": handout(),
-                "the handout's AdamW, decay first": handout(decay_first=True),
-                "the handout's AdamW, torch's eps": handout(eps_on_v_hat=True),
-            },
-        )
-        unbiased = adamw_runs(AdamW, foreach=foreach, correct_bias=False)
-        yield Part(
-            f"correct_bias=False (foreach={foreach})",
-            unbiased,
-            {
-                # without the correction, torch's arithmetic is the handout's with decay first
-                "torch.optim.AdamW": handout(correct_bias=False, decay_first=True),
-                "the handout's AdamW": handout(correct_bias=False),
-            },
-        )
+    yield handout_test(AdamW)
+    got = adamw_runs(AdamW)
+    yield Part("parameters after 20 steps", got, ADAMW_REFERENCES)
+    unbiased = adamw_runs(AdamW, correct_bias=False)
+    yield Part("correct_bias=False", unbiased, UNBIASED_REFERENCES)
+
+
+def handout_test(opt_class, **options) -> Part:
+    """optimizer_test.py's recipe (1000 steps of a Linear(3, 2)): the weight's distance to
+    the handout's optimizer_test.npy (torch.optim.AdamW's where there is none) in units of
+    its tolerance, atol + rtol * |weight|: at most 1 passes, as its allclose does."""
+    import optimizer_test as ot
+
+    expected, source = ot.reference()
+    got = ot.fit(opt_class, **options).double()
+    units = (got - torch.as_tensor(expected).double()).abs() / (ot.ATOL + ot.RTOL * got.abs())
+    against = ot.NPY if source.endswith(ot.NPY) else f"torch.optim.AdamW: no {ot.NPY} here"
+    label = f"the handout's optimizer_test.py, in units of its tolerance, against {against}"
+    return part(label, units, lambda: torch.zeros_like(units), tol=1.0)
 
 
 # ---------------------------------------------------------------- the handout's multitask model
@@ -351,7 +360,7 @@ def tiny_multitask(tasks, dropout=0.1):
     return MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
 
 
-@check(1e-6, points=2)
+@check(1e-6)
 def classifier():
     """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
     dropout on the pooled sentence, then the task's linear head; its logits in eval, their
@@ -398,13 +407,31 @@ def stand_in_sentences(model):
     model.sentences = sentences
 
 
-@check(1e-5, points=3)
+def stand_in_heads(model):
+    """model.readout of one sentence and of a Quora pair answered by fixed functions that
+    are not the exercises' (the classifier's and pair_head's stand-ins), the STS score by
+    the model's own: predict_* is graded on the batches it builds."""
+    readout = model.readout
+
+    def heads(task, batch, z):
+        if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
+            return model.heads[task](torch.tanh(z))  # (B, C)
+        if task == "para":
+            u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
+            return model.heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
+        return readout(task, batch, z)
+
+    model.readout = heads
+
+
+@check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "classifier", "pair_head"))
 def multitask():
     """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
     the model's own forward on the batches they stand for (pairs of different lengths; a
     stand-in encoder), and the STS head's 0-5 score of the cosine."""
     model = tiny_multitask(("sst", "para", "sts")).eval()
     stand_in_sentences(model)
+    stand_in_heads(model)
     ids1, _, m1 = padded(B=3, T=7, seed=1)
     ids2, _, m2 = padded(B=3, T=4, seed=2)
     m2[0, 3:] = 0
@@ -497,7 +524,18 @@ def stepped(model, stage, ctx, generator):
     return loss, seen["grads"]
 
 
-@check(1e-6, points=3)
+@check(
+    1e-6,
+    stands_in=(
+        "attention",
+        "layer",
+        "embeddings",
+        "mean_pool",
+        "classifier",
+        "pair_head",
+        "multitask",
+    ),
+)
 def multitask_step():
     """One update of trainer.train_step over SST, Quora and STS together (random loss
     weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler): its loss,
@@ -529,7 +567,7 @@ def multitask_step():
         out = model.readout(task, batch, model.sentences(batch))
         return loss_of(task, None).fn(out.float(), batch["labels"])
 
-    @functools.cache  # one reference graph: its value, then its gradient
+    @cached  # one reference graph: its value, then its gradient
     def expected():
         weights = loss_weights(3, "random", gen(5))
         total = R.multitask_loss(model, step_batches(), weights, task_loss)

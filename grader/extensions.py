@@ -2,14 +2,23 @@
 the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics.
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
-import functools
 import math
 
 import torch
 from torch import nn
 
-from checks import R, f64, gen, grads, tiny_multitask
-from harness import check, part
+from checks import (
+    ADAMW_REFERENCES,
+    UNBIASED_REFERENCES,
+    R,
+    adamw_runs,
+    f64,
+    gen,
+    grads,
+    handout_test,
+    tiny_multitask,
+)
+from harness import Part, cached, check, part
 
 
 def wordpiece_texts(vocab: list[str], n: int = 400) -> list[str]:
@@ -27,7 +36,7 @@ def wordpiece_texts(vocab: list[str], n: int = 400) -> list[str]:
     return [hard, *glued]
 
 
-@check(0, points=3)
+@check(0)
 def wordpiece():
     """The tokenizer against Hugging Face's BertTokenizer on MiniLM's vocabulary, word by
     word over 421 words (greedy longest match first)."""
@@ -46,7 +55,21 @@ def wordpiece():
     yield part(label, torch.tensor(wrong).sum(), lambda: 0)
 
 
-@check(1e-6, points=1)
+@check(1e-6)
+def adamw_foreach():
+    """optimizer.AdamW(foreach=True), the update over a group by torch._foreach_* calls:
+    the handout's optimizer_test.py recipe, and parameters after 20 steps with weight decay,
+    with and without correct_bias, against the same references as the adamw exercise's."""
+    from optimizer import AdamW
+
+    yield handout_test(AdamW, foreach=True)
+    got = adamw_runs(AdamW, foreach=True)
+    yield Part("parameters after 20 steps (foreach=True)", got, ADAMW_REFERENCES)
+    unbiased = adamw_runs(AdamW, foreach=True, correct_bias=False)
+    yield Part("correct_bias=False (foreach=True)", unbiased, UNBIASED_REFERENCES)
+
+
+@check(1e-6)
 def mean_pool():
     """bert.mean_pool against each sentence's average over the tokens it keeps (a loop),
     values and gradients; what padding holds changes nothing."""
@@ -64,7 +87,7 @@ def mean_pool():
     )
 
 
-@check(1e-6, points=2)
+@check(1e-6)
 def pair_head():
     """MultitaskBERT's paraphrase logit against its head on [u, v, |u - v|] and on
     [v, u, |u - v|], averaged (a loop), values and gradients; the same for (v, u)."""
@@ -80,7 +103,7 @@ def pair_head():
     yield part("gradients", grads(out, ins, w), lambda: grads(R.pair_logit(u, v, head), ins, w))
 
 
-@check(1e-9, points=2)
+@check(1e-9)
 def symmetric_kl():
     """smart.divergence against KL(P||Q) + KL(Q||P) summed class by class in a loop (softmax
     classes; a binary logit's two classes) and the squared error for regression; the
@@ -115,7 +138,7 @@ def stand_in_divergence(p, q, kind):
     return ((p.softmax(-1) - q.softmax(-1)) ** 2).sum(-1).mean()
 
 
-@check(1e-9, points=3)
+@check(1e-9, stands_in=("symmetric_kl",))
 def smart_ascent():
     """SMART's R_s (adversarial_regularizer) against Algorithm 1 written from the paper, two
     ascent steps, its value and gradient; the reference code's ascent (reference_regularizer)
@@ -146,7 +169,7 @@ def smart_ascent():
     finally:
         smart.divergence, smart.reference_divergence = saved
 
-    @functools.cache  # one reference graph: its value, then its gradients
+    @cached  # one reference graph: its value, then its gradients
     def ref():
         torch.manual_seed(5)
         return R.smart_ascent(f, embeds, mask, cfg, stand_in_divergence)
@@ -163,7 +186,7 @@ def mtdnn_parts(perturbed: dict, embeds, both, cfg):
     against mt-dnn's SmartPerturbation transcribed (the TA's references)."""
     for kind, (g, out) in perturbed.items():
 
-        @functools.cache  # one reference graph: its value, then its gradients
+        @cached  # one reference graph: its value, then its gradients
         def theirs(g=g, kind=kind):
             torch.manual_seed(7)
             return R.mtdnn_perturbed(g, embeds, kind, cfg.sigma, cfg.eta, cfg.steps)
@@ -175,7 +198,7 @@ def mtdnn_parts(perturbed: dict, embeds, both, cfg):
         yield part(f"{what}: its gradients", grads(out, both, 1.0), expected, tol=1e-5)
 
 
-@check(1e-12, points=1)
+@check(1e-12)
 def momentum_teacher():
     """EMATeacher.update against beta * teacher + (1 - beta) * model, parameter by
     parameter, over three updates."""
@@ -216,7 +239,7 @@ def momentum_teacher():
     )
 
 
-@check(1e-9, points=2)
+@check(1e-9)
 def simcse():
     """Supervised SimCSE with hard negatives (and the unsupervised loss) against a loop:
     anchor i's cross-entropy over cos / temperature to every positive and negative of the
@@ -233,7 +256,7 @@ def simcse():
     )
 
 
-@check(1e-5, points=2)
+@check(1e-5)
 def pcgrad():
     """PCGrad's projection against Algorithm 1 of Yu et al. in plain Python floats, with
     the same random order of the other tasks (the generator's), for inputs where the order
@@ -249,7 +272,7 @@ def pcgrad():
     yield part("the task gradients after the call", vectors, lambda: before, tol=0.0)
 
 
-@check(1e-9, points=2)
+@check(1e-9)
 def distillation():
     """similarity_distillation against a loop over every pair i != j: the squared
     difference of the two encoders' cosines, averaged; values and gradients, none of them
@@ -264,7 +287,7 @@ def distillation():
     yield part("gradient into the reference", gref, lambda: torch.zeros_like(ref), tol=0.0)
 
 
-@check(1e-12, points=1)
+@check(1e-12)
 def pearson():
     """evaluation.pearson_r against scipy.stats.pearsonr, and nan for a constant input."""
     import numpy as np
@@ -281,7 +304,7 @@ def pearson():
     yield part("r of a shifted, scaled copy", pearson_r(x, 2 * x + 1), lambda: 1.0)
 
 
-@check(1e-12, points=1)
+@check(1e-12)
 def auc():
     """evaluation.roc_auc against sklearn's roc_auc_score, on scores with ties."""
     import numpy as np

@@ -9,9 +9,11 @@ sklearn, or grader/references.py, the definitions written out, which only the TA
 holds. In a student's copy those parts are `Hidden` and the rest is graded.
 
 A part passes when every element of `got` lies within its tolerance of `expected`; NaN or
-inf where a finite value was expected is the largest difference there is. An exercise
-passes when every part it ran passes. Results go, one JSON line each with the token read
-on stdin, to the file named there: nothing the student's code prints is read.
+inf where a finite value was expected is the largest difference there is. A part is the
+TA's ("held") when its verdict rests on references.py: in a student's copy it is neither
+passed nor failed, only counted. Every part runs, so a part's failure does not hide the
+next one's. Results go, one JSON line each with the token read on stdin, to the file named
+there: nothing the student's code prints is read.
 """
 
 import json
@@ -19,6 +21,7 @@ import math
 import signal
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,8 @@ import torch
 
 SECONDS = 60  # one check's time limit: a loop that never ends fails alone
 REFERENCES = ("transformers", "scipy", "sklearn")  # requirements-dev.txt's
-CHECKS: dict[str, tuple[Callable, float, int]] = {}  # name -> (check, tolerance, points)
+CHECKS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {}  # name -> (check, tol, stands in)
+CALLS = [0]  # how many times a check has reached into references.py: which parts are the TA's
 
 
 class Hidden(Exception):
@@ -51,31 +55,72 @@ def part(label: str, got, expected, tol: float | None = None) -> Part:
     return Part(label, got, {"": expected if callable(expected) else lambda: expected}, tol)
 
 
-def check(tol: float, points: int):
+def check(tol: float, stands_in: tuple[str, ...] = ()):
+    """Register a check; `stands_in`: the other exercises its piece calls, answered by
+    stand-ins while it is graded (`exercises.py list` shows them). Points live in
+    grader/points.toml."""
+
     def register(fn):
-        CHECKS[fn.__name__] = (fn, tol, points)
+        CHECKS[fn.__name__] = (fn, tol, stands_in)
         return fn
 
     return register
 
 
+class Absent:
+    """references.py where the TA keeps it: every function raises Hidden."""
+
+    def __getattr__(self, name):
+        def hidden(*args, **kwargs):
+            raise Hidden(name)
+
+        return hidden
+
+
+class Traced:
+    """references.py, counting each call into it (CALLS): a part that made one is the TA's."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getattr__(self, name):
+        found = getattr(self.module, name)
+        if not callable(found):
+            CALLS[0] += 1
+            return found
+
+        def traced(*args, **kwargs):
+            CALLS[0] += 1
+            return found(*args, **kwargs)
+
+        return traced
+
+
+def cached(fn: Callable[[], object]) -> Callable[[], object]:
+    """functools.cache for a reference computed once and read by several parts: each
+    read counts as a call into references.py when computing it made one."""
+    memo = {}
+
+    def read():
+        if not memo:
+            before = CALLS[0]
+            memo["value"] = fn()
+            memo["traced"] = CALLS[0] > before
+        CALLS[0] += memo["traced"]
+        return memo["value"]
+
+    return read
+
+
 def references():
-    """grader/references.py, or a stand-in whose every function is Hidden."""
+    """grader/references.py, traced, or a stand-in whose every function is Hidden."""
     try:
         import references as found
     except ModuleNotFoundError as e:
         if e.name != "references":
             raise
-
-        class Absent:
-            def __getattr__(self, name):
-                def hidden(*args, **kwargs):
-                    raise Hidden(name)
-
-                return hidden
-
         return Absent()
-    return found
+    return Traced(found)
 
 
 def difference(got, expected) -> tuple[float, str]:
@@ -97,49 +142,57 @@ def difference(got, expected) -> tuple[float, str]:
     return float(d.flatten()[i]), f" at {where}" if where else ""
 
 
-def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, float, str]:
-    """(passed, the difference, a one-line account) of one part; passed is None when
-    every reference of the part is Hidden."""
+def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, float, str, bool]:
+    """(passed, the difference, a one-line account, held) of one part. held: its verdict
+    rests on references.py, the TA's: it passed only against them, or failed with one of
+    them among its references. passed is None where they are absent and nothing else matched."""
     tol = p.tol if p.tol is not None else tol
-    best, hidden = None, 0
+    best, hidden, ta_only = None, 0, False
     for name, expected in p.expected.items():
+        before = CALLS[0]
         try:
             diff, where = difference(p.got, expected())
         except Hidden:
             hidden += 1
             continue
+        held = CALLS[0] > before
+        ta_only |= held
         if best is None or diff < best[0] or math.isnan(best[0]):
-            best = (diff, where, name)
-    if best is None:
-        return None, 0.0, ""
-    diff, at, name = best
+            best = (diff, where, name, held)
+    if best is not None and best[0] <= tol:
+        p.matched = best[2]
+        return True, best[0], "", best[3]
+    if hidden:  # what the student's side has does not match; the TA's references may
+        return None, 0.0, "", True
+    diff, at, name, _ = best
     against = f" against {name}" if name else ""
-    if diff <= tol:
-        p.matched = name
-        return True, diff, ""
-    return (
-        False,
-        diff,
-        f"{p.label}: largest difference {diff:.2e}{at}{against} (tolerance {tol:.0e})",
-    )
+    account = f"{p.label}: largest difference {diff:.2e}{at}{against} (tolerance {tol:.0e})"
+    return False, diff, account, ta_only
 
 
 def grade(name: str, judge=judge) -> dict:
-    """{'name', 'result', 'diff', 'tol', 'points', 'detail'}; the result is pass, fail,
-    open, error, or hidden: every part needs the references only the TA's grader holds."""
+    """{'name', 'result', 'detail', ...}, with how many parts ran, were held (the TA's),
+    failed, held_failed, and were unknown (held, references.py absent). result: pass;
+    fail (a part failed); provisional (the parts here pass, the TA's are unknown); hidden
+    (every part is the TA's); open; error. held_detail: the first held part's failure."""
     if name not in CHECKS:
         return {"name": name, "result": "error", "detail": f"no check named {name} here"}
-    fn, tol, points = CHECKS[name]
-    row = {"name": name, "tol": tol, "points": points}
+    fn, tol, _ = CHECKS[name]
+    row = {"name": name, "tol": tol}
+    n = dict.fromkeys(("parts", "held", "failed", "held_failed", "unknown"), 0)
+    accounts, matched, worst = {False: [], True: []}, set(), 0.0
     signal.alarm(SECONDS)
     try:
-        worst, hidden, ran, matched = 0.0, 0, 0, set()
         for p in fn():
-            ok, diff, account = judge(p, tol)
-            if ok is False:
-                return row | {"result": "fail", "diff": diff, "detail": account}
-            hidden, matched = hidden + (ok is None), matched | ({p.matched} - {""})
-            ran += 1
+            ok, diff, account, held = judge(p, tol)
+            n["parts"], n["held"], n["unknown"] = (
+                n["parts"] + 1,
+                n["held"] + held,
+                n["unknown"] + (ok is None),
+            )
+            n["held_failed" if held else "failed"] += ok is False
+            accounts[held] += [account] * (ok is False)
+            matched |= {p.matched} - {""}
             worst = max(worst, diff)
     except NotImplementedError as e:
         hint = str(e).removeprefix(f"exercise {name}: ")
@@ -148,19 +201,72 @@ def grade(name: str, judge=judge) -> dict:
         return row | {"result": "error", "detail": failure(e)}
     finally:
         signal.alarm(0)
-    if hidden and hidden == ran:
+    row |= n | {"diff": worst, "held_detail": (accounts[True] or [""])[0]}
+    if failed := accounts[False] + accounts[True]:
+        more = f" (and {len(failed) - 1} more part(s))" * (len(failed) > 1)
+        return row | {"result": "fail", "detail": failed[0] + more}
+    if n["unknown"] == n["parts"]:
         return row | {"result": "hidden", "detail": "every part is the TA's grader's to grade"}
     notes = [f"matched {', '.join(sorted(matched))}"] * bool(matched)
-    notes += [f"{hidden} part(s) left to the TA's grader"] * bool(hidden)
-    return row | {"result": "pass", "diff": worst, "detail": "; ".join(notes)}
+    notes += [f"{n['unknown']} part(s) left to the TA's grader"] * bool(n["unknown"])
+    return row | {"result": "provisional" if n["unknown"] else "pass", "detail": "; ".join(notes)}
 
 
-def failure(e: Exception) -> str:
-    """One line: the exception and where in the student's code it was raised."""
-    where = traceback.extract_tb(e.__traceback__)[-1]
+def failure(e: BaseException) -> str:
+    """One line: the exception and the deepest line of the student's files it passed
+    through (not torch's, not the grader's)."""
     if isinstance(e, ModuleNotFoundError) and e.name in REFERENCES:
         return f"no {e.name}: the checks need pip install -r requirements-dev.txt"
-    return f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})"
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"SyntaxError: {e.msg} ({Path(e.filename).name}:{e.lineno})"
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if students(f.filename)] or frames[-1:]
+    where = f" ({relative(ours[-1].filename)}:{ours[-1].lineno})" if ours else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def relative(filename: str) -> str:
+    path = Path(filename).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else path.name
+
+
+def students(filename: str) -> bool:
+    """Whether a traceback's file is the copy's (the working folder), not the grader's."""
+    path, grader = Path(filename).resolve(), Path(__file__).resolve().parent
+    return (
+        path.is_relative_to(Path.cwd())
+        and not path.is_relative_to(grader)
+        and not any(part.startswith(".") or part == "site-packages" for part in path.parts)
+    )
+
+
+def broken_modules() -> dict[str, str]:
+    """{module: its syntax error, one line} of the copy's modules that do not compile."""
+    out = {}
+    for path in sorted(Path.cwd().glob("*.py")):
+        try:
+            compile(path.read_bytes(), str(path), "exec")
+        except SyntaxError as e:
+            out[path.stem] = failure(e)
+    return out
+
+
+def stand_in_module(name: str, why: str) -> types.ModuleType:
+    """A module that does not compile, imported as one whose every name raises on use: an
+    exercise that never calls into it is graded as if it were whole."""
+    module = types.ModuleType(name)
+
+    def missing(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def broken(*args, **kwargs):
+            raise ImportError(f"{name}.py does not compile: {why}")
+
+        return broken
+
+    module.__getattr__ = missing
+    return module
 
 
 def on_alarm(signum, frame):
@@ -168,20 +274,26 @@ def on_alarm(signum, frame):
 
 
 def main(names: list[str], grade=grade, dumps=json.dumps) -> None:
-    """Read `TOKEN PATH` on stdin, then grade each name and append its line to PATH. The
-    functions that judge are bound before any exercise's module is imported: a module that
-    replaces harness.grade, judge or difference changes nothing here."""
+    """Read `TOKEN PATH` and then {exercise: its files} (JSON) on stdin, grade each name
+    and append its line to PATH. A module that does not compile stops only the exercises
+    written in it. The functions that judge are bound before any exercise's module is
+    imported: a module that replaces harness.grade, judge or difference changes nothing."""
     token, path = sys.stdin.readline().split(maxsplit=1)
+    files = json.loads(sys.stdin.readline() or "{}")
     sys.stdin.close()
     import checks  # noqa: F401  (they register; neither imports an exercise's module)
     import extensions  # noqa: F401
 
+    broken = broken_modules()
+    sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
     signal.signal(signal.SIGALRM, on_alarm)
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
             out.write(dumps({"token": token, "start": name}) + "\n")
-            out.write(dumps({"token": token} | grade(name)) + "\n")
+            own = [broken[Path(f).stem] for f in files.get(name, ()) if Path(f).stem in broken]
+            row = {"name": name, "result": "error", "detail": own[0]} if own else grade(name)
+            out.write(dumps({"token": token} | row) + "\n")
 
 
 if __name__ == "__main__":  # as the module checks.py registers with, not a second copy

@@ -176,24 +176,6 @@ SLIPS = {
             [("exp_avg.lerp_(grad, 1.0 - beta1)", "exp_avg.lerp_(grad, 1.0 - beta2)")],
         ),
         (
-            "decay without the lr (foreach)",
-            [
-                (
-                    'torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])',
-                    'torch._foreach_mul_(params, 1.0 - group["weight_decay"])',
-                )
-            ],
-        ),
-        (
-            "no bias correction (foreach)",
-            [
-                (
-                    "roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
-                    "roots2 = [1.0 for _ in biases]",
-                )
-            ],
-        ),
-        (
             "correct_bias ignored",
             [
                 (

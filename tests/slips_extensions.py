@@ -36,6 +36,44 @@ SLIPS = {
             [("start + self.max_piece_chars)", "start + self.max_piece_chars - 1)")],
         ),
     ],
+    "adamw_foreach": [
+        (
+            "decay without the lr",
+            [
+                (
+                    'torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])',
+                    'torch._foreach_mul_(params, 1.0 - group["weight_decay"])',
+                )
+            ],
+        ),
+        (
+            "no bias correction",
+            [
+                (
+                    "roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
+                    "roots2 = [1.0 for _ in biases]",
+                )
+            ],
+        ),
+        (
+            "beta2 for the first moment",
+            [
+                (
+                    "torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)",
+                    "torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta2)",
+                )
+            ],
+        ),
+        (
+            "the square root left out",
+            [
+                (
+                    "denoms = torch._foreach_sqrt(exp_avg_sqs)",
+                    "denoms = [v.clone() for v in exp_avg_sqs]",
+                )
+            ],
+        ),
+    ],
     "mean_pool": [
         (
             "padding counted",

