@@ -227,6 +227,7 @@ HONOR = "**If you take CS224n"  # the README's paragraph for readers of the solu
 
 
 TA_SECTION = "## Teach with it"  # the README's section for TAs: not in a student's copy
+TEST_LINE = "make test   # set-up, then the whole test suite, as CI runs it"  # the repository's
 
 
 def point_readme(readme: Path, n: int) -> None:
@@ -236,6 +237,9 @@ def point_readme(readme: Path, n: int) -> None:
     if (at := text.find(TA_SECTION)) >= 0:
         after = text.find("\n## ", at + len(TA_SECTION))
         text = text[:at] + (text[after + 1 :] if after >= 0 else "")
+    text = text.replace(
+        TEST_LINE, "make test   # this copy's tests: each assigned exercise, skipped while open"
+    )
     start = text.find(HONOR)
     end = text.find("\n\n", start) if start >= 0 else -1
     ours = f"**This copy is your assignment: {n} exercise(s) open. Start with [ASSIGNMENT.md](ASSIGNMENT.md).**"

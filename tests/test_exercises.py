@@ -169,6 +169,7 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
     readme = (tmp_path / "some" / "README.md").read_text()
     assert "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme
     assert "## Teach with it" not in readme and "## Read on" in readme  # the TA's section
+    assert exercises.TEST_LINE not in readme and "make test   # this copy's tests" in readme
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "docs" / "teaching.md").exists()  # the TA's page
