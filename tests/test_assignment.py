@@ -18,11 +18,17 @@ NAMES = ASSIGNED.read_text().split() if ASSIGNED.is_file() else []
 IN_A_COPY = pytest.mark.skipif(not NAMES, reason="no exercise is assigned: not a student's copy")
 
 
+@pytest.fixture(scope="module")
+def graded() -> dict[str, dict]:
+    """Every assigned exercise graded once, in one grader process."""
+    return exercises.run_checks(HERE, HERE, NAMES)
+
+
 @IN_A_COPY
 @pytest.mark.parametrize("name", NAMES or ["none"])
-def test_an_assigned_exercise_passes_once_written(name):
+def test_an_assigned_exercise_passes_once_written(name, graded):
     """pass, or provisional: the parts only the TA's grader judges wait for it."""
-    row = exercises.run_checks(HERE, HERE, [name])[name]
+    row = graded[name]
     if row["result"] == "open":
         pytest.skip(f"exercise {name} is open: {row['detail']}")
     assert row["result"] in ("pass", "provisional", "hidden"), f"{name}: {row.get('detail')}"

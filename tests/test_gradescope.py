@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import exercises
-from grader import gradescope
+from grader import gradescope, scorecard
 
 REPO = exercises.HERE
 ASSIGNED = ["attention", "adamw", "pearson"]
@@ -179,3 +180,21 @@ def test_results_json_follows_gradescopes_fields(tmp_path):
     ]
     assert {t["status"] for t in body["tests"][:2]} == {"passed"}
     assert body["tests"][3]["output"] == "open: rank the scores" and body["score"] == 4
+
+
+def test_partial_credit_and_a_bad_points_file(tmp_path):
+    """partial: each part earns its share of its side's points, the held side apart; a
+    points file that does not say what is expected stops with its name."""
+    row = {"result": "fail", "parts": 7, "held": 3, "failed": 1, "held_failed": 1, "unknown": 0}
+    whole = exercises.check_docs(REPO)["multitask"]
+    assert exercises.score(row, whole) == scorecard.Score(0, 1, 0, 2)  # all or nothing
+    part = replace(whole, partial=True)
+    assert exercises.score(row, part) == scorecard.Score(0.75, 1, 2 * 2 / 3, 2)
+    student = row | {"held_failed": 0, "unknown": 3}
+    assert exercises.score(student, part).held is None  # provisional: never counted
+    (tmp_path / "grader").mkdir()
+    (tmp_path / "grader" / "points.py").write_text(
+        'POINTS = {"attention": {"points": 2, "held": 3}}\n'
+    )
+    with pytest.raises(SystemExit, match=r"points.py: \"attention\": expected \{\"points\": N"):
+        exercises.check_docs(tmp_path)
