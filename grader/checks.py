@@ -11,93 +11,38 @@ exercise's module before its check runs: an open exercise stops only its own che
 
 import copy
 import functools
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from harness import Part, cached, check, part, references
+from setups import (
+    P_DROP,
+    STEP,
+    ScaleBy8,
+    StandInModel,
+    additive,
+    as_run,
+    dropout_parts,
+    f64,
+    gen,
+    grads,
+    hf_attention_in,
+    padded,
+    stand_in_heads,
+    stand_in_sentences,
+    step_batches,
+    stepped,
+    tiny_multitask,
+    tiny_pair,
+    tiny_self_attention,
+)
 
 R = references()
-f64 = torch.float64
-STEP = ("sst", "para", "sts")  # the multitask step's tasks
-# dropout's p in the training-mode parts: not 0.5 (a p written into the body instead of the
-# one given would pass) and a whole number of 2^-16 (this project's CPU dropout draws 16 bits)
-P_DROP = 0.375
-KEPT = 1 / (1 - P_DROP)  # each kept value's scale: 1.6
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def tiny_config(**overrides):
-    """A 2-layer BERT of hidden size 32, small enough to check in milliseconds."""
-    from base_bert import BertConfig
-
-    sizes = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
-    return BertConfig(**sizes, intermediate_size=64, max_position_embeddings=64, **overrides)
-
-
-def tiny_pair():
-    """(our BertModel, Hugging Face's) with the same random weights, in eval mode."""
-    import transformers
-
-    from base_bert import hf_to_ours
-    from bert import BertModel
-
-    cfg = tiny_config()
-    torch.manual_seed(0)
-    fields = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
-    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
-    ours = BertModel(cfg)
-    ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
-    return ours.double().eval(), hf.double().eval()
-
-
-def padded(B=3, T=7, vocab=100, seed=0):
-    """(ids, token types, mask) with padding in one row and both token types."""
-    ids = torch.randint(1, vocab, (B, T), generator=gen(seed))
-    types = (torch.arange(T) >= T // 2).long().expand(B, T).clone()
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[1, T - 3 :] = 0
-    return ids, types, mask
-
-
-def additive(keep, dtype=torch.float32):
-    """(B, T) 1/0 -> (B, 1, 1, T): 0 where kept, the dtype's most negative where padded."""
-    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-
-
-def grads(y, inputs, w):
-    """The gradients of sum(y * w) with respect to each input, stacked flat."""
-    return torch.cat([g.flatten() for g in torch.autograd.grad((y * w).sum(), inputs)])
-
-
-def dropout_parts(what: str, got, clean):
-    """Inverted dropout at p = P_DROP: each element of `got` is 0 or KEPT times its `clean`
-    value, and about P_DROP of them are 0."""
-    kept = clean.abs() > 1e-6
-    ratio = got[kept] / clean[kept]
-    yield part(
-        f"{what}: each value dropped (0) or kept and scaled by 1 / (1 - p) ({KEPT:g}x)",
-        torch.minimum(ratio.abs(), (ratio - KEPT).abs()),
-        lambda: torch.zeros(len(ratio)),
-        tol=1e-5,
-    )
-    share = (ratio.abs() < 1e-6).double().mean()
-    yield part(f"{what}: the share dropped at p = {P_DROP}", share, lambda: P_DROP, tol=0.15)
 
 
 # ---------------------------------------------------------------- the handout's BERT
-
-
-def tiny_self_attention(p: float = 0.0):
-    """bert.py's BertSelfAttention of the tiny config, attention dropout p, in eval mode."""
-    from bert import BertSelfAttention
-
-    return BertSelfAttention(tiny_config(attention_probs_dropout_prob=p)).double().eval()
 
 
 @check(1e-6)
@@ -119,6 +64,13 @@ def attention():
     yield part("gradients of q, k, v", got, lambda: grads(sdpa, (q, k, v), w))
     yield part("probabilities", probs, lambda: R.attention(q, k, v, keep)[1])
     yield part("output against the loop", out, lambda: R.attention(q, k, v, keep)[0])
+
+    def run(dtype, device):
+        module = tiny_self_attention().to(dtype=dtype, device=device)
+        qkv = [x.detach().to(dtype=dtype, device=device) for x in (q, k, v)]
+        return module.attention(*qkv, additive(keep, dtype).to(device))[0]
+
+    yield from as_run("output", run, out)
     yield from attention_dropout()
     yield from self_attention()
 
@@ -158,48 +110,6 @@ def self_attention():
     yield part("BertSelfAttention's input gradient", grads(out, x, w), lambda: grads(ref, x, w))
 
 
-def hf_attention_in(ours, hf, i: int = 0):
-    """Layer i's BertSelfAttention of ours answered by Hugging Face's (same weights): the
-    attention exercise's stand-in while another is graded. Given a list, it appends one
-    tensor, as the real one appends its probabilities."""
-    theirs = hf.encoder.layer[i].attention.self
-
-    def forward(x, mask, probs=None):
-        if probs is not None:
-            probs.append(torch.zeros(()))
-        return theirs(x, attention_mask=mask)[0]
-
-    ours.encoder["layer"][i].attention["self"].forward = forward
-
-
-@contextmanager
-def same_masks():
-    """Every dropout (F.dropout, nn.Dropout, this project's) draws its mask from the number
-    of its call: two forwards that drop the same tensors in the same order drop them alike,
-    and a dropout more, less or elsewhere changes what follows. Yields `restart`, which
-    numbers the calls from the start again."""
-    import bert
-    from engine import runtime
-
-    calls = [0]
-
-    def dropout(x, p=0.5, training=True, inplace=False):
-        if not training or p == 0:
-            return x
-        calls[0] += 1
-        keep = torch.rand(x.shape, generator=gen(1000 + calls[0]), dtype=f64) >= p
-        return x * keep.to(x.dtype) / (1 - p)
-
-    saved = [(m, m.dropout) for m in (F, runtime, bert) if hasattr(m, "dropout")]
-    for m, _ in saved:
-        m.dropout = dropout
-    try:
-        yield lambda: calls.__setitem__(0, 0)
-    finally:
-        for m, fn in saved:
-            m.dropout = fn
-
-
 @check(1e-9, stands_in=("attention",))
 def layer():
     """BertLayer (add_norm, forward) against Hugging Face's BertLayer with the same weights,
@@ -236,17 +146,44 @@ def layer():
     yield from layer_in_training(mine, theirs, x, keep)
 
 
-def layer_in_training(mine, theirs, x, keep):
-    """The layer in training against Hugging Face's, every dropout drawing the same masks
-    in the same order (same_masks): a dropout added, left out or moved changes the output."""
-    mine.train(), theirs.train()
-    with same_masks() as restart:
-        out = mine(x, additive(keep, f64))
-        restart()
-        ref = theirs(x, attention_mask=additive(keep, f64))
-    ref = ref[0] if isinstance(ref, tuple) else ref
+def layer_in_training(mine, theirs, x, keep, n: int = 1500):
+    """The layer in training against Hugging Face's over n draws of their dropout, one
+    sublayer's dropout at p = P_DROP and the other's off, then the other way: each output's
+    mean (in standard errors) and variance (the mean ratio). Any inverted dropout passes
+    (nn.Dropout, F.dropout, torch.dropout, a mask by hand); a dropout added, left out or
+    moved does not. The attention's own dropout is off; the sublayers' dense weights are
+    scaled up so that what they add is as large as the residual."""
+    theirs.attention.self.dropout.p = 0.0  # the stand-in attention both layers share
+    pairs = [
+        (mine.attention["output"], theirs.attention.output),
+        (mine.output, theirs.output),
+    ]
+    with torch.no_grad():
+        for ours, hf in pairs:
+            ours["dense"].weight.mul_(25), hf.dense.weight.mul_(25)
+    for i, what in enumerate(("the attention's", "the feed-forward's")):
+        for k, (ours, hf) in enumerate(pairs):
+            ours["dropout"].p = hf.dropout.p = P_DROP if k == i else 0.0
+        yield from drawn(mine, theirs, x, keep, n, f"training, {what} dropout only")
+
+
+def drawn(mine, theirs, x, keep, n: int, what: str):
+    """Both layers in training on n copies of x: the outputs' means and variances."""
+    X = x.detach().repeat(n, 1, 1)  # (n * B, T, H)
+    mask = additive(keep.repeat(n, 1), f64)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        out = mine.train()(X, mask).view(n, *x.shape)  # (n * B, T, H) -> (n, B, T, H)
+        torch.manual_seed(1)
+        ref = theirs.train()(X, attention_mask=mask)
+        ref = (ref[0] if isinstance(ref, tuple) else ref).view(n, *x.shape)
     rows = keep.bool()
-    yield part("output in training (dropout's masks shared)", out[rows], lambda: ref[rows])
+    out, ref = out[:, rows], ref[:, rows]  # (n, kept tokens, H)
+    se = ((out.var(0) + ref.var(0)) / n).sqrt().clamp(min=1e-12)
+    z = (out.mean(0) - ref.mean(0)) / se
+    yield part(f"{what}: each output's mean, in standard errors", z, torch.zeros_like(z), tol=6.0)
+    ratio = out.var(0).mean() / ref.var(0).mean()
+    yield part(f"{what}: the outputs' variance / Hugging Face's", ratio, 1.0, tol=0.1)
 
 
 def add_norm_dropout(layer):
@@ -284,23 +221,40 @@ def embeddings():
         grads(out, list(ours.embeddings.parameters()), w),
         lambda: grads(ref, list(hf.embeddings.parameters()), w),
     )
+
+    def run(dtype, device):
+        module = copy.deepcopy(ours.embeddings).to(dtype=dtype, device=device)
+        return module(ids.to(device), types.to(device))
+
+    yield from as_run("output", run, out)
     ours.embeddings.train().dropout.p = P_DROP
     torch.manual_seed(0)
     yield from dropout_parts("training", ours.embeddings(ids, types), out.detach())
 
 
 def adamw_runs(opt_class, steps: int = 20, **options) -> torch.Tensor:
-    """A small network's parameters, flat, after `steps` steps of opt_class with weight decay."""
+    """A small network's parameters, flat, after `steps` steps of opt_class: two parameter
+    groups (the defaults, weight decay 0.1 and lr 1e-2; decay 0.02 at lr 3e-3), the first
+    holding a parameter with a gradient every other step only, so step counts differ."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)).double()
-    opt = opt_class(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-6, **options)
+    first, second = nn.Linear(4, 3).double(), nn.Linear(3, 2).double()
+    extra = nn.Parameter(torch.randn(2, dtype=f64))
+    groups = [
+        {"params": [*first.parameters(), extra]},
+        {"params": second.parameters(), "weight_decay": 0.02, "lr": 3e-3},
+    ]
+    opt = opt_class(groups, lr=1e-2, weight_decay=0.1, eps=1e-6, **options)
     g = gen(1)
-    for _ in range(steps):
+    for step in range(steps):
         x = torch.randn(8, 4, generator=g, dtype=f64)
-        opt.zero_grad()
-        model(x).pow(2).sum().backward()
+        opt.zero_grad(set_to_none=True)
+        y = second(torch.tanh(first(x)))  # (8, 2)
+        loss = y.pow(2).sum() + ((extra * y).sum() if step % 2 == 0 else 0.0)
+        loss.backward()  # extra: no gradient (None) at odd steps
         opt.step()
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+    return torch.cat(
+        [p.detach().flatten() for p in (*first.parameters(), *second.parameters(), extra)]
+    )
 
 
 def handout(**how):
@@ -361,25 +315,29 @@ def handout_test(opt_class, **options) -> Part:
 # ---------------------------------------------------------------- the handout's multitask model
 
 
-def tiny_multitask(tasks, dropout=0.1):
-    from bert import BertModel
-    from multitask_classifier import MultitaskBERT
-
-    torch.manual_seed(0)
-    return MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
-
-
 @check(1e-6)
 def classifier():
     """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
     dropout on the pooled sentence, then the task's linear head; its logits in eval, their
     mean and variance in training (p = P_DROP, 4,000 draws) against dropout's before the head."""
     model = tiny_multitask(("sst", "cfimdb"), dropout=P_DROP).eval()
-    z = torch.randn(3, 32, generator=gen(0))
+    z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
     single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
     for task in ("sst", "cfimdb"):
-        logits = model.readout(task, single, z)
+        logits, head = model.readout(task, single, z), model.heads[task]
         yield part(f"{task} logits", logits, lambda t=task: R.sentiment_logits(z, model.heads[t]))
+        if logits.shape != (3, head.out_features):
+            continue  # its logits' part fails
+        ins, w = [z, *head.parameters()], torch.randn(logits.shape, generator=gen(4))
+        expected = lambda h=head, ins=ins, w=w: grads(R.sentiment_logits(z, h), ins, w)  # noqa: E731
+        yield part(
+            f"{task}: gradients of the sentences and the head", grads(logits, ins, w), expected
+        )
+    one = model.readout("sst", {"input_ids": torch.zeros(1, 7, dtype=torch.long)}, z[:1])
+    yield part(
+        "a batch of one: (1, C) logits", one, lambda: R.sentiment_logits(z[:1], model.heads["sst"])
+    )
+    z = z.detach()
     head, n = model.heads["sst"], 4000
     model.train()
     torch.manual_seed(0)
@@ -400,37 +358,6 @@ def classifier():
         lambda: torch.ones_like(expected),
         tol=0.15,
     )
-
-
-def stand_in_sentences(model):
-    """model.sentences answered by a sum of fixed vectors per id, position and token type
-    over the tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
-    table, position = torch.randn(2, 100, 32, generator=gen(7))
-
-    def sentences(batch, embeds=None):
-        ids, mask, types = model.flat_inputs(batch)
-        T = ids.size(1)
-        x = table[ids] + position[:T] + types[..., None] * table[0]  # (N, T, H)
-        return (x * mask[..., None]).sum(1)  # (N, H)
-
-    model.sentences = sentences
-
-
-def stand_in_heads(model):
-    """model.readout of one sentence and of a Quora pair answered by fixed functions that
-    are not the exercises' (the classifier's and pair_head's stand-ins), the STS score by
-    the model's own: predict_* is graded on the batches it builds."""
-    readout = model.readout
-
-    def heads(task, batch, z):
-        if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
-            return model.heads[task](torch.tanh(z))  # (B, C)
-        if task == "para":
-            u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
-            return model.heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
-        return readout(task, batch, z)
-
-    model.readout = heads
 
 
 @check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "classifier", "pair_head"))
@@ -456,81 +383,30 @@ def multitask():
                 got,
                 expected,
             )
-    u, v = torch.randn(2, 4, 32, generator=gen(3))
+    u, v = torch.randn(2, 4, 32, generator=gen(3)).requires_grad_().unbind(0)
     pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
     score = model.readout("sts", pair, torch.cat([u, v]))
     yield part("the STS head's score", score, lambda: R.sts_score(u, v))
+    w = torch.randn(4, generator=gen(4))
+    expected = lambda: grads(R.sts_score(u, v), (u, v), w)  # noqa: E731
+    yield part("the STS score's gradients of u and v", grads(score, (u, v), w), expected)
+    yield from batch_of_one(model)
     same = model.readout("sts", pair, torch.cat([u, u]))
     yield part("the STS score of identical sentences", same, lambda: torch.full((4,), 5.0))
 
 
-class StandInModel(nn.Module):
-    """What a training step calls of MultitaskBERT, answered by an embedding table and one
-    linear head per task: the step's check needs none of the other exercises."""
-
-    def __init__(self):
-        super().__init__()
-        from evaluation import TASKS
-
-        torch.manual_seed(0)
-        self.bert = nn.Embedding(50, 8)
-        self.heads = nn.ModuleDict(
-            {t: nn.Linear(8 * (1 + 2 * TASKS[t].pair), TASKS[t].num_labels or 1) for t in STEP}
-        )
-
-    def embed(self, batch):
-        return self.bert(batch["input_ids"].flatten(0, -2))  # (N, T, 8)
-
-    def sentences(self, batch, embeds=None):
-        return (self.embed(batch) if embeds is None else embeds).mean(1)  # (N, 8)
-
-    def readout(self, task, batch, z):
-        if batch["input_ids"].dim() == 3:  # (2B, 8) -> [u, v, u * v]: (B, 24)
-            u, v = z.view(2, -1, z.size(-1))
-            z = torch.cat([u, v, u * v], -1)
-        out = self.heads[task](z)
-        return out if out.size(-1) > 1 else out.squeeze(-1)
-
-
-def step_batches():
-    """[(task, batch)] of five examples each for SST, Quora and STS: two micro-batches of
-    three and two."""
-    ids = torch.randint(0, 50, (2, 5, 6), generator=gen(0))
-    ones = torch.ones_like(ids)
-    pair = {"input_ids": ids, "attention_mask": ones, "token_type_ids": 0 * ids}
-    single = {k: v[0] for k, v in pair.items()}
-    return [
-        ("sst", single | {"labels": torch.tensor([0, 4, 2, 1, 3])}),
-        ("para", pair | {"labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])}),
-        ("sts", pair | {"labels": torch.tensor([0.5, 4.0, 2.5, 3.0, 1.0])}),
-    ]
-
-
-class ScaleBy8:
-    """A loss scaler's one call a step makes before its backward: times 8."""
-
-    def scale(self, loss):
-        return loss * 8
-
-
-def stepped(model, stage, ctx, generator):
-    """(loss, the gradient handed to the optimizer, unscaled) of one trainer.train_step,
-    the optimizer's step itself left out."""
-    import trainer
-
-    seen = {}
-
-    def capture(optimizer, scaler, max_norm):
-        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / 8
-        return torch.tensor(0.0)
-
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    saved, trainer.optimizer_step = trainer.optimizer_step, capture
-    try:
-        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
-    finally:
-        trainer.optimizer_step = saved
-    return loss, seen["grads"]
+def batch_of_one(model):
+    """predict_* on one example of sides of 5 and 3 tokens: (1, 5) logits, (1,) scores."""
+    ids1, _, m1 = padded(B=1, T=5, seed=5)
+    ids2, _, m2 = padded(B=1, T=3, seed=6)
+    yield part(
+        "a batch of one: predict_sentiment's shape",
+        list(model.predict_sentiment(ids1, m1).shape),
+        [1, 5],
+    )
+    for method in (model.predict_paraphrase, model.predict_similarity):
+        got = list(method(ids1, m1, ids2, m2).shape)
+        yield part(f"a batch of one: {method.__name__}'s shape", got, [1])
 
 
 @check(

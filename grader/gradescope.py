@@ -87,7 +87,7 @@ def write_results(path: Path, graded: list[tuple], files: str, seconds: float) -
     tests = []
     for name, row, s in graded:
         detail = row.get("detail", "")
-        if row["result"] not in ("open", "error") and not row.get("failed"):
+        if row["result"] not in ("open", "error", "grader") and not row.get("failed"):
             detail = f"{row.get('parts', 0) - row.get('held', 0)} part(s) pass"
         if s.here_max or not s.held_max:
             tests.append(test(name, s.here, s.here_max, f"{row['result']}: {detail}", "visible"))

@@ -20,6 +20,7 @@ import json
 import math
 import signal
 import sys
+import sysconfig
 import traceback
 import types
 from collections.abc import Callable
@@ -146,7 +147,7 @@ def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, floa
     """(passed, the difference, a one-line account, held) of one part. held: its verdict
     rests on references.py, the TA's: it passed only against them, or failed with one of
     them among its references. passed is None where they are absent and nothing else matched."""
-    tol = p.tol if p.tol is not None else tol
+    tol = rounding(p.got, p.tol if p.tol is not None else tol)
     best, hidden, ta_only = None, 0, False
     for name, expected in p.expected.items():
         before = CALLS[0]
@@ -170,11 +171,24 @@ def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, floa
     return False, diff, account, ta_only
 
 
+def rounding(got, tol: float) -> float:
+    """The tolerance a part's arithmetic allows: its own, or where the piece computed in a
+    lower precision than float64 (a float32 output), 64 of that precision's epsilons
+    times the output's scale: any correct float32 solution passes."""
+    if not (torch.is_tensor(got) and got.is_floating_point() and got.dtype != torch.float64):
+        return tol
+    scale = float(got.detach().abs().max()) if got.numel() and got.device.type != "meta" else 1.0
+    scale = scale if math.isfinite(scale) else 1.0
+    return max(tol, 64 * torch.finfo(got.dtype).eps * max(1.0, scale))
+
+
 def grade(name: str, judge=judge) -> dict:
     """{'name', 'result', 'detail', ...}, with how many parts ran, were held (the TA's),
     failed, held_failed, and were unknown (held, references.py absent). result: pass;
     fail (a part failed); provisional (the parts here pass, the TA's are unknown); hidden
-    (every part is the TA's); open; error. held_detail: the first held part's failure."""
+    (every part is the TA's); open; error (the student's code raised); grader (the grader's
+    own code raised, no frame of the student's on the way). held_detail: the first held
+    part's failure."""
     if name not in CHECKS:
         return {"name": name, "result": "error", "detail": f"no check named {name} here"}
     fn, tol, _ = CHECKS[name]
@@ -197,7 +211,10 @@ def grade(name: str, judge=judge) -> dict:
     except NotImplementedError as e:
         hint = str(e).removeprefix(f"exercise {name}: ")
         return row | {"result": "open" if hint != str(e) else "error", "detail": hint}
-    except Exception as e:  # the student's code: any failure is this exercise's
+    except Exception as e:  # the student's code's, unless it never ran in the traceback
+        if graders(e):
+            why = f"the grader failed, not your code (tell the TA): {failure(e)}"
+            return row | {"result": "grader", "detail": why}
         return row | {"result": "error", "detail": failure(e)}
     finally:
         signal.alarm(0)
@@ -225,19 +242,30 @@ def failure(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}"
 
 
+def graders(e: BaseException) -> bool:
+    """Whether an exception is the grader's own: raised in the grader's files with no frame
+    of the student's code on the way (a student's code that raises is the student's)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    grader = Path(__file__).resolve().parent
+    mine = any(Path(f.filename).resolve().is_relative_to(grader) for f in frames)
+    return mine and not any(students(f.filename) for f in frames)
+
+
 def relative(filename: str) -> str:
     path = Path(filename).resolve()
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else path.name
 
 
+LIBRARIES = {Path(p).resolve() for k, p in sysconfig.get_paths().items() if "lib" in k}
+
+
 def students(filename: str) -> bool:
-    """Whether a traceback's file is the copy's (the working folder), not the grader's."""
+    """Whether a traceback's file is the student's copy's: not the grader's, not Python's
+    or an installed library's (torch's container.py)."""
+    if filename.startswith("<"):
+        return False
     path, grader = Path(filename).resolve(), Path(__file__).resolve().parent
-    return (
-        path.is_relative_to(Path.cwd())
-        and not path.is_relative_to(grader)
-        and not any(part.startswith(".") or part == "site-packages" for part in path.parts)
-    )
+    return not path.is_relative_to(grader) and not any(path.is_relative_to(p) for p in LIBRARIES)
 
 
 def broken_modules() -> dict[str, str]:

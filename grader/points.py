@@ -29,7 +29,7 @@ POINTS = {
     "symmetric_kl": {"points": 2, "held": 1},
     "smart_ascent": {"points": 3, "held": 2},
     "momentum_teacher": {"points": 2, "held": 1},
-    "simcse": {"points": 2, "held": 2},
+    "simcse": {"points": 2, "held": 1},
     "pcgrad": {"points": 2, "held": 1},
     "distillation": {"points": 2, "held": 1},
     "pearson": {"points": 1, "held": 0},

@@ -8,6 +8,15 @@ NAN = "float('nan')"  # a slip's text for a NaN
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "attention": [
+        (
+            "scores upcast to float64, never cast back",
+            [
+                (
+                    "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
+                    "scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.size(-1))",
+                )
+            ],
+        ),
         ("every output NaN", [("return out, probs", f"return out * {NAN}, probs")]),
         ("no dropout", [("self.dropout(probs) @ v", "probs @ v")]),
         ("dropout on the output", [("self.dropout(probs) @ v", "self.dropout(probs @ v)")]),
@@ -126,6 +135,10 @@ SLIPS = {
     ],
     "embeddings": [
         (
+            "position ids made without device=",
+            [("pos = torch.arange(T, device=input_ids.device)", "pos = torch.arange(T)")],
+        ),
+        (
             "positions from 1",
             [
                 (
@@ -151,6 +164,24 @@ SLIPS = {
         ),
     ],
     "adamw": [
+        (
+            "weight decay read from the defaults, not the group",
+            [
+                (
+                    'p.mul_(1.0 - lr * group["weight_decay"])',
+                    'p.mul_(1.0 - lr * self.defaults["weight_decay"])',
+                )
+            ],
+        ),
+        (
+            "lr read from the defaults, not the group",
+            [
+                (
+                    "p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)",
+                    'p.addcdiv_(exp_avg, denom, value=-self.defaults["lr"] * root2 / bias1)',
+                )
+            ],
+        ),
         (
             "no bias correction",
             [
@@ -186,6 +217,10 @@ SLIPS = {
         ),
     ],
     "classifier": [
+        (
+            "the sentences detached before the head",
+            [("self.dropout(sentences)", "self.dropout(sentences.detach())")],
+        ),
         (
             "no dropout",
             [("self.heads[task](self.dropout(sentences))", "self.heads[task](sentences)")],
@@ -237,6 +272,15 @@ SLIPS = {
         ),
     ],
     "multitask": [
+        (
+            "the STS score detached",
+            [
+                (
+                    "return cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
+                    "return cosine_to_score(F.cosine_similarity(u, v, dim=-1)).detach()",
+                )
+            ],
+        ),
         (
             "STS as the raw cosine",
             [

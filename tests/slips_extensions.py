@@ -38,6 +38,15 @@ SLIPS = {
     ],
     "adamw_foreach": [
         (
+            "the first tensor's step count for the whole group",
+            [
+                (
+                    "roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
+                    "biases = [biases[0]] * len(biases)\n        roots2 = [math.sqrt(bias2) for _, bias2 in biases]",
+                )
+            ],
+        ),
+        (
             "decay without the lr",
             [
                 (
@@ -76,6 +85,15 @@ SLIPS = {
     ],
     "mean_pool": [
         (
+            "the mask upcast to float64",
+            [
+                (
+                    "m = attention_mask.unsqueeze(-1).to(hidden.dtype)",
+                    "m = attention_mask.unsqueeze(-1).double()",
+                )
+            ],
+        ),
+        (
             "padding counted",
             [("return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)", "return hidden.mean(1)")],
         ),
@@ -86,6 +104,10 @@ SLIPS = {
         ("divided by T", [("/ m.sum(1).clamp(min=1e-9)", "/ hidden.size(1)")]),
     ],
     "pair_head": [
+        (
+            "squeeze() without a dim",
+            [("return both.squeeze(-1) / 2", "return both.squeeze() / 2")],
+        ),
         (
             "one order only",
             [
@@ -124,6 +146,19 @@ SLIPS = {
         ),
     ],
     "smart_ascent": [
+        (
+            "every output read as class logits",
+            [
+                (
+                    "adv = divergence(f(base + noise), target, kind)",
+                    'adv = divergence(f(base + noise), target, "classification")',
+                ),
+                (
+                    "return divergence(f(embeds + noise.detach()), clean, kind)",
+                    'return divergence(f(embeds + noise.detach()), clean, "classification")',
+                ),
+            ],
+        ),
         (
             "one max over the batch",
             [("grad.abs().amax(dim=per_example, keepdim=True)", "grad.abs().max()")],
@@ -214,6 +249,15 @@ SLIPS = {
         ),
     ],
     "simcse": [
+        (
+            "the targets made without device=",
+            [
+                (
+                    "target = torch.arange(anchors.size(0), device=anchors.device)",
+                    "target = torch.arange(anchors.size(0))",
+                )
+            ],
+        ),
         (
             "no temperature",
             [("cos_sim(anchors, candidates) / temperature", "cos_sim(anchors, candidates)")],

@@ -75,6 +75,32 @@ VARIANTS = {
         ),
     ],
     "adamw_foreach": [("the handout's algorithm", [HANDOUT_FOREACH])],
+    "pearson": [
+        (
+            "torch.corrcoef in float32",
+            [
+                "    import torch\n\n"
+                "    both = torch.tensor(np.stack([x, y]), dtype=torch.float32)\n"
+                "    return float(torch.corrcoef(both)[0, 1])\n"
+            ],
+        )
+    ],
+    "symmetric_kl": [
+        (
+            "mt-dnn's SymKlCriterion: F.kl_div in float32",
+            [
+                (
+                    "kl_q_p = (lq.detach().exp() * (lq.detach() - lp)).sum(-1)  # P learns",
+                    "lp, lq = lp.float(), lq.float()\n"
+                    '    kl_q_p = F.kl_div(lp, lq.detach().exp(), reduction="none").sum(-1)',
+                ),
+                (
+                    "kl_p_q = (lp.detach().exp() * (lp.detach() - lq)).sum(-1)  # Q learns",
+                    'kl_p_q = F.kl_div(lq, lp.detach().exp(), reduction="none").sum(-1)',
+                ),
+            ],
+        )
+    ],
     "attention": [
         (
             "F.dropout",
@@ -99,6 +125,27 @@ VARIANTS = {
         )
     ],
     "layer": [
+        (
+            "torch.dropout in add_norm",
+            [
+                (
+                    "input + dropout(dense_layer(output))",
+                    "input + torch.dropout(dense_layer(output), dropout.p, dropout.training)",
+                )
+            ],
+        ),
+        (
+            "an inverted dropout mask by hand in add_norm",
+            [
+                (
+                    "return ln_layer(input + dropout(dense_layer(output)))",
+                    "h = dense_layer(output)\n        if dropout.training:\n"
+                    "            keep = torch.rand_like(h) >= dropout.p\n"
+                    "            h = h * keep.to(h.dtype) / (1 - dropout.p)\n"
+                    "        return ln_layer(input + h)",
+                )
+            ],
+        ),
         (
             "F.dropout in add_norm",
             [
@@ -257,3 +304,26 @@ def slip_table() -> str:
 
 if __name__ == "__main__":
     print(slip_table())
+
+
+def test_an_exception_of_the_graders_own_code_is_the_graders(tmp_path):
+    """Raised in grader/ with no frame of the student's on the way: the grader's (result
+    `grader`, never the student's fail); raised in the student's file: the student's, at
+    the student's line."""
+    try:
+        checks.padded(B=0)  # an IndexError inside checks.py
+    except IndexError as e:
+        own = e.with_traceback(e.__traceback__.tb_next)  # from checks.py down
+    assert harness.graders(own)
+    (tmp_path / "student.py").write_text("def body(x):\n    return x[5]\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import student
+
+        checks.grads(student.body(checks.torch.zeros(2)), [], 1.0)
+    except IndexError as e:
+        theirs = e.with_traceback(e.__traceback__.tb_next)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert not harness.graders(theirs)
+    assert "(student.py:2)" in harness.failure(theirs)

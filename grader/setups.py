@@ -1,0 +1,253 @@
+"""What the checks run each piece on, and how they run it as real runs use it: tiny
+models and inputs, gradients, dropout's statistics, float32 and another device, and the
+stand-ins that answer for the other exercises while one is graded. Nothing here imports
+an exercise's module before a check calls it.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness import part
+
+f64 = torch.float64
+
+STEP = ("sst", "para", "sts")  # the multitask step's tasks
+
+# dropout's p in the training-mode parts: not 0.5 (a p written into the body instead of the
+# one given would pass) and a whole number of 2^-16 (this project's CPU dropout draws 16 bits)
+P_DROP = 0.375
+
+KEPT = 1 / (1 - P_DROP)  # each kept value's scale: 1.6
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def tiny_config(**overrides):
+    """A 2-layer BERT of hidden size 32, small enough to check in milliseconds."""
+    from base_bert import BertConfig
+
+    sizes = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    return BertConfig(**sizes, intermediate_size=64, max_position_embeddings=64, **overrides)
+
+
+def tiny_pair():
+    """(our BertModel, Hugging Face's) with the same random weights, in eval mode."""
+    import transformers
+
+    from base_bert import hf_to_ours
+    from bert import BertModel
+
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    fields = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
+    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
+    ours = BertModel(cfg)
+    ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
+    return ours.double().eval(), hf.double().eval()
+
+
+def padded(B=3, T=7, vocab=100, seed=0):
+    """(ids, token types, mask) with padding in one row and both token types."""
+    ids = torch.randint(1, vocab, (B, T), generator=gen(seed))
+    types = (torch.arange(T) >= T // 2).long().expand(B, T).clone()
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[min(1, B - 1), T - 3 :] = 0
+    return ids, types, mask
+
+
+def additive(keep, dtype=torch.float32):
+    """(B, T) 1/0 -> (B, 1, 1, T): 0 where kept, the dtype's most negative where padded."""
+    return (1.0 - keep[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def grads(y, inputs, w):
+    """The gradients of sum(y * w) with respect to each input, stacked flat; zeros for an
+    input y does not reach (a graph cut there fails its part, not the grader)."""
+    inputs = list(inputs)
+    if not y.requires_grad:
+        return torch.cat([torch.zeros_like(x).flatten() for x in inputs])
+    found = torch.autograd.grad((y * w).sum(), inputs, allow_unused=True)
+    low = y.is_floating_point() and y.dtype != torch.float64  # their rounding is y's
+    flat = torch.cat(
+        [
+            (g if g is not None else torch.zeros_like(x)).flatten()
+            for g, x in zip(found, inputs, strict=True)
+        ]
+    )
+    return flat.to(y.dtype) if low else flat
+
+
+def dropout_parts(what: str, got, clean):
+    """Inverted dropout at p = P_DROP: each element of `got` is 0 or KEPT times its `clean`
+    value, and about P_DROP of them are 0."""
+    kept = clean.abs() > 1e-6
+    ratio = got[kept] / clean[kept]
+    yield part(
+        f"{what}: each value dropped (0) or kept and scaled by 1 / (1 - p) ({KEPT:g}x)",
+        torch.minimum(ratio.abs(), (ratio - KEPT).abs()),
+        lambda: torch.zeros(len(ratio)),
+        tol=1e-5,
+    )
+    share = (ratio.abs() < 1e-6).double().mean()
+    yield part(f"{what}: the share dropped at p = {P_DROP}", share, lambda: P_DROP, tol=0.15)
+
+
+EMBEDDING = F.embedding
+
+
+def strict_embedding(input, weight, *args, **kwargs):
+    """F.embedding as CUDA runs it: the indices on the table's device (meta lets a CPU
+    index through)."""
+    if input.device != weight.device:
+        raise RuntimeError(f"embedding indices on {input.device}, the table on {weight.device}")
+    return EMBEDDING(input, weight, *args, **kwargs)
+
+
+def as_run(what: str, run, reference):
+    """The piece as real runs use it: in float32 (`run(float32, "cpu")`), its output float32
+    and within float32's rounding of `reference` (the float64 output); then on another
+    device (meta: no values, only shapes and devices), where a tensor the body makes
+    without device= lands on the CPU and the run fails, as it would on a GPU."""
+    out = run(torch.float32, "cpu")
+    yield part(f"{what} in float32: a float32 output", out.dtype == torch.float32, True)
+    yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
+    F.embedding = strict_embedding
+    try:
+        device = run(torch.float32, "meta").device.type
+    except RuntimeError as e:  # tensors of two devices: the body made one without device=
+        device = str(e).splitlines()[0][:120]
+    finally:
+        F.embedding = EMBEDDING
+    yield part(f"{what} with its inputs on another device: {device}", device == "meta", True)
+
+
+def tiny_self_attention(p: float = 0.0):
+    """bert.py's BertSelfAttention of the tiny config, attention dropout p, in eval mode."""
+    from bert import BertSelfAttention
+
+    return BertSelfAttention(tiny_config(attention_probs_dropout_prob=p)).double().eval()
+
+
+def hf_attention_in(ours, hf, i: int = 0):
+    """Layer i's BertSelfAttention of ours answered by Hugging Face's (same weights): the
+    attention exercise's stand-in while another is graded. Given a list, it appends one
+    tensor, as the real one appends its probabilities."""
+    theirs = hf.encoder.layer[i].attention.self
+
+    def forward(x, mask, probs=None):
+        if probs is not None:
+            probs.append(torch.zeros(()))
+        return theirs(x, attention_mask=mask)[0]
+
+    ours.encoder["layer"][i].attention["self"].forward = forward
+
+
+def tiny_multitask(tasks, dropout=0.1):
+    from bert import BertModel
+    from multitask_classifier import MultitaskBERT
+
+    torch.manual_seed(0)
+    return MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
+
+
+def stand_in_sentences(model):
+    """model.sentences answered by a sum of fixed vectors per id, position and token type
+    over the tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
+    table, position = torch.randn(2, 100, 32, generator=gen(7))
+
+    def sentences(batch, embeds=None):
+        ids, mask, types = model.flat_inputs(batch)
+        T = ids.size(1)
+        x = table[ids] + position[:T] + types[..., None] * table[0]  # (N, T, H)
+        return (x * mask[..., None]).sum(1)  # (N, H)
+
+    model.sentences = sentences
+
+
+def stand_in_heads(model):
+    """model.readout of one sentence and of a Quora pair answered by fixed functions that
+    are not the exercises' (the classifier's and pair_head's stand-ins), the STS score by
+    the model's own: predict_* is graded on the batches it builds."""
+    readout = model.readout
+
+    def heads(task, batch, z):
+        if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
+            return model.heads[task](torch.tanh(z))  # (B, C)
+        if task == "para":
+            u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
+            return model.heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
+        return readout(task, batch, z)
+
+    model.readout = heads
+
+
+class StandInModel(nn.Module):
+    """What a training step calls of MultitaskBERT, answered by an embedding table and one
+    linear head per task: the step's check needs none of the other exercises."""
+
+    def __init__(self):
+        super().__init__()
+        from evaluation import TASKS
+
+        torch.manual_seed(0)
+        self.bert = nn.Embedding(50, 8)
+        self.heads = nn.ModuleDict(
+            {t: nn.Linear(8 * (1 + 2 * TASKS[t].pair), TASKS[t].num_labels or 1) for t in STEP}
+        )
+
+    def embed(self, batch):
+        return self.bert(batch["input_ids"].flatten(0, -2))  # (N, T, 8)
+
+    def sentences(self, batch, embeds=None):
+        return (self.embed(batch) if embeds is None else embeds).mean(1)  # (N, 8)
+
+    def readout(self, task, batch, z):
+        if batch["input_ids"].dim() == 3:  # (2B, 8) -> [u, v, u * v]: (B, 24)
+            u, v = z.view(2, -1, z.size(-1))
+            z = torch.cat([u, v, u * v], -1)
+        out = self.heads[task](z)
+        return out if out.size(-1) > 1 else out.squeeze(-1)
+
+
+def step_batches():
+    """[(task, batch)] of five examples each for SST, Quora and STS: two micro-batches of
+    three and two."""
+    ids = torch.randint(0, 50, (2, 5, 6), generator=gen(0))
+    ones = torch.ones_like(ids)
+    pair = {"input_ids": ids, "attention_mask": ones, "token_type_ids": 0 * ids}
+    single = {k: v[0] for k, v in pair.items()}
+    return [
+        ("sst", single | {"labels": torch.tensor([0, 4, 2, 1, 3])}),
+        ("para", pair | {"labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])}),
+        ("sts", pair | {"labels": torch.tensor([0.5, 4.0, 2.5, 3.0, 1.0])}),
+    ]
+
+
+class ScaleBy8:
+    """A loss scaler's one call a step makes before its backward: times 8."""
+
+    def scale(self, loss):
+        return loss * 8
+
+
+def stepped(model, stage, ctx, generator):
+    """(loss, the gradient handed to the optimizer, unscaled) of one trainer.train_step,
+    the optimizer's step itself left out."""
+    import trainer
+
+    seen = {}
+
+    def capture(optimizer, scaler, max_norm):
+        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / 8
+        return torch.tensor(0.0)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    saved, trainer.optimizer_step = trainer.optimizer_step, capture
+    try:
+        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
+    finally:
+        trainer.optimizer_step = saved
+    return loss, seen["grads"]
