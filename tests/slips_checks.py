@@ -273,6 +273,17 @@ SLIPS = {
     ],
     "multitask": [
         (
+            "the longer side stacked first",
+            [
+                (
+                    'return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
+                    "if ids_2.size(1) > ids_1.size(1):\n"
+                    "            ids, mask = ids.flip(0), mask.flip(0)\n"
+                    '        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
+                )
+            ],
+        ),
+        (
             "the STS score detached",
             [
                 (
