@@ -338,6 +338,12 @@ def classifier():
         "a batch of one: (1, C) logits", one, lambda: R.sentiment_logits(z[:1], model.heads["sst"])
     )
     z = z.detach()
+
+    def run(dtype, device):
+        moved = copy.deepcopy(model).to(dtype=dtype, device=device)
+        return moved.readout("sst", single, z.to(dtype=dtype, device=device))
+
+    yield from as_run("sst logits", run, model.readout("sst", single, z))
     head, n = model.heads["sst"], 4000
     model.train()
     torch.manual_seed(0)

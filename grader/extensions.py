@@ -2,6 +2,7 @@
 the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics.
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
+import copy
 import math
 
 import torch
@@ -102,6 +103,14 @@ def pair_head():
     )
     yield part("a batch of one: the logits' shape", list(one.shape), [1])
 
+    def run(dtype, device):
+        moved = copy.deepcopy(model).to(dtype=dtype, device=device)
+        return moved.readout(
+            "para", batch, torch.cat([u, v]).detach().to(dtype=dtype, device=device)
+        )
+
+    yield from as_run("logits", run, out)
+
 
 @check(1e-9)
 def symmetric_kl():
@@ -121,6 +130,11 @@ def symmetric_kl():
         yield part(f"{kind}: symmetric", divergence(p, q, kind), same)
         yield part(f"{kind}: 0 between equal outputs", divergence(p, p, kind), 0.0)
         yield part(f"mt-dnn's value, {kind}", reference_divergence(p, q, kind), same)
+
+        def run(dtype, device, p=p, q=q, kind=kind):
+            return divergence(*(x.detach().to(dtype=dtype, device=device) for x in (p, q)), kind)
+
+        yield from as_run(kind, run, same)
 
 
 def kl_parts(fn, ref, p, q, kind: str, what: str):
@@ -304,6 +318,13 @@ def distillation():
     (gz, gref) = torch.autograd.grad(got, (z, ref), allow_unused=True, materialize_grads=True)
     yield part("gradient", gz, lambda: torch.autograd.grad(R.distillation(z, ref), z)[0])
     yield part("gradient into the reference", gref, lambda: torch.zeros_like(ref), tol=0.0)
+
+    def run(dtype, device):
+        return similarity_distillation(
+            *(x.detach().to(dtype=dtype, device=device) for x in (z, ref))
+        )
+
+    yield from as_run("value", run, got)
 
 
 @check(1e-6)

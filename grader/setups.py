@@ -106,18 +106,27 @@ def strict_embedding(input, weight, *args, **kwargs):
     return EMBEDDING(input, weight, *args, **kwargs)
 
 
+# what torch says when one op meets tensors of two devices (and strict_embedding's words)
+TWO_DEVICES = ("same device", "expected device", "embedding indices on")
+
+
 def as_run(what: str, run, reference):
     """The piece as real runs use it: in float32 (`run(float32, "cpu")`), its output float32
     and within float32's rounding of `reference` (the float64 output); then on another
     device (meta: no values, only shapes and devices), where a tensor the body makes
-    without device= lands on the CPU and the run fails, as it would on a GPU."""
+    without device= lands on the CPU and the run fails, as it would on a GPU. An op the
+    meta device cannot run (one whose shape depends on values) leaves that part out."""
     out = run(torch.float32, "cpu")
     yield part(f"{what} in float32: a float32 output", out.dtype == torch.float32, True)
     yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
     F.embedding = strict_embedding
     try:
         device = run(torch.float32, "meta").device.type
-    except RuntimeError as e:  # tensors of two devices: the body made one without device=
+    except (RuntimeError, NotImplementedError) as e:
+        if str(e).startswith("exercise "):
+            raise  # an open exercise
+        if not any(words in str(e) for words in TWO_DEVICES):
+            return  # the meta device cannot run it: no verdict on devices
         device = str(e).splitlines()[0][:120]
     finally:
         F.embedding = EMBEDDING

@@ -115,6 +115,15 @@ VARIANTS = {
     ],
     "mean_pool": [
         (
+            "a loop over sentences, boolean indexing (the meta device cannot run it)",
+            [
+                (
+                    "return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)",
+                    "return torch.stack([h[k.bool()].mean(0) for h, k in zip(hidden, attention_mask)])",
+                )
+            ],
+        ),
+        (
             "masked_fill",
             [
                 (
@@ -122,7 +131,7 @@ VARIANTS = {
                     "return hidden.masked_fill(m == 0, 0).sum(1) / m.sum(1)",
                 )
             ],
-        )
+        ),
     ],
     "layer": [
         (
