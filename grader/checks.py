@@ -146,7 +146,7 @@ def layer():
     yield from layer_in_training(mine, theirs, x, keep)
 
 
-def layer_in_training(mine, theirs, x, keep, n: int = 1500):
+def layer_in_training(mine, theirs, x, keep, n: int = 1000):
     """The layer in training against Hugging Face's over n draws of their dropout, one
     sublayer's dropout at p = P_DROP and the other's off, then the other way: each output's
     mean (in standard errors) and variance (the mean ratio). Any inverted dropout passes
