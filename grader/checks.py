@@ -142,6 +142,14 @@ def layer():
     probs = []
     mine(x, additive(keep, f64), probs)
     yield part("attention probabilities asked for: the layer's one", len(probs), 1)
+
+    def run(dtype, device):  # both models moved, the stand-in attention bound anew
+        o, h = (copy.deepcopy(m).to(dtype=dtype, device=device) for m in (ours, hf))
+        hf_attention_in(o, h)
+        inputs = x.detach().to(dtype=dtype, device=device)
+        return o.encoder["layer"][0](inputs, additive(keep, dtype).to(device))
+
+    yield from as_run("output", run, out)
     yield from add_norm_dropout(mine)
     yield from layer_in_training(mine, theirs, x, keep)
 

@@ -50,6 +50,15 @@ SLIPS = {
     ],
     "layer": [
         (
+            "the feed-forward upcast to float64",
+            [
+                (
+                    'F.gelu(self.intermediate["dense"](a))',
+                    'F.gelu(self.intermediate["dense"](a).double())',
+                )
+            ],
+        ),
+        (
             "no dropout in add_norm",
             [("input + dropout(dense_layer(output))", "input + dense_layer(output)")],
         ),
