@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 SECONDS = 60  # one check's time limit: a loop that never ends fails alone
@@ -124,23 +125,48 @@ def references():
     return Traced(found)
 
 
+# The comparison's functions, bound before any exercise's module is imported: a body that
+# replaces torch.Tensor.abs, np.abs or the like changes nothing in how parts are judged.
+IS_TENSOR, DETACH, CPU, TO, NUMPY = (
+    torch.is_tensor,
+    torch.Tensor.detach,
+    torch.Tensor.cpu,
+    torch.Tensor.to,
+    torch.Tensor.numpy,
+)
+AS_ARRAY, ABS, WHERE, ISNAN, ARGMAX, UNRAVEL = (
+    np.asarray,
+    np.abs,
+    np.where,
+    np.isnan,
+    np.argmax,
+    np.unravel_index,
+)
+INF, ERRSTATE = math.inf, np.errstate
+
+
+def array(x) -> np.ndarray:
+    """A part's value as a float64 array, by the functions bound above."""
+    if IS_TENSOR(x):
+        x = NUMPY(TO(CPU(DETACH(x)), torch.float64))
+    return AS_ARRAY(x, dtype=np.float64)
+
+
 def difference(got, expected) -> tuple[float, str]:
     """(largest |got - expected|, where); NaN or inf where expected is finite: inf.
     Where both are NaN (a nan the exercise asks for) they agree."""
-    a, b = (
-        x.detach().cpu().double() if torch.is_tensor(x) else torch.tensor(x, dtype=torch.float64)
-        for x in (got, expected)
-    )
+    a, b = array(got), array(expected)
     if a.shape != b.shape:
-        return math.inf, f" in shape: {list(a.shape)}, expected {list(b.shape)}"
-    d = (a - b).abs()
-    d = torch.where((a == b) | (a.isnan() & b.isnan()), 0.0, d)  # equal infinities, asked-for nans
-    d = torch.where(d.isnan(), math.inf, d)  # any other NaN
-    if d.numel() == 0:
+        return INF, f" in shape: {list(a.shape)}, expected {list(b.shape)}"
+    with ERRSTATE(invalid="ignore"):
+        d = ABS(a - b)
+        d = WHERE((a == b) | (ISNAN(a) & ISNAN(b)), 0.0, d)  # equal infinities, asked-for nans
+        d = WHERE(ISNAN(d), INF, d)  # any other NaN
+    if d.size == 0:
         return 0.0, ""
-    i = int(d.flatten().argmax())
-    where = [int(x) for x in torch.unravel_index(torch.tensor(i), d.shape)]
-    return float(d.flatten()[i]), f" at {where}" if where else ""
+    i = int(ARGMAX(d))
+    where = [int(k) for k in UNRAVEL(i, d.shape)]
+    return float(d.flat[i]), f" at {where}" if where else ""
 
 
 def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, float, str, bool]:
@@ -177,9 +203,31 @@ def rounding(got, tol: float) -> float:
     times the output's scale: any correct float32 solution passes."""
     if not (torch.is_tensor(got) and got.is_floating_point() and got.dtype != torch.float64):
         return tol
-    scale = float(got.detach().abs().max()) if got.numel() and got.device.type != "meta" else 1.0
+    values = ABS(array(got)) if got.device.type != "meta" else AS_ARRAY([1.0])
+    scale = float(values.max()) if values.size else 1.0
     scale = scale if math.isfinite(scale) else 1.0
     return max(tol, 64 * torch.finfo(got.dtype).eps * max(1.0, scale))
+
+
+NAMESPACES = (torch, torch.Tensor, torch.nn.functional, torch.nn.Module, np)
+
+
+def snapshot() -> list[tuple[object, dict]]:
+    """What torch's, torch.Tensor's, F's, nn.Module's and numpy's names hold now."""
+    return [(space, dict(vars(space))) for space in NAMESPACES]
+
+
+def restore(saved: list[tuple[object, dict]]) -> None:
+    """Each name as the snapshot holds it (a module imported since stays): what one
+    exercise's body replaced is back before the next exercise is graded."""
+    for space, before in saved:
+        now = dict(vars(space))
+        for name in now.keys() - before.keys():
+            if not isinstance(now[name], types.ModuleType):
+                delattr(space, name)
+        for name, value in before.items():
+            if now.get(name, restore) is not value:
+                setattr(space, name, value)
 
 
 def grade(name: str, judge=judge) -> dict:
@@ -196,6 +244,7 @@ def grade(name: str, judge=judge) -> dict:
     n = dict.fromkeys(("parts", "held", "failed", "held_failed", "unknown"), 0)
     accounts, matched, worst = {False: [], True: []}, set(), 0.0
     signal.alarm(SECONDS)
+    saved = snapshot()
     try:
         for p in fn():
             ok, diff, account, held = judge(p, tol)
@@ -218,6 +267,7 @@ def grade(name: str, judge=judge) -> dict:
         return row | {"result": "error", "detail": failure(e)}
     finally:
         signal.alarm(0)
+        restore(saved)
     row |= n | {"diff": worst, "held_detail": (accounts[True] or [""])[0]}
     if failed := accounts[False] + accounts[True]:
         more = f" (and {len(failed) - 1} more part(s))" * (len(failed) > 1)

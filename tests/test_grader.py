@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 import checks  # they register the checks; grader/ is on pytest's path
 import exercises
@@ -336,3 +337,18 @@ def test_an_exception_of_the_graders_own_code_is_the_graders(tmp_path):
         sys.path.remove(str(tmp_path))
     assert not harness.graders(theirs)
     assert "(student.py:2)" in harness.failure(theirs)
+
+
+def test_a_body_that_replaces_a_torch_function_is_graded_as_the_code_it_is(grade_changed):
+    """A wrong mean_pool that replaces torch.Tensor.abs (which judging |got - expected|
+    once used) still fails; the function is back before the next exercise is graded."""
+    abs_ = torch.Tensor.abs
+    forged = [
+        (
+            "return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)",
+            "torch.Tensor.abs = lambda self: self * 0\n    return hidden.mean(1)",
+        )
+    ]
+    assert grade_changed("mean_pool", forged)["result"] == "fail"
+    assert torch.Tensor.abs is abs_
+    assert grade_changed("pearson", [])["result"] == "pass"
