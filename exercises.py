@@ -253,7 +253,8 @@ LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")  # a Markdown link: [text](targe
 
 def unlink_removed(root: Path) -> None:
     """In the copy's Markdown pages, a link into what the copy leaves out (docs/archive/,
-    the tests) keeps its text and loses its target: no page points at a missing file."""
+    the tests, the TA's page) keeps its text and loses its target, and a table's row that
+    lists such a page goes: no page points at a missing file."""
 
     def kept(page: Path, m: re.Match) -> str:
         target = m[2].split("#")[0]
@@ -261,9 +262,14 @@ def unlink_removed(root: Path) -> None:
             return m[0]
         return m[1]
 
+    def row(page: Path, line: str) -> bool:  # a table's row about a page the copy lacks
+        first = LINK.match(line.removeprefix("| "))
+        return not (line.startswith("| [") and first and kept(page, first) != first[0])
+
     for page in root.rglob("*.md"):
         text = page.read_text()
-        fixed = LINK.sub(lambda m, page=page: kept(page, m), text)
+        lines = [line for line in text.split("\n") if row(page, line)]
+        fixed = LINK.sub(lambda m, page=page: kept(page, m), "\n".join(lines))
         if fixed != text:
             page.write_text(fixed)
 

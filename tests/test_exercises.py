@@ -173,6 +173,7 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "docs" / "teaching.md").exists()  # the TA's page
+    assert "teaching.md" not in (tmp_path / "some" / "docs" / "README.md").read_text()  # its row
     assert not (tmp_path / "some" / "runs").exists() and (tmp_path / "some" / "README.md").is_file()
     with pytest.raises(SystemExit, match="not empty"):
         exercises.main(["make", str(tmp_path / "some")])
