@@ -169,13 +169,29 @@ def open_exercises(root: Path, regions: list[Region]) -> None:
 
 
 def enclosing(path: Path, line: int) -> str:
-    """The handout's name of the code holding a 0-based line: Class.method or function."""
-    inner = [
-        n
-        for n in ast.walk(ast.parse(path.read_text()))
-        if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.lineno <= line + 1 <= n.end_lineno
-    ]
-    return ".".join(n.name for n in sorted(inner, key=lambda n: n.lineno)) or path.stem
+    """The handout's name of the code holding a 0-based line: Class.method or function;
+    a private method by the public one that calls it (`AdamW.step` for _loop_update)."""
+    tree = ast.parse(path.read_text())
+    inner = sorted(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.ClassDef)
+            and n.lineno <= line + 1 <= n.end_lineno
+        ),
+        key=lambda n: n.lineno,
+    )
+    if len(inner) >= 2 and isinstance(inner[-2], ast.ClassDef) and inner[-1].name.startswith("_"):
+        callers = [
+            m.name
+            for m in inner[-2].body
+            if isinstance(m, ast.FunctionDef)
+            and not m.name.startswith("_")
+            and any(getattr(c, "attr", "") == inner[-1].name for c in ast.walk(m))
+        ]
+        if callers:
+            return f"{inner[-2].name}.{callers[0]} ({inner[-1].name})"
+    return ".".join(n.name for n in inner) or path.stem
 
 
 def assignment(out: Path, chosen: list[str]) -> str:
