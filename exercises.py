@@ -72,7 +72,7 @@ class Region:
 def regions_of(path: Path, root: Path) -> list[Region]:
     """The marked bodies of one file; a marker without its pair stops with file:line."""
     found, open_ = [], None
-    for i, line in enumerate(path.read_text().splitlines()):
+    for i, line in enumerate(path.read_text(errors="replace").splitlines()):
         where = f"{path.relative_to(root)}:{i + 1}"
         if m := BEGIN.match(line):
             if open_:
@@ -326,12 +326,12 @@ def make(out: Path, names: list[str], ta: Path | None = None, quiet: bool = Fals
     return chosen
 
 
-def run_checks(root: Path, grader: Path, names: list[str]) -> dict[str, dict]:
+def run_checks(root: Path, grader: Path, names: list[str], markers: Path | None = None) -> dict:
     """{name: result} from grader/harness.py run in root; a check that kills the process
     is reported and the rest run in a new one. The harness is told each exercise's files:
     one that does not compile stops only the exercises written in it."""
     rows, left = {}, list(names)
-    files = {n: sorted({r.file for r in rs}) for n, rs in exercises(root).items()}
+    files = {n: sorted({r.file for r in rs}) for n, rs in exercises(markers or root).items()}
     while left:
         with tempfile.TemporaryDirectory() as tmp:
             token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
@@ -385,20 +385,23 @@ def check(
     ta: Path | None = None,
     results: Path | None = None,
     graded: str = "",
+    markers: Path | None = None,
 ):
     """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
     return how many did not pass (provisional ones pass here). results: also write
-    Gradescope's results.json there, `graded` (which files) at the top of its output."""
+    Gradescope's results.json there, `graded` (which files) at the top of its output.
+    markers: where the exercises' markers are read (a submission may have broken its own)."""
     ta = (ta or root).resolve()
     if not (ta / CHECKS[0]).is_file():
         raise SystemExit(
             f"{ta}: no {CHECKS[0]}; is it this repository, a handout or a TA's grader?"
         )
-    found = in_order(root, ta)
+    found = in_order(markers or root, ta)
     if unknown := sorted(set(names) - set(found)):
         raise SystemExit(f"no exercise {', '.join(unknown)} in {root}")
     names = names or assigned(root, found)
-    started, rows, docs = time.monotonic(), run_checks(root, ta, names), check_docs(ta)
+    started, docs = time.monotonic(), check_docs(ta)
+    rows = run_checks(root, ta, names, markers)
     scores = {n: score(rows[n], docs[n]) for n in names}
     copy = not (ta / ANSWERS[0]).is_file()
     if copy:

@@ -17,6 +17,7 @@ references), shown after the due date.
 import json
 import shutil
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -68,9 +69,13 @@ def pick(submission: Path, files: list[str]) -> tuple[dict[str, Path], list[str]
     chosen, lines = {}, []
     for name in files:
         found = sorted(submission.rglob(Path(name).name), key=lambda p: (len(p.parts), str(p)))
-        found = [p for p in found if p.is_file()]
+        found = [p for p in found if p.is_file() and not p.is_symlink()]  # a link: not a file
         if not found:
-            lines.append(f"{name}: not submitted; the handout's is graded (its exercises open)")
+            zips = [p.name for p in submission.rglob("*.zip")]
+            hint = f"; {zips[0]} was submitted: upload the files, not a zip inside" if zips else ""
+            lines.append(
+                f"{name}: not submitted; the handout's is graded (its exercises open){hint}"
+            )
             continue
         chosen[name] = found[0]
         where = found[0].relative_to(submission).as_posix()
@@ -125,19 +130,28 @@ def test(name: str, got: float, worth: int, output: str, visibility: str) -> dic
 
 def run(root: Path) -> None:
     """run_autograder's work: the handout in root/work with the submitted files over it,
-    graded by the TA's grader into root/results/results.json."""
-    source, work = root / "source", root / "work"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(source / "handout", work)
-    files = (source / "files.txt").read_text().split()
-    chosen, lines = pick(root / "submission", files)
-    for name, found in chosen.items():
-        shutil.copyfile(found, work / name)
-    sys.path.insert(0, str(work))
-    import exercises  # the handout's, which imports nothing of the student's
+    graded by the TA's grader into root/results/results.json; whatever stops it, a
+    results.json that says why."""
+    source, work, results = root / "source", root / "work", root / "results" / "results.json"
+    started = time.monotonic()
+    try:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(source / "handout", work)
+        files = (source / "files.txt").read_text().split()
+        chosen, lines = pick(root / "submission", files)
+        for name, found in chosen.items():
+            shutil.copyfile(found, work / name)
+        sys.path.insert(0, str(work))
+        import exercises  # the handout's, which imports nothing of the student's
 
-    names = (source / "names.txt").read_text().split()
-    exercises.check(work, names, source / "ta", root / "results" / "results.json", "\n".join(lines))
+        names = (source / "names.txt").read_text().split()
+        graded = "\n".join(lines)
+        exercises.check(work, names, source / "ta", results, graded, source / "handout")
+    except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
+        why = str(e).replace(str(root), "") or type(e).__name__
+        write_results(
+            results, [], f"the autograder stopped: {why} (tell the TA)", time.monotonic() - started
+        )
 
 
 if __name__ == "__main__":

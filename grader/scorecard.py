@@ -39,6 +39,8 @@ def weights(grader: Path) -> dict[str, dict]:
     except (OSError, SyntaxError, ValueError) as e:
         raise SystemExit(f"{path}: {e}") from None
     partial, out = found.get("PARTIAL", False), {}
+    if not isinstance(partial, bool):
+        raise SystemExit(f"{path}: PARTIAL = {partial!r}; expected True or False")
     for name, w in found.get("POINTS", {}).items():
         w = {"held": 0, "partial": partial} | (w if isinstance(w, dict) else {})
         points, held = w.get("points"), w["held"]
@@ -119,8 +121,8 @@ def score(row: dict, c: Check) -> Score:
 def shown(s: Score) -> str:
     """`3 / 4`, or `3 +1? / 4` where the TA's parts are provisional."""
     if s.held is None:
-        return f"{s.here:g} +{s.held_max}? / {s.here_max + s.held_max}"
-    return f"{s.here + s.held:g} / {s.here_max + s.held_max}"
+        return f"{round(s.here, 2):g} +{s.held_max}? / {s.here_max + s.held_max}"
+    return f"{round(s.here + s.held, 2):g} / {s.here_max + s.held_max}"
 
 
 def scorecard_total(rows: dict, scores: dict, names: list[str]) -> str:

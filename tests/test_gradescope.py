@@ -4,6 +4,7 @@ version setup.sh installs with only what requirements-grader.txt brings."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -138,6 +139,40 @@ def test_the_archive_grades_a_submission_in_a_clean_python(tmp_path):
     assert "bert.py: graded from bert.py (also submitted: zz_old/bert.py" in results["output"]
     assert "evaluation.py: not submitted" in results["output"]
     assert str(tmp_path) not in json.dumps(results)  # no path of the machine that graded
+    careless(root, python)
+
+
+def careless(root: Path, python: Path) -> None:
+    """A careless submission: optimizer.py solved with its markers removed, evaluation.py
+    solved with a comment that is not UTF-8, bert.py a link out of the submission, a zip
+    inside the zip. Each file is graded as Python reads it, the markers are the handout's,
+    and results.json says what it found; a results.json is written even when the run
+    stops."""
+    shutil.rmtree(root / "submission")
+    (root / "submission").mkdir()
+    solved = (REPO / "optimizer.py").read_text().splitlines(keepends=True)
+    (root / "submission" / "optimizer.py").write_text(
+        "".join(x for x in solved if "EXERCISE" not in x)
+    )
+    (root / "submission" / "evaluation.py").write_bytes(
+        b"# caf\xe9\n" + (REPO / "evaluation.py").read_bytes()
+    )
+    (root / "submission" / "bert.py").symlink_to("/etc/passwd")
+    (root / "submission" / "mine.zip").write_bytes(b"PK")
+    results = run_autograder(root, python)
+    scores = {t["name"]: (t["score"], t["output"]) for t in results["tests"]}
+    assert scores["adamw"][0] == 3 and scores["attention"][0] == 0
+    assert scores["pearson"][0] == 1  # a byte Python reads past in a comment: still graded
+    assert (
+        "bert.py: not submitted" in results["output"]
+        and "mine.zip was submitted" in results["output"]
+    )
+    (root / "source" / "names.txt").write_text("nonsense\n")  # the run stops: still a results.json
+    results = run_autograder(root, python)
+    assert (
+        results["tests"] == []
+        and "the autograder stopped: no exercise nonsense" in results["output"]
+    )
 
 
 def test_what_the_autograder_refuses(tmp_path):
