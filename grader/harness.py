@@ -60,7 +60,7 @@ def part(label: str, got, expected, tol: float | None = None) -> Part:
 def check(tol: float, stands_in: tuple[str, ...] = ()):
     """Register a check; `stands_in`: the other exercises its piece calls, answered by
     stand-ins while it is graded (`exercises.py list` shows them). Points live in
-    grader/points.toml."""
+    grader/points.py."""
 
     def register(fn):
         CHECKS[fn.__name__] = (fn, tol, stands_in)

@@ -60,7 +60,7 @@ def weights(grader: Path) -> dict[str, dict]:
 
 def check_docs(grader: Path) -> dict[str, Check]:
     """{exercise: its Check}, in the checks' order, read without importing; a check with
-    no points in grader/points.toml, or points with no check, stops with the file."""
+    no points in grader/points.py, or points with no check, stops with the file."""
     found, table = {}, weights(grader)
     for f in (f for checks in CHECKS for f in ast.parse((grader / checks).read_text()).body):
         decorator = next((d for d in getattr(f, "decorator_list", ()) if is_check(d)), None)
