@@ -20,10 +20,11 @@ references) and writes each marked body of every exercise, or of those named, as
 `raise NotImplementedError("exercise <name>: <hint>")`. The markers stay: the student
 writes between them, and `list` and `check` find them again in the copy.
 
-`check` runs the grader (grader/harness.py) in a process of its own, in DIR (default:
-here), with the grader of TA_DIR (default: this folder's grader/). In a student's copy the
-grader has no references.py: the parts that need it are left to the TA, the rest is graded.
-A check's result travels in a file only the grader knows, so nothing the student's code
+`check` grades in two processes (grader/processes.py), with the grader of TA_DIR (default:
+this folder's grader/): the student's code runs in one, in DIR (default: here), holding no
+reference, token or result file, and hands back only what it returns; the judge runs in the
+other, where no student code runs. In a student's copy the grader has no references.py: the
+parts that need it are left to the TA, the rest is graded. Nothing the student's code
 prints counts; a check that kills its process fails alone and the others still run.
 """
 
@@ -32,7 +33,6 @@ import ast
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import gradescope, leaderboard
+from grader import gradescope, leaderboard, processes
 from grader.scorecard import CHECKS, check_docs, score, scorecard_total, shown
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +54,6 @@ NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_ca
 TA_ONLY = ("tests", "docs/scripts", "docs/archive", "docs/teaching.md", ".ci", *map(str, ANSWERS))
 # in tests/, what a student's copy keeps: sanity_check.py's expected outputs, its own tests
 STUDENTS_TESTS = ("tests/reference/", "tests/test_assignment.py")
-SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
 
 
 @dataclass(frozen=True)
@@ -326,46 +325,14 @@ def make(out: Path, names: list[str], ta: Path | None = None, quiet: bool = Fals
     return chosen
 
 
-def run_checks(root: Path, grader: Path, names: list[str], markers: Path | None = None) -> dict:
-    """{name: result} from grader/harness.py run in root; a check that kills the process
-    is reported and the rest run in a new one. The harness is told each exercise's files:
-    one that does not compile stops only the exercises written in it."""
-    rows, left = {}, list(names)
+def run_checks(root: Path, grader: Path, names: list[str], markers: Path | None = None, user=None):
+    """{name: result}: the student's code run in root, judged by grader's grader in the
+    handout (`markers`, default root) where no student code runs (grader/processes.py);
+    `user`: who runs the student's code. Each process is told each exercise's files: one
+    that does not compile stops only the exercises written in it."""
     files = {n: sorted({r.file for r in rs}) for n, rs in exercises(markers or root).items()}
-    while left:
-        with tempfile.TemporaryDirectory() as tmp:
-            token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
-            env = os.environ | {"PYTHONPATH": os.pathsep.join([str(grader / GRADER), str(root)])}
-            try:
-                done = subprocess.run(
-                    [sys.executable, str(grader / GRADER / "harness.py"), *left],
-                    cwd=root,
-                    env=env,
-                    input=f"{token} {results}\n{json.dumps(files)}\n",
-                    capture_output=True,
-                    text=True,
-                    timeout=SECONDS * len(left) + 60,
-                )
-                err = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-            except subprocess.TimeoutExpired:
-                err = ["timed out"]
-            lines = results.read_text().splitlines() if results.exists() else []
-        started = None
-        for line in map(json.loads, lines):
-            if line.pop("token", None) != token:
-                continue
-            if "start" in line:
-                started = line["start"]
-            else:
-                rows[line["name"]], started = line, None
-        if started is None:  # the process stopped before its first check
-            started = next((n for n in left if n not in rows), None)
-            if started is None:
-                break
-        if started not in rows:
-            rows[started] = {"name": started, "result": "error", "detail": f"stopped: {err[0]}"}
-        left = [n for n in left if n not in rows]
-    return rows
+    how = {"handout": markers, "user": user}
+    return processes.grade(root, grader / GRADER, names, files, **how)
 
 
 def assigned(root: Path, found: dict) -> list[str]:
@@ -386,11 +353,13 @@ def check(
     results: Path | None = None,
     graded: str = "",
     markers: Path | None = None,
+    user: str | None = None,
 ):
     """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
     return how many did not pass (provisional ones pass here). results: also write
     Gradescope's results.json there, `graded` (which files) at the top of its output.
-    markers: where the exercises' markers are read (a submission may have broken its own)."""
+    markers: the handout, where the exercises' markers are read (a submission may have
+    broken its own) and the judge runs; user: who runs the student's code."""
     ta = (ta or root).resolve()
     if not (ta / CHECKS[0]).is_file():
         raise SystemExit(
@@ -401,7 +370,7 @@ def check(
         raise SystemExit(f"no exercise {', '.join(unknown)} in {root}")
     names = names or assigned(root, found)
     started, docs = time.monotonic(), check_docs(ta)
-    rows = run_checks(root, ta, names, markers)
+    rows = run_checks(root, ta, names, markers, user)
     scores = {n: score(rows[n], docs[n]) for n in names}
     copy = not (ta / ANSWERS[0]).is_file()
     if copy:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import Part, cached, check, part, references
+from harness import Part, cached, check, part, references, student
 from setups import (
     P_DROP,
     STEP,
@@ -29,13 +29,16 @@ from setups import (
     gen,
     grads,
     hf_attention_in,
+    ours_like,
     padded,
-    stand_in_heads,
+    seeded_heads,
+    stand_in_readout,
     stand_in_sentences,
+    stand_ins,
     step_batches,
     stepped,
+    tiny_hf,
     tiny_multitask,
-    tiny_pair,
     tiny_self_attention,
 )
 
@@ -50,15 +53,18 @@ def attention():
     """BertSelfAttention.attention against the definition (a loop over batch, head and
     query) and torch's scaled_dot_product_attention, values and gradients; in training,
     dropout on the probabilities; the head split and merge against Hugging Face's."""
-    ours = tiny_self_attention().attention
     B, nh, T, hs = 2, 3, 5, 4
     q, k, v = (torch.randn(B, nh, T, hs, generator=gen(i), dtype=f64) for i in range(3))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     mask = additive(keep, f64)
-    out, probs = ours(q, k, v, mask)
-    w = torch.randn(out.shape, generator=gen(3), dtype=f64)
-    got = grads(out, (q, k, v), w)
+    w = torch.randn(B, nh, T, hs, generator=gen(3), dtype=f64)
+
+    def mine():
+        out, probs = tiny_self_attention().attention(q, k, v, mask)
+        return out, probs, grads(out, (q, k, v), w)
+
+    out, probs, got = student(mine)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     yield part("output", out, lambda: sdpa)
     yield part("gradients of q, k, v", got, lambda: grads(sdpa, (q, k, v), w))
@@ -78,36 +84,55 @@ def attention():
 def attention_dropout():
     """Train mode, p = P_DROP, values [I | V]: the output's first T columns are the dropped
     probabilities themselves, the rest those times V; in eval mode no dropout."""
-    module = tiny_self_attention(P_DROP)
     B, nh, T = 2, 3, 5
     q, k = (torch.randn(B, nh, T, T + 3, generator=gen(10 + i), dtype=f64) for i in range(2))
     extra = torch.randn(B, nh, T, 3, generator=gen(12), dtype=f64)
     v = torch.cat([torch.eye(T, dtype=f64).expand(B, nh, T, T), extra], -1)  # (B, nh, T, T + 3)
     mask = additive(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), f64)
-    _, clean = module.attention(q, k, v, mask)
-    torch.manual_seed(0)
-    out, _ = module.train().attention(q, k, v, mask)
+
+    def mine():
+        module = tiny_self_attention(P_DROP)
+        _, clean = module.attention(q, k, v, mask)
+        torch.manual_seed(0)
+        out, _ = module.train().attention(q, k, v, mask)
+        return clean, out, module.eval().attention(q, k, v, mask)[0]
+
+    clean, out, not_training = student(mine)
     dropped = out[..., :T]  # (B, nh, T, T)
     yield from dropout_parts("training", dropped, clean.detach())
     yield part(
         "training: output = dropped probabilities times v", out[..., T:], lambda: dropped @ extra
     )
-    not_training, _ = module.eval().attention(q, k, v, mask)
     yield part("eval mode: no dropout", not_training, lambda: clean @ v)
 
 
 def self_attention():
     """BertSelfAttention (queries, keys and values split into heads, attended, merged back)
     against Hugging Face's BertSelfAttention with the same weights, padded rows aside."""
-    ours, hf = tiny_pair()
-    mine, theirs = ours.encoder["layer"][0].attention["self"], hf.encoder.layer[0].attention.self
-    mine.kind = "manual"
+    hf = tiny_hf()
+    theirs = hf.encoder.layer[0].attention.self
     _, _, keep = padded()
     x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
-    out, ref = mine(x, additive(keep, f64)), theirs(x, attention_mask=additive(keep, f64))[0]
-    w = torch.randn(out.shape, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
+    w = torch.randn(3, 7, 32, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
+
+    def mine():
+        ours = ours_like(hf).encoder["layer"][0].attention["self"]
+        ours.kind = "manual"
+        out = ours(x, additive(keep, f64))
+        return out, grads(out, x, w)
+
+    out, got = student(mine)
+    ref = theirs(x, attention_mask=additive(keep, f64))[0]
     yield part("BertSelfAttention's output", out[keep.bool()], lambda: ref[keep.bool()])
-    yield part("BertSelfAttention's input gradient", grads(out, x, w), lambda: grads(ref, x, w))
+    yield part("BertSelfAttention's input gradient", got, lambda: grads(ref, x, w))
+
+
+def tiny_layer(hf):
+    """bert.py's BertLayer 0 with hf's weights (the student's side), Hugging Face's
+    attention standing in for the attention exercise."""
+    ours = ours_like(hf)
+    hf_attention_in(ours, hf)
+    return ours.encoder["layer"][0]
 
 
 @check(1e-9, stands_in=("attention",))
@@ -116,77 +141,83 @@ def layer():
     values and gradients, its feed-forward's exact GELU at inputs where tanh's differs; in
     training, add_norm's dropout on the dense output before the residual. Hugging Face's
     attention stands in for the attention exercise."""
-    ours, hf = tiny_pair()
-    hf_attention_in(ours, hf)
-    mine, theirs = ours.encoder["layer"][0], hf.encoder.layer[0]
+    hf = tiny_hf()
+    theirs = hf.encoder.layer[0]
     with torch.no_grad():  # pre-activations of a few units: where the two GELUs differ
-        for m in (mine.intermediate["dense"], theirs.intermediate.dense):
-            m.weight.mul_(20)
-    seen = {}
-    mine.output.dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
-    theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
+        theirs.intermediate.dense.weight.mul_(20)
     _, _, keep = padded()
     x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
-    out, ref = mine(x, additive(keep, f64)), theirs(x, attention_mask=additive(keep, f64))
+    w = torch.randn(3, 7, 32, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
+
+    def mine():
+        layer, seen = tiny_layer(hf), {}
+        layer.output.dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
+        out = layer(x, additive(keep, f64))
+        params = [p for n, p in layer.named_parameters() if ".self." not in n]
+        probs = []
+        layer(x, additive(keep, f64), probs)
+        return out, seen.get("ours"), grads(out, [x, *params], w), len(probs)
+
+    out, activation, got, asked = student(mine)
+    seen = {}
+    theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
+    ref = theirs(x, attention_mask=additive(keep, f64))
     ref = ref[0] if isinstance(ref, tuple) else ref
     rows = keep.bool()
-    if "ours" in seen:  # a body calling F.linear on the weights skips the hook: "output" judges
+    if activation is not None:  # a body calling F.linear on the weights skips the hook
         hf_act = seen["hf"][rows]
-        yield part("the feed-forward's activation", seen["ours"][rows], lambda: hf_act, tol=1e-6)
+        yield part("the feed-forward's activation", activation[rows], lambda: hf_act, tol=1e-6)
     yield part("output", out[rows], lambda: ref[rows])
-    w = torch.randn(out.shape, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
-    ours_p, hf_p = (
-        [p for n, p in m.named_parameters() if ".self." not in n] for m in (mine, theirs)
-    )
-    yield part("gradients", grads(out, [x, *ours_p], w), lambda: grads(ref, [x, *hf_p], w))
-    probs = []
-    mine(x, additive(keep, f64), probs)
-    yield part("attention probabilities asked for: the layer's one", len(probs), 1)
+    hf_p = [p for n, p in theirs.named_parameters() if ".self." not in n]
+    yield part("gradients", got, lambda: grads(ref, [x, *hf_p], w))
+    yield part("attention probabilities asked for: the layer's one", asked, 1)
 
     def run(dtype, device):  # both models moved, the stand-in attention bound anew
-        o, h = (copy.deepcopy(m).to(dtype=dtype, device=device) for m in (ours, hf))
+        h = copy.deepcopy(hf).to(dtype=dtype, device=device)
+        o = ours_like(hf).to(dtype=dtype, device=device)
         hf_attention_in(o, h)
         inputs = x.detach().to(dtype=dtype, device=device)
         return o.encoder["layer"][0](inputs, additive(keep, dtype).to(device))
 
     yield from as_run("output", run, out)
-    yield from add_norm_dropout(mine)
-    yield from layer_in_training(mine, theirs, x, keep)
+    yield from add_norm_dropout(hf)
+    yield from layer_in_training(hf, x, keep)
 
 
-def layer_in_training(mine, theirs, x, keep, n: int = 1000):
+def layer_in_training(hf, x, keep, n: int = 1000):
     """The layer in training against Hugging Face's over n draws of their dropout, one
     sublayer's dropout at p = P_DROP and the other's off, then the other way: each output's
     mean (in standard errors) and variance (the mean ratio). Any inverted dropout passes
     (nn.Dropout, F.dropout, torch.dropout, a mask by hand); a dropout added, left out or
     moved does not. The attention's own dropout is off; the sublayers' dense weights are
     scaled up so that what they add is as large as the residual."""
+    theirs = hf.encoder.layer[0]
     theirs.attention.self.dropout.p = 0.0  # the stand-in attention both layers share
-    pairs = [
-        (mine.attention["output"], theirs.attention.output),
-        (mine.output, theirs.output),
-    ]
     with torch.no_grad():
-        for ours, hf in pairs:
-            ours["dense"].weight.mul_(25), hf.dense.weight.mul_(25)
-    for i, what in enumerate(("the attention's", "the feed-forward's")):
-        for k, (ours, hf) in enumerate(pairs):
-            ours["dropout"].p = hf.dropout.p = P_DROP if k == i else 0.0
-        yield from drawn(mine, theirs, x, keep, n, f"training, {what} dropout only")
-
-
-def drawn(mine, theirs, x, keep, n: int, what: str):
-    """Both layers in training on n copies of x: the outputs' means and variances."""
+        theirs.attention.output.dense.weight.mul_(25), theirs.output.dense.weight.mul_(25)
     X = x.detach().repeat(n, 1, 1)  # (n * B, T, H)
-    mask = additive(keep.repeat(n, 1), f64)
-    with torch.no_grad():
-        torch.manual_seed(0)
-        out = mine.train()(X, mask).view(n, *x.shape)  # (n * B, T, H) -> (n, B, T, H)
-        torch.manual_seed(1)
-        ref = theirs.train()(X, attention_mask=mask)
-        ref = (ref[0] if isinstance(ref, tuple) else ref).view(n, *x.shape)
-    rows = keep.bool()
-    out, ref = out[:, rows], ref[:, rows]  # (n, kept tokens, H)
+    mask, rows = additive(keep.repeat(n, 1), f64), keep.bool()
+    for i, what in enumerate(("the attention's", "the feed-forward's")):
+        p = [P_DROP if k == i else 0.0 for k in range(2)]
+        theirs.attention.output.dropout.p, theirs.output.dropout.p = p
+
+        def mine(p=p):
+            layer = tiny_layer(hf)
+            layer.attention["output"]["dropout"].p, layer.output["dropout"].p = p
+            torch.manual_seed(0)
+            with torch.no_grad():
+                return layer.train()(X, mask).view(n, *x.shape)[:, rows]  # (n, kept, H)
+
+        out = student(mine)
+        with torch.no_grad():
+            torch.manual_seed(1)
+            ref = theirs.train()(X, attention_mask=mask)
+            ref = (ref[0] if isinstance(ref, tuple) else ref).view(n, *x.shape)[:, rows]
+        yield from drawn(out, ref, n, f"training, {what} dropout only")
+
+
+def drawn(out, ref, n: int, what: str):
+    """Two layers' outputs over n draws, (n, kept tokens, H): their means and variances."""
     se = ((out.var(0) + ref.var(0)) / n).sqrt().clamp(min=1e-12)
     z = (out.mean(0) - ref.mean(0)) / se
     yield part(f"{what}: each output's mean, in standard errors", z, torch.zeros_like(z), tol=6.0)
@@ -194,13 +225,12 @@ def drawn(mine, theirs, x, keep, n: int, what: str):
     yield part(f"{what}: the outputs' variance / Hugging Face's", ratio, 1.0, tol=0.1)
 
 
-def add_norm_dropout(layer):
+def add_norm_dropout(hf):
     """add_norm in training at p = P_DROP with an identity dense layer and a real LayerNorm
     that only centres each row (eps 1e12, weight 1e6: y - mean(y), to 1e-11), so a body may
     call the modules or F.linear / F.layer_norm with their parameters. The input's first
     column is 0, so the row's mean comes back from it: what is left minus the centred
     residual must be the input, dropped or scaled by 1 / (1 - p)."""
-    layer = copy.deepcopy(layer).train()
     dense, norm = nn.Linear(32, 32).double(), nn.LayerNorm(32, eps=1e12).double()
     with torch.no_grad():
         dense.weight.copy_(torch.eye(32))
@@ -208,8 +238,13 @@ def add_norm_dropout(layer):
         norm.weight.fill_(1e6)
     x, residual = (torch.randn(2, 6, 32, generator=gen(i), dtype=f64) for i in (4, 5))
     x[..., 0] = 0.0
-    torch.manual_seed(0)
-    out = layer.add_norm(residual, x, dense, nn.Dropout(P_DROP), norm)
+
+    def mine():
+        layer = tiny_layer(hf).train()
+        torch.manual_seed(0)
+        return layer.add_norm(residual, x, dense, nn.Dropout(P_DROP), norm)
+
+    out = student(mine)
     dropped = out - (residual - residual.mean(-1, keepdim=True))  # dropout(x) - its row mean
     dropped = dropped - dropped[..., :1]  # (2, 6, 32): the mean comes back from column 0
     yield from dropout_parts("add_norm in training", dropped[..., 1:], x[..., 1:])
@@ -219,25 +254,33 @@ def add_norm_dropout(layer):
 def embeddings():
     """BertEmbeddings (word + position + token type, LayerNorm) against Hugging Face's with
     the same weights, values and gradients; in training, dropout after the LayerNorm."""
-    ours, hf = tiny_pair()
+    hf = tiny_hf()
     ids, types, _ = padded()
-    out, ref = ours.embeddings(ids, types), hf.embeddings(ids, token_type_ids=types)
+    w = torch.randn(3, 7, 32, generator=gen(1), dtype=f64)
+
+    def mine():
+        ours = ours_like(hf).embeddings
+        out = ours(ids, types)
+        got = grads(out, list(ours.parameters()), w)
+        ours.train().dropout.p = P_DROP
+        torch.manual_seed(0)
+        return out, got, ours(ids, types)
+
+    out, got, dropped = student(mine)
+    ref = hf.embeddings(ids, token_type_ids=types)
     yield part("output", out, lambda: ref)
-    w = torch.randn(out.shape, generator=gen(1), dtype=f64)
     yield part(
         "gradients of the tables and LayerNorm",
-        grads(out, list(ours.embeddings.parameters()), w),
+        got,
         lambda: grads(ref, list(hf.embeddings.parameters()), w),
     )
 
     def run(dtype, device):
-        module = copy.deepcopy(ours.embeddings).to(dtype=dtype, device=device)
+        module = ours_like(hf).embeddings.to(dtype=dtype, device=device)
         return module(ids.to(device), types.to(device))
 
     yield from as_run("output", run, out)
-    ours.embeddings.train().dropout.p = P_DROP
-    torch.manual_seed(0)
-    yield from dropout_parts("training", ours.embeddings(ids, types), out.detach())
+    yield from dropout_parts("training", dropped, out.detach())
 
 
 def adamw_runs(opt_class, steps: int = 20, **options) -> torch.Tensor:
@@ -289,13 +332,24 @@ def adamw():
     weight decay against torch.optim.AdamW or the handout's AdamW (Kingma & Ba's efficient
     bias correction, decay after the update) or either's mix of the two choices; and with
     correct_bias=False."""
-    from optimizer import AdamW
+    yield from adamw_parts("")
 
-    yield handout_test(AdamW)
-    got = adamw_runs(AdamW)
-    yield Part("parameters after 20 steps", got, ADAMW_REFERENCES)
-    unbiased = adamw_runs(AdamW, correct_bias=False)
-    yield Part("correct_bias=False", unbiased, UNBIASED_REFERENCES)
+
+def adamw_parts(what: str, **options):
+    """The adamw exercises' parts: optimizer.AdamW with `options` (the student's side)."""
+
+    def mine():
+        import optimizer_test as ot
+        from optimizer import AdamW
+
+        fitted = ot.fit(AdamW, **options)
+        got = adamw_runs(AdamW, **options)
+        return fitted, got, adamw_runs(AdamW, correct_bias=False, **options)
+
+    fitted, got, unbiased = student(mine)
+    yield handout_test(fitted)
+    yield Part(f"parameters after 20 steps{what}", got, ADAMW_REFERENCES)
+    yield Part(f"correct_bias=False{what}", unbiased, UNBIASED_REFERENCES)
 
 
 @functools.cache
@@ -306,14 +360,15 @@ def handout_weight() -> tuple[torch.Tensor, str]:
     return ot.reference()
 
 
-def handout_test(opt_class, **options) -> Part:
-    """optimizer_test.py's recipe (1000 steps of a Linear(3, 2)): the weight's distance to
-    the handout's optimizer_test.npy (torch.optim.AdamW's where there is none) in units of
-    its tolerance, atol + rtol * |weight|: at most 1 passes, as its allclose does."""
+def handout_test(fitted) -> Part:
+    """optimizer_test.py's recipe (1000 steps of a Linear(3, 2)), the weight it `fitted`:
+    its distance to the handout's optimizer_test.npy (torch.optim.AdamW's where there is
+    none) in units of its tolerance, atol + rtol * |weight|: at most 1 passes, as its
+    allclose does."""
     import optimizer_test as ot
 
     expected, source = handout_weight()
-    got = ot.fit(opt_class, **options).double()
+    got = fitted.double()
     units = (got - torch.as_tensor(expected).double()).abs() / (ot.ATOL + ot.RTOL * got.abs())
     against = ot.NPY if source.endswith(ot.NPY) else f"torch.optim.AdamW: no {ot.NPY} here"
     label = f"the handout's optimizer_test.py, in units of its tolerance, against {against}"
@@ -328,36 +383,55 @@ def classifier():
     """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
     dropout on the pooled sentence, then the task's linear head; its logits in eval, their
     mean and variance in training (p = P_DROP, 4,000 draws) against dropout's before the head."""
-    model = tiny_multitask(("sst", "cfimdb"), dropout=P_DROP).eval()
+    heads, n = seeded_heads(("sst", "cfimdb")), 4000
     z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
     single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
-    for task in ("sst", "cfimdb"):
-        logits, head = model.readout(task, single, z), model.heads[task]
-        yield part(f"{task} logits", logits, lambda t=task: R.sentiment_logits(z, model.heads[t]))
-        if logits.shape != (3, head.out_features):
-            continue  # its logits' part fails
-        ins, w = [z, *head.parameters()], torch.randn(logits.shape, generator=gen(4))
-        expected = lambda h=head, ins=ins, w=w: grads(R.sentiment_logits(z, h), ins, w)  # noqa: E731
-        yield part(
-            f"{task}: gradients of the sentences and the head", grads(logits, ins, w), expected
-        )
-    one = model.readout("sst", {"input_ids": torch.zeros(1, 7, dtype=torch.long)}, z[:1])
-    yield part(
-        "a batch of one: (1, C) logits", one, lambda: R.sentiment_logits(z[:1], model.heads["sst"])
-    )
+    w = {task: torch.randn(3, head.out_features, generator=gen(4)) for task, head in heads.items()}
+
+    def mine():
+        model = tiny_multitask(("sst", "cfimdb"), P_DROP, heads).eval()
+        got = {}
+        for task, head in model.heads.items():
+            logits = got[task] = model.readout(task, single, z)
+            if logits.shape == w[task].shape:  # else its logits' part fails
+                got[f"{task} gradients"] = grads(logits, [z, *head.parameters()], w[task])
+        got["one"] = model.readout("sst", {"input_ids": single["input_ids"][:1]}, z[:1])
+        model.train()
+        torch.manual_seed(0)
+        many = {"input_ids": torch.zeros(3 * n, 7)}
+        got["draws"] = model.readout("sst", many, z.detach().repeat(n, 1)).detach()
+        return got
+
+    got = student(mine)
+    for task, head in heads.items():
+        yield part(f"{task} logits", got[task], lambda h=head: R.sentiment_logits(z, h))
+        if f"{task} gradients" in got:
+            ins = [z, *head.parameters()]
+            expected = lambda h=head, ins=ins, w=w[task]: grads(R.sentiment_logits(z, h), ins, w)  # noqa: E731
+            yield part(
+                f"{task}: gradients of the sentences and the head",
+                got[f"{task} gradients"],
+                expected,
+            )
+    head = heads["sst"]
+    yield part("a batch of one: (1, C) logits", got["one"], lambda: R.sentiment_logits(z[:1], head))
     z = z.detach()
 
     def run(dtype, device):
-        moved = copy.deepcopy(model).to(dtype=dtype, device=device)
-        return moved.readout("sst", single, z.to(dtype=dtype, device=device))
+        model = (
+            tiny_multitask(("sst",), P_DROP, {"sst": head}).eval().to(dtype=dtype, device=device)
+        )
+        return model.readout("sst", single, z.to(dtype=dtype, device=device))
 
-    yield from as_run("sst logits", run, model.readout("sst", single, z))
-    head, n = model.heads["sst"], 4000
-    model.train()
-    torch.manual_seed(0)
-    draws = model.readout("sst", {"input_ids": torch.zeros(3 * n, 7)}, z.repeat(n, 1))
-    draws = draws.detach().double().view(n, 3, -1)  # (n * B, C) -> (n, B, C)
-    expected = head(z).detach().double()  # (B, C): E[W dropout(z) + b] = W z + b
+    yield from as_run("sst logits", run, got["sst"])
+    yield from logits_in_training(got["draws"], head, z, n)
+
+
+def logits_in_training(draws, head, z, n: int):
+    """The mean and variance of n draws of the logits in training against dropout's before
+    the head: E[W dropout(z) + b] = W z + b, and its variance."""
+    draws = draws.double().view(n, 3, -1)  # (n * B, C) -> (n, B, C)
+    expected = head(z).detach().double()  # (B, C)
     var = P_DROP / (1 - P_DROP) * (head.weight.double() ** 2) @ (z.double() ** 2).T  # (C, B)
     se = (var.T / n).sqrt()
     yield part(
@@ -377,50 +451,54 @@ def classifier():
 @check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "classifier", "pair_head"))
 def multitask():
     """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
-    the model's own forward on the batches they stand for (pairs of different lengths; a
-    stand-in encoder), and the STS head's 0-5 score of the cosine."""
-    model = tiny_multitask(("sst", "para", "sts")).eval()
-    stand_in_sentences(model)
-    stand_in_heads(model)
+    the model's forward on the batches they stand for (pairs of different lengths; a
+    stand-in encoder and heads), and the STS head's 0-5 score of the cosine."""
+    heads = seeded_heads(("sst", "para"))
     ids1, _, m1 = padded(B=3, T=7, seed=1)
     ids2, _, m2 = padded(B=3, T=4, seed=2)
     m2[0, 3:] = 0
-    zeros = torch.zeros_like(ids1)
-    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": zeros}
-    yield part("predict_sentiment", model.predict_sentiment(ids1, m1), lambda: model("sst", single))
-    for task, method in (("para", model.predict_paraphrase), ("sts", model.predict_similarity)):
-        for sides in ((ids1, m1, ids2, m2), (ids2, m2, ids1, m1)):  # the longer first, then second
-            got = method(*sides)
-            expected = lambda t=task, s=sides: model(t, R.pair_batch(*s))  # noqa: E731
-            yield part(
-                f"{method.__name__}, sides of {sides[0].size(1)} and {sides[2].size(1)}",
-                got,
-                expected,
-            )
+    both = [(ids1, m1, ids2, m2), (ids2, m2, ids1, m1)]  # the longer first, then second
     u, v = torch.randn(2, 4, 32, generator=gen(3)).requires_grad_().unbind(0)
     pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-    score = model.readout("sts", pair, torch.cat([u, v]))
-    yield part("the STS head's score", score, lambda: R.sts_score(u, v))
     w = torch.randn(4, generator=gen(4))
+    ones = [padded(B=1, T=5, seed=5), padded(B=1, T=3, seed=6)]  # a batch of one
+
+    def mine():
+        model = tiny_multitask(("sst", "para", "sts")).eval()
+        score = model.readout("sts", pair, torch.cat([u, v]))
+        same = model.readout("sts", pair, torch.cat([u, u]))
+        stand_ins(model, heads)
+        got = {"sst": model.predict_sentiment(ids1, m1), "score": score, "same": same}
+        got |= {"para": [model.predict_paraphrase(*s) for s in both]}
+        got |= {"sts": [model.predict_similarity(*s) for s in both]}
+        (i1, _, o1), (i2, _, o2) = ones
+        got["one"] = [
+            list(model.predict_sentiment(i1, o1).shape),
+            list(model.predict_paraphrase(i1, o1, i2, o2).shape),
+            list(model.predict_similarity(i1, o1, i2, o2).shape),
+        ]
+        return got | {"score gradients": grads(score, (u, v), w)}
+
+    got = student(mine)
+    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": torch.zeros_like(ids1)}
+    forward = lambda task, batch: stand_in_readout(task, batch, stand_in_sentences(batch), heads)  # noqa: E731
+    yield part("predict_sentiment", got["sst"], lambda: forward("sst", single))
+    for task, method in (("para", "predict_paraphrase"), ("sts", "predict_similarity")):
+        for sides, out in zip(both, got[task], strict=True):
+            expected = lambda t=task, s=sides: forward(t, R.pair_batch(*s))  # noqa: E731
+            yield part(
+                f"{method}, sides of {sides[0].size(1)} and {sides[2].size(1)}", out, expected
+            )
+    yield part("the STS head's score", got["score"], lambda: R.sts_score(u, v))
     expected = lambda: grads(R.sts_score(u, v), (u, v), w)  # noqa: E731
-    yield part("the STS score's gradients of u and v", grads(score, (u, v), w), expected)
-    yield from batch_of_one(model)
-    same = model.readout("sts", pair, torch.cat([u, u]))
-    yield part("the STS score of identical sentences", same, lambda: torch.full((4,), 5.0))
+    yield part("the STS score's gradients of u and v", got["score gradients"], expected)
+    shapes = ([1, 5], [1], [1])
+    for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
+        yield part(f"a batch of one: {method}'s shape", shape, want)
+    yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
 
 
-def batch_of_one(model):
-    """predict_* on one example of sides of 5 and 3 tokens: (1, 5) logits, (1,) scores."""
-    ids1, _, m1 = padded(B=1, T=5, seed=5)
-    ids2, _, m2 = padded(B=1, T=3, seed=6)
-    yield part(
-        "a batch of one: predict_sentiment's shape",
-        list(model.predict_sentiment(ids1, m1).shape),
-        [1, 5],
-    )
-    for method in (model.predict_paraphrase, model.predict_similarity):
-        got = list(method(ids1, m1, ids2, m2).shape)
-        yield part(f"a batch of one: {method.__name__}'s shape", got, [1])
+PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
 
 
 @check(
@@ -440,37 +518,56 @@ def multitask_step():
     weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler): its loss,
     detached, and the gradient it hands the optimizer, against the weighted sum of the
     tasks' losses, differentiated once."""
-    from dataclasses import replace
-
-    import trainer
-    from engine.flags import MultitaskConfig, OptimConfig
-    from engine.runtime import make_runtime
-    from losses import loss_of
-    from optimizer import loss_weights
-    from presets import Stage
-
     model = StandInModel()
     reference = copy.deepcopy(model)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=gen(1)))
-    stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=MultitaskConfig(weighting="random"))
-    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8())
-    ctx = trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=0.5), reference=reference)
-    loss, got = stepped(model, stage, ctx, gen(5))
-    heads = torch.tensor([model.heads[t].weight.grad is not None for t in STEP])
-    yield part("every task's head has a gradient", heads, torch.ones(3, dtype=torch.bool))
+
+    def mine():
+        from engine.flags import MultitaskConfig
+        from presets import Stage
+
+        multitask = MultitaskConfig(weighting="random")
+        stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=multitask)
+        loss, got = stepped(model, stage, step_context(reference), gen(5))
+        heads = [model.heads[t].weight.grad is not None for t in STEP]
+        return loss, got, heads
+
+    loss, got, heads = student(mine)
+    yield part("every task's head has a gradient", heads, [True] * 3)
     yield part("the step's loss keeps no graph", loss.requires_grad, False)
 
     def task_loss(task, batch):  # the task's default loss of the stand-in's output
+        from losses import loss_of
+
         out = model.readout(task, batch, model.sentences(batch))
         return loss_of(task, None).fn(out.float(), batch["labels"])
 
     @cached  # one reference graph: its value, then its gradient
     def expected():
+        from optimizer import loss_weights
+
         weights = loss_weights(3, "random", gen(5))
         total = R.multitask_loss(model, step_batches(), weights, task_loss)
-        return total + trainer.l2sp_pull(model, ctx)
+        pairs = zip(model.bert.parameters(), reference.bert.parameters(), strict=True)
+        return total + L2SP * sum((p - p0).pow(2).sum() for p, p0 in pairs) / 2  # L2-SP
 
     yield part("the step's loss", loss, expected)
     yield part("the gradient", got, lambda: grads(expected(), list(model.parameters()), 1.0))
+
+
+L2SP = 0.5  # the step's --l2sp: its pull toward the reference encoder
+
+
+def step_context(reference):
+    """trainer.StepContext of the step's check: fp32 on the CPU, a loss scaler of 8, two
+    micro-batches, an L2-SP pull of 0.5 toward `reference`."""
+    from dataclasses import replace
+
+    import trainer
+    from engine.flags import OptimConfig
+    from engine.runtime import make_runtime
+
+    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8())
+    return trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=L2SP), reference=reference)

@@ -2,15 +2,15 @@
 the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics.
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
-import copy
 import math
+import types
 
 import torch
 from torch import nn
 
-from checks import ADAMW_REFERENCES, UNBIASED_REFERENCES, R, adamw_runs, handout_test
-from harness import Part, cached, check, part
-from setups import as_run, f64, gen, grads, tiny_multitask
+from checks import R, adamw_parts
+from harness import cached, check, part, student
+from setups import as_run, f64, gen, grads, seeded_heads, tiny_multitask
 
 
 def wordpiece_texts(vocab: list[str], n: int = 400) -> list[str]:
@@ -35,16 +35,23 @@ def wordpiece():
     import transformers
 
     from base_bert import resolve_model_dir
-    from tokenizer import BertTokenizer
 
     folder = resolve_model_dir("minilm")
-    ours = BertTokenizer.from_pretrained(str(folder))
     ref = transformers.BertTokenizer.from_pretrained(str(folder))  # the Rust tokenizers
-    words = [w for t in wordpiece_texts(list(ours.vocab)) for w in t.split()]
-    wrong = [ours.encode_text(w) != ref.encode(w, add_special_tokens=False) for w in words]
+    vocab = sorted(ref.vocab, key=ref.vocab.get)  # the file's order, the same on both sides
+    words = [w for t in wordpiece_texts(vocab) for w in t.split()]
+
+    def mine():
+        from tokenizer import BertTokenizer
+
+        ours = BertTokenizer.from_pretrained(str(folder))
+        return [ours.encode_text(w) for w in words]
+
+    got = student(mine)
+    wrong = [g != ref.encode(w, add_special_tokens=False) for g, w in zip(got, words, strict=True)]
     first = words[wrong.index(True)] if any(wrong) else ""
     label = f"words tokenized otherwise (the first: {first!r})" if first else "words"
-    yield part(label, torch.tensor(wrong).sum(), lambda: 0)
+    yield part(label, sum(wrong), lambda: 0)
 
 
 @check(1e-6)
@@ -52,33 +59,32 @@ def adamw_foreach():
     """optimizer.AdamW(foreach=True), the update over a group by torch._foreach_* calls:
     the handout's optimizer_test.py recipe, and parameters after 20 steps with weight decay,
     with and without correct_bias, against the same references as the adamw exercise's."""
-    from optimizer import AdamW
-
-    yield handout_test(AdamW, foreach=True)
-    got = adamw_runs(AdamW, foreach=True)
-    yield Part("parameters after 20 steps (foreach=True)", got, ADAMW_REFERENCES)
-    unbiased = adamw_runs(AdamW, foreach=True, correct_bias=False)
-    yield Part("correct_bias=False (foreach=True)", unbiased, UNBIASED_REFERENCES)
+    yield from adamw_parts(" (foreach=True)", foreach=True)
 
 
 @check(1e-6)
 def mean_pool():
     """bert.mean_pool against each sentence's average over the tokens it keeps (a loop),
     values and gradients; what padding holds changes nothing."""
-    from bert import mean_pool as ours
-
     hidden = torch.randn(3, 6, 5, generator=gen(0), dtype=f64).requires_grad_()
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]])
-    out = ours(hidden, mask)
     other = hidden.detach() + 100 * (1 - mask[..., None])  # only the padding changed
-    yield part("what padding holds", out, lambda: ours(other, mask))
+    w = torch.randn(3, 5, generator=gen(1), dtype=f64)
+
+    def mine():
+        from bert import mean_pool as ours
+
+        out = ours(hidden, mask)
+        return out, ours(other, mask), grads(out, hidden, w)
+
+    out, padding, got = student(mine)
+    yield part("what padding holds", out, lambda: padding)
     yield part("output", out, lambda: R.mean_pool(hidden, mask))
-    w = torch.randn(out.shape, generator=gen(1), dtype=f64)
-    yield part(
-        "gradient", grads(out, hidden, w), lambda: grads(R.mean_pool(hidden, mask), hidden, w)
-    )
+    yield part("gradient", got, lambda: grads(R.mean_pool(hidden, mask), hidden, w))
 
     def run(dtype, device):
+        from bert import mean_pool as ours
+
         return ours(hidden.detach().to(dtype=dtype, device=device), mask.to(device))
 
     yield from as_run("output", run, out)
@@ -88,24 +94,30 @@ def mean_pool():
 def pair_head():
     """MultitaskBERT's paraphrase logit against its head on [u, v, |u - v|] and on
     [v, u, |u - v|], averaged (a loop), values and gradients; the same for (v, u)."""
-    model = tiny_multitask(("para",)).eval()
+    head = seeded_heads(("para",))["para"]
     u, v = torch.randn(2, 4, 32, generator=gen(0)).requires_grad_().unbind(0)
     batch = {"input_ids": torch.zeros(2, 4, 3, dtype=torch.long)}  # (2, B, T): siamese pairs
-    out = model.readout("para", batch, torch.cat([u, v]))
-    yield part("the logit of (v, u)", model.readout("para", batch, torch.cat([v, u])), lambda: out)
-    head = model.heads["para"]
-    yield part("logits", out, lambda: R.pair_logit(u, v, head))
+    one = {"input_ids": torch.zeros(2, 1, 3, dtype=torch.long)}
     w = torch.randn(4, generator=gen(1))
+
+    def mine():
+        model = tiny_multitask(("para",), heads={"para": head}).eval()
+        out = model.readout("para", batch, torch.cat([u, v]))
+        got = grads(out, [u, v, model.heads["para"].weight], w)
+        swapped = model.readout("para", batch, torch.cat([v, u]))
+        return out, swapped, got, list(model.readout("para", one, torch.cat([u[:1], v[:1]])).shape)
+
+    out, swapped, got, shape = student(mine)
+    yield part("the logit of (v, u)", swapped, lambda: out)
+    yield part("logits", out, lambda: R.pair_logit(u, v, head))
     ins = [u, v, head.weight]
-    yield part("gradients", grads(out, ins, w), lambda: grads(R.pair_logit(u, v, head), ins, w))
-    one = model.readout(
-        "para", {"input_ids": torch.zeros(2, 1, 3, dtype=torch.long)}, torch.cat([u[:1], v[:1]])
-    )
-    yield part("a batch of one: the logits' shape", list(one.shape), [1])
+    yield part("gradients", got, lambda: grads(R.pair_logit(u, v, head), ins, w))
+    yield part("a batch of one: the logits' shape", shape, [1])
 
     def run(dtype, device):
-        moved = copy.deepcopy(model).to(dtype=dtype, device=device)
-        return moved.readout(
+        model = tiny_multitask(("para",), heads={"para": head}).eval()
+        model = model.to(dtype=dtype, device=device)
+        return model.readout(
             "para", batch, torch.cat([u, v]).detach().to(dtype=dtype, device=device)
         )
 
@@ -118,32 +130,43 @@ def symmetric_kl():
     classes; a binary logit's two classes) and the squared error for regression; the
     reference code's (reference_divergence), each KL's first side constant; values and the
     gradients of both sides."""
-    from smart import divergence, reference_divergence
-
     shapes = {"classification": (4, 5), "binary": (6,), "regression": (6,)}
     for i, (kind, shape) in enumerate(shapes.items()):
         p, q = (torch.randn(shape, generator=gen(2 * i + j), dtype=f64) for j in range(2))
         p, q = p.requires_grad_(), q.requires_grad_()
-        yield from kl_parts(divergence, R.symmetric_kl, p, q, kind, kind)
-        yield from kl_parts(reference_divergence, R.reference_kl, p, q, kind, f"mt-dnn's, {kind}")
-        same = divergence(q, p, kind)
-        yield part(f"{kind}: symmetric", divergence(p, q, kind), same)
-        yield part(f"{kind}: 0 between equal outputs", divergence(p, p, kind), 0.0)
-        yield part(f"mt-dnn's value, {kind}", reference_divergence(p, q, kind), same)
+
+        def mine(p=p, q=q, kind=kind):
+            from smart import divergence, reference_divergence
+
+            ours, theirs = divergence(p, q, kind), reference_divergence(p, q, kind)
+            return {
+                "ours": [ours, grads(ours, (p, q), 1.0)],
+                "theirs": [theirs, grads(theirs, (p, q), 1.0)],
+                "same": divergence(q, p, kind),
+                "zero": divergence(p, p, kind),
+            }
+
+        got = student(mine)
+        yield from kl_parts(got["ours"], R.symmetric_kl, p, q, kind, kind)
+        yield from kl_parts(got["theirs"], R.reference_kl, p, q, kind, f"mt-dnn's, {kind}")
+        yield part(f"{kind}: symmetric", got["ours"][0], got["same"])
+        yield part(f"{kind}: 0 between equal outputs", got["zero"], 0.0)
+        yield part(f"mt-dnn's value, {kind}", got["theirs"][0], got["same"])
 
         def run(dtype, device, p=p, q=q, kind=kind):
+            from smart import divergence
+
             return divergence(*(x.detach().to(dtype=dtype, device=device) for x in (p, q)), kind)
 
-        yield from as_run(kind, run, same)
+        yield from as_run(kind, run, got["same"])
 
 
-def kl_parts(fn, ref, p, q, kind: str, what: str):
-    """fn(p, q, kind) against ref's: the value, and the gradients of both sides."""
-    got = fn(p, q, kind)
-    yield part(what, got, lambda: ref(p, q, kind))
-    both = (p, q)
-    expected = lambda: grads(ref(p, q, kind), both, 1.0)  # noqa: E731
-    yield part(f"{what}: gradients of both sides", grads(got, both, 1.0), expected)
+def kl_parts(got, ref, p, q, kind: str, what: str):
+    """[value, gradients of both sides] that the student's side gave, against ref's."""
+    value, gradients = got
+    yield part(what, value, lambda: ref(p, q, kind))
+    expected = lambda: grads(ref(p, q, kind), (p, q), 1.0)  # noqa: E731
+    yield part(f"{what}: gradients of both sides", gradients, expected)
 
 
 KINDS = ("classification", "binary", "regression")  # the outputs SMART serves
@@ -169,8 +192,6 @@ def smart_ascent():
     SmartPerturbation transcribed, the perturbed output and its gradient; each for class
     logits, a binary logit and a regression output. A stand-in divergence serves for the
     symmetric_kl exercise."""
-    import smart
-
     w = torch.randn(5, 3, dtype=f64, generator=gen(0), requires_grad=True)
     embeds = torch.randn(3, 4, 5, dtype=f64, generator=gen(1), requires_grad=True)
     mask = torch.ones(3, 4)
@@ -179,67 +200,100 @@ def smart_ascent():
     def f(e):  # (B, T, H) -> (B, 3) logits of a tiny classification head
         return (e * mask[..., None]).sum(1) @ w
 
-    cfg = smart.SmartConfig(sigma=0.1, eta=0.05, epsilon=0.12, steps=2)
-    saved = smart.divergence, smart.reference_divergence
-    smart.divergence, smart.reference_divergence = stand_in_divergence, lambda c, adv, k: adv
-    ours, perturbed = {}, {}
-    try:
-        for kind in KINDS:
-            g = f if kind == "classification" else (lambda e: f(e)[:, 0])  # (B,): one output
-            torch.manual_seed(5)
-            ours[kind] = (g, smart.adversarial_regularizer(g, embeds, g(embeds), kind, mask, cfg))
-            torch.manual_seed(7)
-            perturbed[kind] = (g, smart.reference_regularizer(g, embeds, g(embeds), kind, cfg))
-    finally:
-        smart.divergence, smart.reference_divergence = saved
-    yield part("the ascent leaves .grad alone", w.grad is None and embeds.grad is None, True)
-    both = (w, embeds)
-    for kind, (g, out) in ours.items():
+    def g(e):  # (B,): one output
+        return f(e)[:, 0]
+
+    heads, both = {"classification": f, "binary": g, "regression": g}, (w, embeds)
+    cfg = {"sigma": 0.1, "eta": 0.05, "epsilon": 0.12, "steps": 2}
+
+    got, untouched = student(smart_runs, heads, embeds, mask, cfg, both)
+    yield part("the ascent leaves .grad alone", untouched, True)
+    for kind, ((out, out_grads), _) in got.items():
 
         @cached  # one reference graph: its value, then its gradients
-        def ref(g=g, kind=kind):
+        def ref(head=heads[kind], kind=kind):
             torch.manual_seed(5)
-            return R.smart_ascent(g, embeds, mask, cfg, stand_in_divergence, kind)
+            return R.smart_ascent(head, embeds, mask, cfg_of(cfg), stand_in_divergence, kind)
 
         yield part(f"R_s ({kind})", out, ref)
         expected = lambda r=ref: grads(r(), both, 1.0)  # noqa: E731
-        yield part(f"R_s's gradients ({kind})", grads(out, both, 1.0), expected)
+        yield part(f"R_s's gradients ({kind})", out_grads, expected)
+    perturbed = {kind: (heads[kind], outs[1]) for kind, outs in got.items()}
     yield from mtdnn_parts(perturbed, embeds, both, cfg)
 
 
-def mtdnn_parts(perturbed: dict, embeds, both, cfg):
+def smart_runs(heads: dict, embeds, mask, cfg: dict, both):
+    """The student's side of smart_ascent: ({kind: [(R_s, its gradients), (the perturbed
+    output, its gradients)]}, whether .grad stayed untouched), the divergences stood in."""
+    import smart
+
+    config = smart.SmartConfig(**cfg)
+    saved = smart.divergence, smart.reference_divergence
+    smart.divergence, smart.reference_divergence = stand_in_divergence, lambda c, a, k: a
+    got = {}
+    try:
+        for kind, head in heads.items():
+            torch.manual_seed(5)
+            out = smart.adversarial_regularizer(head, embeds, head(embeds), kind, mask, config)
+            torch.manual_seed(7)
+            theirs = smart.reference_regularizer(head, embeds, head(embeds), kind, config)
+            got[kind] = [out, theirs]
+        untouched = all(x.grad is None for x in both)
+        for kind, outs in got.items():
+            got[kind] = [(x, grads(x, both, 1.0)) for x in outs]
+    finally:
+        smart.divergence, smart.reference_divergence = saved
+    return got, untouched
+
+
+def cfg_of(cfg: dict):
+    """The ascent's settings as R.smart_ascent reads them (attributes)."""
+    return types.SimpleNamespace(**cfg)
+
+
+def mtdnn_parts(perturbed: dict, embeds, both, cfg: dict):
     """reference_regularizer's perturbed output of each kind, and its gradients in `both`,
     against mt-dnn's SmartPerturbation transcribed (the TA's references)."""
-    for kind, (g, out) in perturbed.items():
+    for kind, (head, (out, out_grads)) in perturbed.items():
 
         @cached  # one reference graph: its value, then its gradients
-        def theirs(g=g, kind=kind):
+        def theirs(head=head, kind=kind):
             torch.manual_seed(7)
-            return R.mtdnn_perturbed(g, embeds, kind, cfg.sigma, cfg.eta, cfg.steps)
+            return R.mtdnn_perturbed(head, embeds, kind, cfg["sigma"], cfg["eta"], cfg["steps"])
 
         # mt-dnn's stable_kl runs in float32: 1e-5 is its rounding, a wrong ascent is 1e-2
         what = f"mt-dnn's ascent: the perturbed output ({kind})"
         yield part(what, out, theirs, tol=1e-5)
         expected = lambda t=theirs: grads(t(), both, 1.0)  # noqa: E731
-        yield part(f"{what}: its gradients", grads(out, both, 1.0), expected, tol=1e-5)
+        yield part(f"{what}: its gradients", out_grads, expected, tol=1e-5)
 
 
 @check(1e-12)
 def momentum_teacher():
     """EMATeacher.update against beta * teacher + (1 - beta) * model, parameter by
-    parameter, over three updates."""
-    from smart import EMATeacher
+    parameter, over three updates; then beta = 1 and beta = 0; in float32 as well."""
+    betas = (0.9, 0.5, 0.99)
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)).double()
-    teacher = EMATeacher(model)
-    start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    updates = []  # (beta, the model's parameters it was given)
-    for beta in (0.9, 0.5, 0.99):
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn(p.shape, generator=gen(1), dtype=f64))
-        teacher.update(model, beta=beta)
+    def mine(dtype=f64):
+        from smart import EMATeacher
+
+        model = teacher_model(dtype)
+        teacher = EMATeacher(model)
+        for beta in betas:
+            moved(model)
+            teacher.update(model, beta=beta)
+        names = [n for n, _ in model.named_parameters()]
+        got = [torch.cat([teacher.params[n].flatten() for n in names])]
+        for beta in (1.0, 0.0):
+            teacher.update(model, beta=beta)
+            got.append(torch.cat([teacher.params[n].flatten() for n in names]))
+        return got
+
+    got, kept, copied = student(mine)
+    model = teacher_model(f64)
+    start, updates = {n: p.detach().clone() for n, p in model.named_parameters()}, []
+    for beta in betas:  # (beta, the model's parameters it was given)
+        moved(model)
         updates.append((beta, {n: p.detach().clone() for n, p in model.named_parameters()}))
 
     def expected():
@@ -248,21 +302,25 @@ def momentum_teacher():
             ema = R.ema(ema, params, beta)
         return torch.cat([t.flatten() for t in ema.values()])
 
-    got = torch.cat([teacher.params[n].flatten() for n in start])
     yield part("the teacher after three updates", got, expected)
+    yield part("beta = 1 keeps the teacher", kept, lambda: got)
     last = torch.cat([p.detach().flatten() for p in model.parameters()])
-    teacher.update(model, beta=1.0)
-    yield part(
-        "beta = 1 keeps the teacher",
-        torch.cat([t.flatten() for t in teacher.params.values()]),
-        lambda: got,
-    )
-    teacher.update(model, beta=0.0)
-    yield part(
-        "beta = 0 copies the model",
-        torch.cat([t.flatten() for t in teacher.params.values()]),
-        lambda: last,
-    )
+    yield part("beta = 0 copies the model", copied, lambda: last)
+    in_float32 = student(mine, torch.float32)[0]
+    yield part("in float32: a float32 teacher", in_float32.dtype == torch.float32, True)
+    yield part("in float32", in_float32, lambda: got, tol=1e-6)
+
+
+def teacher_model(dtype):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)).to(dtype)
+
+
+def moved(model):
+    """The model's step between two teacher updates: fixed noise on every parameter."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen(1), dtype=f64).to(p.dtype))
 
 
 @check(1e-9)
@@ -270,18 +328,23 @@ def simcse():
     """Supervised SimCSE with hard negatives (and the unsupervised loss) against a loop:
     anchor i's cross-entropy over cos / temperature to every positive and negative of the
     batch, its own positive the answer; values and gradients."""
-    from simcse import sup_simcse_loss, unsup_simcse_loss
-
     a, p, n = (x.requires_grad_() for x in torch.randn(3, 4, 6, dtype=f64, generator=gen(0)))
-    sup, unsup = sup_simcse_loss(a, p, n, 0.05), unsup_simcse_loss(a, p, 0.1)
+
+    def mine():
+        from simcse import sup_simcse_loss, unsup_simcse_loss
+
+        sup = sup_simcse_loss(a, p, n, 0.05)
+        return sup, unsup_simcse_loss(a, p, 0.1), grads(sup, (a, p, n), 1.0)
+
+    sup, unsup, got = student(mine)
     yield part("supervised", sup, lambda: R.in_batch(a, torch.cat([p, n]), 0.05))
     yield part("unsupervised", unsup, lambda: R.in_batch(a, p, 0.1))
     ref = lambda: R.in_batch(a, torch.cat([p, n]), 0.05)  # noqa: E731
-    yield part(
-        "supervised: gradients", grads(sup, (a, p, n), 1.0), lambda: grads(ref(), (a, p, n), 1.0)
-    )
+    yield part("supervised: gradients", got, lambda: grads(ref(), (a, p, n), 1.0))
 
     def run(dtype, device):
+        from simcse import sup_simcse_loss
+
         return sup_simcse_loss(
             *(x.detach().to(dtype=dtype, device=device) for x in (a, p, n)), 0.05
         )
@@ -293,16 +356,24 @@ def simcse():
 def pcgrad():
     """PCGrad's projection against Algorithm 1 of Yu et al. in plain Python floats, with
     the same random order of the other tasks (the generator's), for inputs where the order
-    changes the result; the inputs are left untouched."""
-    from optimizer import pcgrad as ours
-
+    changes the result; the inputs are left untouched; in float64 as well."""
     vectors = torch.randn(4, 3, generator=gen(1))  # (T, P): the order matters here
-    before = vectors.clone()
-    for seed in (7, 8, 9, 10):  # each task's own order: one shared order differs in some
-        got = ours(list(vectors), generator=gen(seed))
+    seeds = (7, 8, 9, 10)  # each task's own order: one shared order differs in some
+
+    def mine():
+        from optimizer import pcgrad as ours
+
+        given = vectors.clone()
+        got = [ours(list(given), generator=gen(seed)) for seed in seeds]
+        return got, given, ours(list(given.double()), generator=gen(7))
+
+    got, after, in_float64 = student(mine)
+    for seed, out in zip(seeds, got, strict=True):
         expected = lambda k=seed: torch.tensor(R.pcgrad(vectors.tolist(), gen(k)))  # noqa: E731
-        yield part(f"the projected sum (generator seed {seed})", got, expected)
-    yield part("the task gradients after the call", vectors, lambda: before, tol=0.0)
+        yield part(f"the projected sum (generator seed {seed})", out, expected)
+    yield part("the task gradients after the call", after, lambda: vectors, tol=0.0)
+    yield part("in float64: a float64 sum", in_float64.dtype == f64, True)
+    yield part("in float64", in_float64, lambda: got[0], tol=1e-5)
 
 
 @check(1e-9)
@@ -310,16 +381,23 @@ def distillation():
     """similarity_distillation against a loop over every pair i != j: the squared
     difference of the two encoders' cosines, averaged; values and gradients, none of them
     into the reference encoder's embeddings."""
-    from simcse import similarity_distillation
-
     z, ref = (x.requires_grad_() for x in torch.randn(2, 5, 4, dtype=f64, generator=gen(0)))
-    got = similarity_distillation(z, ref)
+
+    def mine():
+        from simcse import similarity_distillation
+
+        got = similarity_distillation(z, ref)
+        gz, gref = torch.autograd.grad(got, (z, ref), allow_unused=True, materialize_grads=True)
+        return got, gz, gref
+
+    got, gz, gref = student(mine)
     yield part("value", got, lambda: R.distillation(z, ref))
-    (gz, gref) = torch.autograd.grad(got, (z, ref), allow_unused=True, materialize_grads=True)
     yield part("gradient", gz, lambda: torch.autograd.grad(R.distillation(z, ref), z)[0])
     yield part("gradient into the reference", gref, lambda: torch.zeros_like(ref), tol=0.0)
 
     def run(dtype, device):
+        from simcse import similarity_distillation
+
         return similarity_distillation(
             *(x.detach().to(dtype=dtype, device=device) for x in (z, ref))
         )
@@ -334,15 +412,21 @@ def pearson():
     import numpy as np
     from scipy.stats import pearsonr
 
-    from evaluation import pearson_r
-
     rng = np.random.default_rng(0)
     x = rng.normal(size=50)
     y = 0.6 * x + rng.normal(size=50)
-    yield part("r", pearson_r(x, y), lambda: pearsonr(x, y).statistic)
-    yield part("r of a negative correlation", pearson_r(x, -y), lambda: pearsonr(x, -y).statistic)
-    yield part("r of a constant input (nan)", pearson_r(np.full(50, 3.0), y), lambda: math.nan)
-    yield part("r of a shifted, scaled copy", pearson_r(x, 2 * x + 1), lambda: 1.0)
+    inputs = [(x, y), (x, -y), (np.full(50, 3.0), y), (x, 2 * x + 1)]
+
+    def mine():
+        from evaluation import pearson_r
+
+        return [pearson_r(a.copy(), b.copy()) for a, b in inputs]
+
+    r, negative, constant, shifted = student(mine)
+    yield part("r", r, lambda: pearsonr(x, y).statistic)
+    yield part("r of a negative correlation", negative, lambda: pearsonr(x, -y).statistic)
+    yield part("r of a constant input (nan)", constant, lambda: math.nan)
+    yield part("r of a shifted, scaled copy", shifted, lambda: 1.0)
 
 
 @check(1e-12)
@@ -351,10 +435,15 @@ def auc():
     import numpy as np
     from sklearn.metrics import roc_auc_score
 
-    from evaluation import roc_auc
-
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, size=80)
     scores = np.round(labels * 0.5 + rng.normal(size=80), 1)  # rounded: many ties
-    yield part("AUC", roc_auc(scores, labels), lambda: roc_auc_score(labels, scores))
-    yield part("AUC of all-tied scores", roc_auc(np.ones(80), labels), lambda: 0.5)
+
+    def mine():
+        from evaluation import roc_auc
+
+        return roc_auc(scores.copy(), labels.copy()), roc_auc(np.ones(80), labels.copy())
+
+    got, tied = student(mine)
+    yield part("AUC", got, lambda: roc_auc_score(labels, scores))
+    yield part("AUC of all-tied scores", tied, lambda: 0.5)

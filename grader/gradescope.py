@@ -15,6 +15,7 @@ references), shown after the due date.
 """
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 PYTHON = "3.11"  # the version the grader is tested with (tests/test_gradescope.py)
 BASE_IMAGE = "Ubuntu 22.04"  # Gradescope's base image to choose in the autograder's settings
 REQUIREMENTS = "requirements-grader.txt"  # what grading imports, nothing more
+STUDENT = "minbert-student"  # who runs the student's code where the grader is root (setup.sh)
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for each submission: the student's files are in $ROOT/submission,
@@ -39,9 +41,12 @@ SETUP = f"""#!/usr/bin/env bash
 # Python {PYTHON} (the version the grader is tested with) in a venv of its own, from uv;
 # then only what grading imports ({REQUIREMENTS}), torch's CPU build (no GPU there),
 # and MiniLM's vocabulary for the wordpiece check.
+# The student's code runs as {STUDENT}, a user with no right to the TA's files or results/.
 set -euo pipefail
 cd /autograder/source/handout
+id -u {STUDENT} >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin {STUDENT}
 python3 -m pip install -q uv
+export UV_PYTHON_INSTALL_DIR=/opt/uv-python  # outside /root: {STUDENT} runs it too
 python3 -m uv venv --python {PYTHON} /autograder/venv
 PIP="python3 -m uv pip install --python /autograder/venv/bin/python"
 $PIP -r requirements-torch.txt --index-url https://download.pytorch.org/whl/cpu
@@ -141,17 +146,38 @@ def run(root: Path) -> None:
         chosen, lines = pick(root / "submission", files)
         for name, found in chosen.items():
             shutil.copyfile(found, work / name)
-        sys.path.insert(0, str(work))
+        sys.path.insert(0, str(source / "handout"))
         import exercises  # the handout's, which imports nothing of the student's
 
         names = (source / "names.txt").read_text().split()
-        graded = "\n".join(lines)
-        exercises.check(work, names, source / "ta", results, graded, source / "handout")
+        graded, user = "\n".join(lines), student_user(root)
+        handout = source / "handout"
+        exercises.check(work, names, source / "ta", results, graded, handout, user)
     except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
         why = str(e).replace(str(root), "") or type(e).__name__
         write_results(
             results, [], f"the autograder stopped: {why} (tell the TA)", time.monotonic() - started
         )
+
+
+def student_user(root: Path) -> str | None:
+    """STUDENT where the grader runs as root and setup.sh made the user: the TA's folder
+    closed to it, the work folder its to read, results/ its to read only; None elsewhere
+    (the student's code then runs as the grader's own user)."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(STUDENT)
+    except KeyError:
+        return None
+    os.chmod(root / "source" / "ta", 0o700)
+    (root / "results").mkdir(parents=True, exist_ok=True)
+    for folder in (root / "results", root / "work"):
+        os.chmod(folder, 0o755)
+    os.chmod(root, root.stat().st_mode | 0o001)  # to reach work/
+    return STUDENT
 
 
 if __name__ == "__main__":

@@ -1,9 +1,19 @@
-"""The grader's harness: each exercise's check, run part by part, in a process of its own.
+"""The grader's harness: each exercise's check, run part by part, in two processes.
 
-    python grader/harness.py NAME ...      (exercises.py check runs it; reads a token on stdin)
+    python grader/harness.py --student NAME ...   runs the student's code (exercises.py check
+                                                  starts it; reads where to write on stdin)
+    python grader/harness.py --judge NAME ...     judges what it handed back (reads a token)
 
-A check (grader/checks.py) is a generator that runs one exercise's piece and yields
-`Part`s: what the piece gave, beside a function that computes what it should have given.
+A check (grader/checks.py) is a generator that builds its inputs from seeds, runs one
+exercise's piece on them and yields `Part`s: what the piece gave, beside a function that
+computes what it should have given. Every call into the student's code is one
+`student(fn)`: in the student's process fn runs and what it returns (tensors, numbers,
+lists, dicts) is written down; that process holds no reference, no token and no result
+file. The judge's process runs the same check again where no student code ever ran: each
+`student(fn)` hands back what was written down, fn never runs, and the inputs, the
+references and the comparison are the judge's own. Replacing a torch function, walking
+the stack or exiting early changes only what the student's code hands back.
+
 The expected side comes from an independent reference: Hugging Face's BERT, torch, scipy,
 sklearn, or grader/references.py, the definitions written out, which only the TA's grader
 holds. In a student's copy those parts are `Hidden` and the rest is graded.
@@ -16,6 +26,7 @@ next one's. Results go, one JSON line each with the token read on stdin, to the 
 there: nothing the student's code prints is read.
 """
 
+import base64
 import json
 import math
 import signal
@@ -114,8 +125,14 @@ def cached(fn: Callable[[], object]) -> Callable[[], object]:
     return read
 
 
+ON_STUDENTS_SIDE = [False]  # the student's process: references.py is never imported
+
+
 def references():
-    """grader/references.py, traced, or a stand-in whose every function is Hidden."""
+    """grader/references.py, traced, or a stand-in whose every function is Hidden (in a
+    student's copy, and always in the student's process)."""
+    if ON_STUDENTS_SIDE[0]:
+        return Absent()
     try:
         import references as found
     except ModuleNotFoundError as e:
@@ -125,8 +142,120 @@ def references():
     return Traced(found)
 
 
-# The comparison's functions, bound before any exercise's module is imported: a body that
-# replaces torch.Tensor.abs, np.abs or the like changes nothing in how parts are judged.
+# ---------------------------------------------------------------- the two processes
+
+
+class StudentError(Exception):
+    """What the student's half of a check raised, as the judge hears of it."""
+
+    def __init__(self, result: str, detail: str):
+        super().__init__(detail)
+        self.result, self.detail = result, detail
+
+
+SIDE: list = [None]  # the process's side: a Recorder (the student's) or a Replay (the judge's)
+
+
+def student(fn: Callable, *args, **kwargs):
+    """The student's half of a check: every call into the student's code goes through here.
+    In the student's process fn(*args) runs and what it returns is written down; in the
+    judge's, fn never runs and what was written down comes back."""
+    return SIDE[0](fn, args, kwargs)
+
+
+class Recorder:
+    """The student's process: runs each half and writes down what it returns (or raises)."""
+
+    def __init__(self, name: str):
+        self.name, self.records = name, []
+
+    def __call__(self, fn, args, kwargs):
+        try:
+            value = fn(*args, **kwargs)
+            self.records.append({"value": encode(value)})
+        except BaseException as e:
+            self.records.append({"raised": raised(e, self.name)})
+            raise
+        return value
+
+
+class Replay:
+    """The judge's process: hands back the student's values in the order they were
+    written down; fn never runs."""
+
+    def __init__(self, records: list[dict]):
+        self.records, self.handed = iter(records), 0
+
+    def __call__(self, fn, args, kwargs):
+        stopped = {"raised": {"result": "error", "detail": "your code handed back nothing more"}}
+        record = next(self.records, stopped)
+        if "raised" in record:
+            raise StudentError(record["raised"]["result"], record["raised"]["detail"])
+        self.handed += 1
+        try:
+            return decode(record["value"])
+        except StudentError:
+            raise
+        except Exception as e:  # noqa: BLE001  (what the student's process wrote is data)
+            raise StudentError("error", f"handed back what the grader cannot read: {e}") from e
+
+
+def raised(e: BaseException, name: str) -> dict:
+    """{result, detail} of an exception in the student's process: open (the exercise's own
+    NotImplementedError), grader (the grader's code, no frame of the student's), error."""
+    hint = str(e).removeprefix(f"exercise {name}: ")
+    if isinstance(e, NotImplementedError) and hint != str(e):
+        return {"result": "open", "detail": hint}
+    if graders(e):
+        return {"result": "grader", "detail": f"the grader failed, not your code: {failure(e)}"}
+    return {"result": "error", "detail": failure(e)}
+
+
+def encode(x):
+    """A value the student's code handed back, as JSON: tensors (any dtype, shape and
+    device; a meta tensor without values), numbers, strings, None, lists and dicts."""
+    if isinstance(x, np.ndarray | np.generic):
+        x = torch.as_tensor(x) if isinstance(x, np.ndarray) else x.item()
+    if torch.is_tensor(x):
+        t = x.detach()
+        head = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        head |= {"device": t.device.type, "grad": x.requires_grad}
+        if t.device.type != "meta":
+            raw = t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            head["data"] = base64.b64encode(raw).decode()
+        return {"tensor": head}
+    if x is None or isinstance(x, bool | int | float | str):
+        return x
+    if isinstance(x, list | tuple | torch.Size):
+        return [encode(v) for v in x]
+    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+        return {"dict": {k: encode(v) for k, v in x.items()}}
+    raise TypeError(f"handed back a {type(x).__name__}: tensors or numbers were expected")
+
+
+def decode(x):
+    """encode's value back: tensors built from their bytes (a meta tensor empty)."""
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if isinstance(x, dict) and "dict" in x:
+        return {k: decode(v) for k, v in x["dict"].items()}
+    if isinstance(x, dict) and "tensor" in x:
+        head = x["tensor"]
+        dtype, shape = getattr(torch, head["dtype"]), head["shape"]
+        if not isinstance(dtype, torch.dtype):
+            raise StudentError("error", f"handed back a tensor of dtype {head['dtype']}")
+        if "data" not in head:
+            return torch.empty(shape, dtype=dtype, device="meta")
+        raw = bytearray(base64.b64decode(head["data"]))
+        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+        t = t.view(dtype).reshape(shape)
+        return t.requires_grad_() if head["grad"] and t.is_floating_point() else t
+    return x
+
+
+# The comparison's functions, bound before any exercise's module is imported: where both
+# sides share one process (the tests' grade), a body that replaces torch.Tensor.abs, np.abs
+# or the like changes nothing in how parts are judged.
 IS_TENSOR, DETACH, CPU, TO, NUMPY = (
     torch.is_tensor,
     torch.Tensor.detach,
@@ -155,7 +284,11 @@ def array(x) -> np.ndarray:
 def difference(got, expected) -> tuple[float, str]:
     """(largest |got - expected|, where); NaN or inf where expected is finite: inf.
     Where both are NaN (a nan the exercise asks for) they agree."""
-    a, b = array(got), array(expected)
+    try:
+        a = array(got)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
+        return INF, f": {type(got).__name__} is not numbers"
+    b = array(expected)
     if a.shape != b.shape:
         return INF, f" in shape: {list(a.shape)}, expected {list(b.shape)}"
     with ERRSTATE(invalid="ignore"):
@@ -233,12 +366,41 @@ def restore(saved: list[tuple[object, dict]]) -> None:
                 setattr(space, name, value)
 
 
+def run_student(name: str) -> list[dict]:
+    """The student's side of one exercise: its check run with every `student(fn)` running
+    fn; what each returned (or raised), in order."""
+    fn = CHECKS[name][0]
+    recorder = SIDE[0] = Recorder(name)
+    signal.alarm(SECONDS)
+    saved = snapshot()
+    try:
+        for _ in fn():
+            pass
+    except BaseException as e:  # noqa: BLE001  (an exit, a timeout: the judge hears of it)
+        if not recorder.records or "raised" not in recorder.records[-1]:
+            recorder.records.append({"raised": raised(e, name)})
+    finally:
+        signal.alarm(0)
+        restore(saved)
+        SIDE[0] = None
+    return recorder.records
+
+
 def grade(name: str, judge=judge) -> dict:
-    """{'name', 'result', 'detail', ...}, with how many parts ran, were held (the TA's),
-    failed, held_failed, and were unknown (held, references.py absent). result: pass;
-    fail (a part failed); provisional (the parts here pass, the TA's are unknown); hidden
-    (every part is the TA's); open; error (the student's code raised); grader (the grader's
-    own code raised, no frame of the student's on the way). held_detail: the first held
+    """Both sides of one exercise in this process (the tests' way): the student's run, its
+    values through JSON, judged."""
+    if name not in CHECKS:
+        return {"name": name, "result": "error", "detail": f"no check named {name} here"}
+    return judged(name, json.loads(json.dumps(run_student(name))), judge)
+
+
+def judged(name: str, records: list[dict], judge=judge) -> dict:
+    """{'name', 'result', 'detail', ...} of one exercise, its check run on the student's
+    values handed back (`records`), with how many parts ran, were held (the TA's), failed,
+    held_failed, and were unknown (held, references.py absent). result: pass; fail (a part
+    failed); provisional (the parts here pass, the TA's are unknown); hidden (every part is
+    the TA's); open; error (the student's code raised, or handed back what the grader
+    cannot read); grader (the grader's own code raised). held_detail: the first held
     part's failure."""
     if name not in CHECKS:
         return {"name": name, "result": "error", "detail": f"no check named {name} here"}
@@ -246,8 +408,8 @@ def grade(name: str, judge=judge) -> dict:
     row = {"name": name, "tol": tol}
     n = dict.fromkeys(("parts", "held", "failed", "held_failed", "unknown"), 0)
     accounts, waiting, matched, worst = {False: [], True: []}, [], set(), 0.0
+    replay = SIDE[0] = Replay(records)
     signal.alarm(SECONDS)
-    saved = snapshot()
     try:
         for p in fn():
             ok, diff, account, held = judge(p, tol)
@@ -261,17 +423,17 @@ def grade(name: str, judge=judge) -> dict:
             waiting += [account] * (ok is None and bool(account))
             matched |= {p.matched} - {""}
             worst = max(worst, diff)
-    except NotImplementedError as e:
-        hint = str(e).removeprefix(f"exercise {name}: ")
-        return row | {"result": "open" if hint != str(e) else "error", "detail": hint}
-    except Exception as e:  # the student's code's, unless it never ran in the traceback
-        if graders(e):
-            why = f"the grader failed, not your code (tell the TA): {failure(e)}"
-            return row | {"result": "grader", "detail": why}
-        return row | {"result": "error", "detail": failure(e)}
+    except StudentError as e:
+        return row | {"result": e.result, "detail": e.detail}
+    except Exception as e:  # noqa: BLE001  (the judge's code: no student code runs here)
+        if replay.handed:
+            why = f"the grader could not judge what your code handed back: {failure(e)}"
+            return row | {"result": "error", "detail": why}
+        why = f"the grader failed, not your code (tell the TA): {failure(e)}"
+        return row | {"result": "grader", "detail": why}
     finally:
         signal.alarm(0)
-        restore(saved)
+        SIDE[0] = None
     row |= n | {"diff": worst, "held_detail": (accounts[True] or [""])[0]}
     if failed := accounts[False] + accounts[True]:
         more = f" (and {len(failed) - 1} more part(s))" * (len(failed) > 1)
@@ -356,14 +518,15 @@ def on_alarm(signum, frame):
     raise TimeoutError(f"took over {SECONDS} s")
 
 
-def main(names: list[str], grade=grade, dumps=json.dumps) -> None:
-    """Read `TOKEN PATH` and then {exercise: its files} (JSON) on stdin, grade each name
-    and append its line to PATH. A module that does not compile stops only the exercises
-    written in it. The functions that judge are bound before any exercise's module is
-    imported: a module that replaces harness.grade, judge or difference changes nothing."""
-    token, path = sys.stdin.readline().split(maxsplit=1)
+def student_main(names: list[str], dumps=json.dumps) -> None:
+    """The student's process: read the number of a file descriptor open for writing and
+    then {exercise: its files} (JSON) on stdin; run each name's check, writing its records
+    to that descriptor, one JSON line each. It holds no references.py, no token and no
+    result file. A module that does not compile stops only the exercises written in it."""
+    fd = int(sys.stdin.readline())
     files = json.loads(sys.stdin.readline() or "{}")
     sys.stdin.close()
+    ON_STUDENTS_SIDE[0] = True
     import checks  # noqa: F401  (they register; neither imports an exercise's module)
     import extensions  # noqa: F401
 
@@ -371,15 +534,39 @@ def main(names: list[str], grade=grade, dumps=json.dumps) -> None:
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
     signal.signal(signal.SIGALRM, on_alarm)
+    with open(fd, "w", buffering=1, closefd=True) as out:
+        for name in names:
+            out.write(dumps({"name": name, "start": True}) + "\n")
+            own = [broken[Path(f).stem] for f in files.get(name, ()) if Path(f).stem in broken]
+            if own:
+                records = [{"raised": {"result": "error", "detail": own[0]}}]
+            else:
+                records = run_student(name)
+            for record in records:
+                out.write(dumps({"name": name} | record) + "\n")
+            out.write(dumps({"name": name, "end": True}) + "\n")
+
+
+def judge_main(names: list[str], dumps=json.dumps) -> None:
+    """The judge's process: read `TOKEN PATH` and then the student's records' file on
+    stdin; judge each name on its records and append its line, with the token, to PATH.
+    No student code runs here: what it imports is the handout's."""
+    token, path = sys.stdin.readline().split(maxsplit=1)
+    records = json.loads(Path(sys.stdin.readline().strip()).read_text())
+    sys.stdin.close()
+    import checks  # noqa: F401
+    import extensions  # noqa: F401
+
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGALRM, on_alarm)
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
-            out.write(dumps({"token": token, "start": name}) + "\n")
-            own = [broken[Path(f).stem] for f in files.get(name, ()) if Path(f).stem in broken]
-            row = {"name": name, "result": "error", "detail": own[0]} if own else grade(name)
+            row = judged(name, records.get(name, []))
             out.write(dumps({"token": token} | row) + "\n")
 
 
 if __name__ == "__main__":  # as the module checks.py registers with, not a second copy
     import harness
 
-    harness.main(sys.argv[1:])
+    side, *names = sys.argv[1:]
+    {"--student": harness.student_main, "--judge": harness.judge_main}[side](names)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness import part
+from harness import part, student
 
 f64 = torch.float64
 
@@ -33,20 +33,25 @@ def tiny_config(**overrides):
     return BertConfig(**sizes, intermediate_size=64, max_position_embeddings=64, **overrides)
 
 
-def tiny_pair():
-    """(our BertModel, Hugging Face's) with the same random weights, in eval mode."""
+def tiny_hf():
+    """Hugging Face's BertModel of the tiny config, its random weights seeded, in eval
+    mode: the reference every BERT check builds on both sides."""
     import transformers
 
+    torch.manual_seed(0)
+    fields = {k: v for k, v in tiny_config().to_dict().items() if k != "attention"}
+    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
+    return hf.double().eval()
+
+
+def ours_like(hf):
+    """bert.py's BertModel with hf's weights, in eval mode (the student's side only)."""
     from base_bert import hf_to_ours
     from bert import BertModel
 
-    cfg = tiny_config()
-    torch.manual_seed(0)
-    fields = {k: v for k, v in cfg.to_dict().items() if k != "attention"}
-    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
-    ours = BertModel(cfg)
+    ours = BertModel(tiny_config()).double()
     ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
-    return ours.double().eval(), hf.double().eval()
+    return ours.eval()
 
 
 def padded(B=3, T=7, vocab=100, seed=0):
@@ -116,21 +121,28 @@ def as_run(what: str, run, reference):
     device (meta: no values, only shapes and devices), where a tensor the body makes
     without device= lands on the CPU and the run fails, as it would on a GPU. An op the
     meta device cannot run (one whose shape depends on values) leaves that part out."""
-    out = run(torch.float32, "cpu")
+    out, device = student(on_devices, run)
     yield part(f"{what} in float32: a float32 output", out.dtype == torch.float32, True)
     yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
+    if device is not None:
+        yield part(f"{what} with its inputs on another device: {device}", device == "meta", True)
+
+
+def on_devices(run):
+    """(run's float32 output on the CPU, the device of its meta run's output or what that
+    run raised; None where the meta device cannot run it)."""
+    out = run(torch.float32, "cpu")
     F.embedding = strict_embedding
     try:
-        device = run(torch.float32, "meta").device.type
+        return out, run(torch.float32, "meta").device.type
     except (RuntimeError, NotImplementedError) as e:
         if str(e).startswith("exercise "):
             raise  # an open exercise
         if not any(words in str(e) for words in TWO_DEVICES):
-            return  # the meta device cannot run it: no verdict on devices
-        device = str(e).splitlines()[0][:120]
+            return out, None  # the meta device cannot run it: no verdict on devices
+        return out, str(e).splitlines()[0][:120]
     finally:
         F.embedding = EMBEDDING
-    yield part(f"{what} with its inputs on another device: {device}", device == "meta", True)
 
 
 def tiny_self_attention(p: float = 0.0):
@@ -154,43 +166,66 @@ def hf_attention_in(ours, hf, i: int = 0):
     ours.encoder["layer"][i].attention["self"].forward = forward
 
 
-def tiny_multitask(tasks, dropout=0.1):
+def tiny_multitask(tasks, dropout=0.1, heads=None):
+    """multitask_classifier.py's MultitaskBERT on a tiny BertModel; `heads` ({task: a
+    Linear}) loaded into its heads (the student's side only)."""
     from bert import BertModel
     from multitask_classifier import MultitaskBERT
 
     torch.manual_seed(0)
-    return MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
+    model = MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
+    for task, head in (heads or {}).items():
+        model.heads[task].load_state_dict(head.state_dict())
+    return model
 
 
-def stand_in_sentences(model):
-    """model.sentences answered by a sum of fixed vectors per id, position and token type
-    over the tokens each mask keeps: the encoder's stand-in while predict_* is graded."""
+HEADS = {"sst": (32, 5), "cfimdb": (32, 2), "para": (96, 1)}  # the tiny model's: (in, out)
+
+
+def seeded_heads(tasks) -> dict:
+    """{task: a Linear of the tiny model's head shape}, its weights drawn from a seed: the
+    same on both sides, loaded into the student's model."""
+    heads = {}
+    for i, task in enumerate(tasks):
+        n_in, n_out = HEADS[task]
+        head = heads[task] = nn.Linear(n_in, n_out)
+        with torch.no_grad():
+            head.weight.copy_(torch.randn(n_out, n_in, generator=gen(30 + i)) / n_in**0.5)
+            head.bias.copy_(torch.randn(n_out, generator=gen(40 + i)))
+    return heads
+
+
+def flat(batch):
+    """(ids, mask, types), K sentences per example (K, B, T) -> (K * B, T)."""
+    return (batch[k].flatten(0, -2) for k in ("input_ids", "attention_mask", "token_type_ids"))
+
+
+def stand_in_sentences(batch):
+    """A sum of fixed vectors per id, position and token type over the tokens each mask
+    keeps, (N, H): the encoder's stand-in while predict_* is graded."""
     table, position = torch.randn(2, 100, 32, generator=gen(7))
-
-    def sentences(batch, embeds=None):
-        ids, mask, types = model.flat_inputs(batch)
-        T = ids.size(1)
-        x = table[ids] + position[:T] + types[..., None] * table[0]  # (N, T, H)
-        return (x * mask[..., None]).sum(1)  # (N, H)
-
-    model.sentences = sentences
+    ids, mask, types = flat(batch)
+    x = table[ids] + position[: ids.size(1)] + types[..., None] * table[0]  # (N, T, H)
+    return (x * mask[..., None]).sum(1)  # (N, H)
 
 
-def stand_in_heads(model):
-    """model.readout of one sentence and of a Quora pair answered by fixed functions that
-    are not the exercises' (the classifier's and pair_head's stand-ins), the STS score by
-    the model's own: predict_* is graded on the batches it builds."""
-    readout = model.readout
+def stand_in_readout(task, batch, z, heads):
+    """Fixed functions that are not the exercises' (the classifier's, pair_head's and the
+    STS score's stand-ins): a head on tanh(z) for one sentence, on [u, v, u * v] for a
+    Quora pair, the dot product for STS."""
+    if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
+        return heads[task](torch.tanh(z))  # (B, C)
+    u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
+    if task == "para":
+        return heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
+    return (u * v).sum(-1)  # (B,)
 
-    def heads(task, batch, z):
-        if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
-            return model.heads[task](torch.tanh(z))  # (B, C)
-        if task == "para":
-            u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
-            return model.heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
-        return readout(task, batch, z)
 
-    model.readout = heads
+def stand_ins(model, heads):
+    """model.sentences and model.readout answered by the stand-ins: predict_* is graded on
+    the batches it builds (the student's side)."""
+    model.sentences = lambda batch, embeds=None: stand_in_sentences(batch)
+    model.readout = lambda task, batch, z: stand_in_readout(task, batch, z, heads)
 
 
 class StandInModel(nn.Module):
@@ -199,13 +234,10 @@ class StandInModel(nn.Module):
 
     def __init__(self):
         super().__init__()
-        from evaluation import TASKS
-
         torch.manual_seed(0)
         self.bert = nn.Embedding(50, 8)
-        self.heads = nn.ModuleDict(
-            {t: nn.Linear(8 * (1 + 2 * TASKS[t].pair), TASKS[t].num_labels or 1) for t in STEP}
-        )
+        sizes = {"sst": (8, 5), "para": (24, 1), "sts": (24, 1)}  # a pair's head on [u, v, u * v]
+        self.heads = nn.ModuleDict({t: nn.Linear(*sizes[t]) for t in STEP})
 
     def embed(self, batch):
         return self.bert(batch["input_ids"].flatten(0, -2))  # (N, T, 8)

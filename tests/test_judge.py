@@ -1,0 +1,201 @@
+"""The judge out of the student's reach (grader/processes.py, grader/harness.py): the
+student's code runs in a process that holds no reference, token or result file and hands
+back only what it returns; the judge runs where no student code ever ran. Replacing torch
+functions, walking the stack or exiting early changes only what the student's code hands
+back."""
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import exercises
+from grader import gradescope, harness, processes
+
+REPO = exercises.HERE
+FORGING = {
+    # a wrong attention that replaces what a judge in its process would compare with
+    "attention": [
+        "        import numpy as np\n",
+        "        import harness\n",
+        "        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask\n",
+        "        out = v.mean(2, keepdim=True).expand_as(v)  # wrong\n",
+        "        F.scaled_dot_product_attention = lambda *a, **k: out\n",
+        "        torch.Tensor.abs = lambda x: x * 0\n",
+        "        np.abs = lambda x: x * 0\n",
+        "        harness.difference = lambda got, expected: (0.0, '')\n",
+        "        return out, torch.softmax(scores, -1)\n",
+    ],
+    # a wrong mean pool that looks for a token and a result file to write a pass into
+    "mean_pool": [
+        "    import gc, inspect, json, re\n",
+        "    found = set()\n",
+        "    for f in inspect.stack():\n",
+        "        found |= {v for v in f.frame.f_locals.values() if isinstance(v, str)}\n",
+        "    found |= {o for o in gc.get_objects() if isinstance(o, str)}\n",
+        "    tokens = sorted(s for s in found if re.fullmatch('[0-9a-f]{32}', s))\n",
+        "    paths = sorted(s for s in found if s.endswith('results.jsonl'))\n",
+        "    open('walked.json', 'w').write(json.dumps([tokens, paths]))\n",
+        "    for p in paths:\n",
+        "        for t in tokens:\n",
+        "            line = {'token': t, 'name': 'mean_pool', 'result': 'pass'}\n",
+        "            open(p, 'a').write(json.dumps(line) + '\\n')\n",
+        "    return hidden.mean(1)  # wrong: padding counted\n",
+    ],
+    # prints a passing line and leaves before anything is compared
+    "pearson": [
+        "    print(" + json.dumps(json.dumps({"name": "pearson", "result": "pass"})) + ")\n",
+        "    import os\n",
+        "    os._exit(0)\n",
+    ],
+}
+
+
+def write_body(copy: Path, name: str, body: list[str]) -> None:
+    """The exercise's last region written with `body`, the others with the solution's."""
+    regions = exercises.exercises(copy)[name]
+    for i, region in enumerate(regions):
+        region = exercises.exercises(copy)[name][i]  # read again: lines moved
+        lines = (copy / region.file).read_text().splitlines(keepends=True)
+        ours = exercises.exercises(REPO)[name][i]
+        solved = (REPO / ours.file).read_text().splitlines(keepends=True)[ours.begin + 1 : ours.end]
+        lines[region.begin + 1 : region.end] = body if i == len(regions) - 1 else solved
+        (copy / region.file).write_text("".join(lines))
+
+
+def test_the_judge_runs_no_exercise_body(tmp_path):
+    """The solution graded with the judge in a handout whose every exercise is open: all
+    pass, so no check reached an exercise's body from the judge's side."""
+    handout = tmp_path / "handout"
+    exercises.make(handout, [], quiet=True)
+    names = list(exercises.exercises(REPO))
+    rows = exercises.run_checks(REPO, REPO, names, handout)
+    assert {n: rows[n]["result"] for n in names} == dict.fromkeys(names, "pass")
+
+
+@pytest.mark.slow
+def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
+    """A body that replaces torch's and the harness's functions, one that walks the stack
+    and the heap for a token and a result file, one that prints a pass and exits: each is
+    graded as the code it is (fail, fail, error), found nothing to forge with, and the
+    other exercises are still graded."""
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, [*FORGING, "auc"], ta)
+    for name, body in FORGING.items():
+        write_body(copy, name, body)
+    done = subprocess.run(
+        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert " fail " in rows["attention"] and " fail " in rows["mean_pool"], done.stdout
+    assert " error " in rows["pearson"] and "stopped: exit code 0" in rows["pearson"]
+    assert " open " in rows["auc"] and "0 / 8 points" in done.stdout
+    assert json.loads((copy / "walked.json").read_text()) == [[], []]  # nothing to write into
+
+
+def test_what_the_student_hands_back_is_data():
+    """Values through JSON and back: every dtype, a meta tensor's shape, requires_grad,
+    lists and dicts; a record the grader cannot read is the student's error, never the
+    grader's; a process that stops is charged to the exercise it was in."""
+    values = {
+        "f": torch.randn(2, 3, dtype=torch.float64).requires_grad_(),
+        "h": torch.randn(3, dtype=torch.bfloat16),
+        "b": torch.tensor([True, False]),
+        "i": torch.arange(4).view(2, 2),
+        "m": torch.empty(2, 5, device="meta"),
+        "s": torch.tensor(3.5),
+        "rest": [1, 2.5, None, "x", [True]],
+    }
+    back = harness.decode(json.loads(json.dumps(harness.encode(values))))
+    for k in ("f", "h", "b", "i", "s"):
+        assert back[k].dtype == values[k].dtype and torch.equal(back[k], values[k].detach())
+    assert back["f"].requires_grad and back["m"].device.type == "meta"
+    assert back["m"].shape == (2, 5) and back["rest"] == [1, 2.5, None, "x", [True]]
+    with pytest.raises(TypeError, match="handed back a object"):
+        harness.encode(object())
+    bad = {"value": {"tensor": {"dtype": "float32", "shape": [9], "data": "AAAA", "grad": 0}}}
+    replay = harness.Replay([bad])
+    with pytest.raises(harness.StudentError, match="cannot read"):
+        replay(None, (), {})
+
+    lines = [
+        '{"name": "a", "start": true}',
+        '{"name": "a", "value": 1}',
+        "not json",
+        '{"name": "a", "end": true}',
+        '{"name": "b", "start": true}',
+        '{"name": "b", "value": 2, "extra": 3}',
+    ]
+    records = {}
+    done = processes.read_records("\n".join(lines), ["a", "b", "c"], records, "exit code 9")
+    assert done == {"a", "b"} and records["a"] == [{"value": 1}]
+    assert records["b"] == [{"raised": {"result": "error", "detail": "stopped: exit code 9"}}]
+
+
+def student_can_run_python() -> bool:
+    """Whether gradescope.STUDENT exists and can run this Python (on this machine the
+    interpreter lives under /root, which other users cannot enter)."""
+    try:
+        pwd.getpwnam(gradescope.STUDENT)
+    except KeyError:
+        return False
+    if os.geteuid() != 0:
+        return False
+    try:
+        ran = subprocess.run([sys.executable, "-c", ""], user=gradescope.STUDENT)
+    except OSError:
+        return False
+    return ran.returncode == 0
+
+
+@pytest.mark.skipif(not student_can_run_python(), reason="needs root and the student's user")
+def test_a_detached_process_cannot_rewrite_the_results(tmp_path):
+    """Where the grader is root (Gradescope), the student's code runs as STUDENT: a body that
+    detaches a process (a double fork and a new session) to rewrite results.json once the
+    grade is written can neither write it nor outlive the student's process."""
+    root = Path(os.path.realpath(tmp_path)) / "autograder"
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, ["auc"], ta)
+    archive = tmp_path / "autograder.zip"
+    exercises.main(["autograder", str(archive), "--copy", str(copy), "--grader", str(ta)])
+    root.mkdir()
+    subprocess.run(["unzip", "-q", str(archive), "-d", str(root / "source")], check=True)
+    (root / "submission").mkdir()
+    forged = json.dumps({"score": 100, "tests": []})
+    daemon = [
+        "    import os, time\n",
+        "    if os.fork() == 0:\n",
+        "        os.setsid()\n",
+        "        os.closerange(0, 4096)  # no pipe the grader waits on\n",
+        "        if os.fork() == 0:\n",
+        "            for _ in range(600):  # a minute\n",
+        "                time.sleep(0.1)\n",
+        "                try:\n",
+        f"                    open({str(root / 'results' / 'results.json')!r}, 'w').write({forged!r})\n",
+        "                except OSError:\n",
+        "                    pass\n",
+        "        os._exit(0)\n",
+        "    return 0.0\n",
+    ]
+    write_body(copy, "auc", daemon)
+    (root / "submission" / "evaluation.py").write_text((copy / "evaluation.py").read_text())
+    for folder in (tmp_path, *tmp_path.parents):  # pytest's folders: 0700
+        os.chmod(folder, folder.stat().st_mode | 0o005)
+    env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, timeout=300)
+    assert done.returncode == 0
+    time.sleep(3)  # the daemon's time to write, were it alive
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0 and [t["name"] for t in results["tests"]] == ["auc"]
+    uid = pwd.getpwnam(gradescope.STUDENT).pw_uid
+    assert not [p for p in Path("/proc").iterdir() if processes.owner(p) == uid]
