@@ -239,6 +239,15 @@ SLIPS = {
         ),
         ("not in place", [("torch._foreach_lerp_(", "torch._foreach_lerp(")]),
         (
+            "the teacher kept in float64",
+            [
+                (
+                    "torch._foreach_lerp_(\n            [self.params[n] for n in names], [student[n].detach() for n in names], 1.0 - beta\n        )",
+                    "for n in names:\n            self.params[n] = beta * self.params[n].double() + (1 - beta) * student[n].detach().double()",
+                )
+            ],
+        ),
+        (
             "the teacher copies the model",
             [
                 (
@@ -298,6 +307,7 @@ SLIPS = {
         ),
         ("projected whether or not they conflict", [("if dot < 0:", "if dot != 0:")]),
         ("the inputs changed in place", [("g_i = grads[i].clone()", "g_i = grads[i]")]),
+        ("a float32 copy whatever the input", [("g_i = grads[i].clone()", "g_i = grads[i].float()")]),
         (
             "one order shared by every task",
             [

@@ -114,6 +114,17 @@ VARIANTS = {
             [("self.dropout(sentences)", "F.dropout(sentences, self.dropout.p, self.training)")],
         )
     ],
+    "momentum_teacher": [
+        (
+            "a loop of mul_ and add_",
+            [
+                (
+                    "torch._foreach_lerp_(\n            [self.params[n] for n in names], [student[n].detach() for n in names], 1.0 - beta\n        )",
+                    "for n in names:\n            self.params[n].mul_(beta).add_(student[n].detach(), alpha=1.0 - beta)",
+                )
+            ],
+        )
+    ],
     "mean_pool": [
         (
             "a loop over sentences, boolean indexing (the meta device cannot run it)",
