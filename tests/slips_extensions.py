@@ -307,7 +307,10 @@ SLIPS = {
         ),
         ("projected whether or not they conflict", [("if dot < 0:", "if dot != 0:")]),
         ("the inputs changed in place", [("g_i = grads[i].clone()", "g_i = grads[i]")]),
-        ("a float32 copy whatever the input", [("g_i = grads[i].clone()", "g_i = grads[i].float()")]),
+        (
+            "a float32 copy whatever the input",
+            [("g_i = grads[i].clone()", "g_i = grads[i].float()")],
+        ),
         (
             "one order shared by every task",
             [
