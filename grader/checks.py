@@ -34,6 +34,7 @@ from setups import (
     seeded_heads,
     stand_in_readout,
     stand_in_sentences,
+    stand_in_table,
     stand_ins,
     step_batches,
     stepped,
@@ -283,13 +284,13 @@ def embeddings():
     yield from dropout_parts("training", dropped, out.detach())
 
 
-def adamw_runs(opt_class, steps: int = 20, **options) -> torch.Tensor:
+def adamw_runs(opt_class, steps: int = 20, dtype=f64, device="cpu", **options) -> torch.Tensor:
     """A small network's parameters, flat, after `steps` steps of opt_class: two parameter
     groups (the defaults, weight decay 0.1 and lr 1e-2; decay 0.02 at lr 3e-3), the first
     holding a parameter with a gradient every other step only, so step counts differ."""
     torch.manual_seed(0)
-    first, second = nn.Linear(4, 3).double(), nn.Linear(3, 2).double()
-    extra = nn.Parameter(torch.randn(2, dtype=f64))
+    first, second = (nn.Linear(*n).to(dtype=dtype, device=device) for n in ((4, 3), (3, 2)))
+    extra = nn.Parameter(torch.randn(2, dtype=f64).to(dtype=dtype, device=device))
     groups = [
         {"params": [*first.parameters(), extra]},
         {"params": second.parameters(), "weight_decay": 0.02, "lr": 3e-3},
@@ -297,7 +298,7 @@ def adamw_runs(opt_class, steps: int = 20, **options) -> torch.Tensor:
     opt = opt_class(groups, lr=1e-2, weight_decay=0.1, eps=1e-6, **options)
     g = gen(1)
     for step in range(steps):
-        x = torch.randn(8, 4, generator=g, dtype=f64)
+        x = torch.randn(8, 4, generator=g, dtype=f64).to(dtype=dtype, device=device)
         opt.zero_grad(set_to_none=True)
         y = second(torch.tanh(first(x)))  # (8, 2)
         loss = y.pow(2).sum() + ((extra * y).sum() if step % 2 == 0 else 0.0)
@@ -350,6 +351,13 @@ def adamw_parts(what: str, **options):
     yield handout_test(fitted)
     yield Part(f"parameters after 20 steps{what}", got, ADAMW_REFERENCES)
     yield Part(f"correct_bias=False{what}", unbiased, UNBIASED_REFERENCES)
+
+    def run(dtype, device):
+        from optimizer import AdamW
+
+        return adamw_runs(AdamW, dtype=dtype, device=device, **options)
+
+    yield from as_run(f"parameters after 20 steps{what}", run, got)
 
 
 @functools.cache
@@ -453,49 +461,69 @@ def multitask():
     """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
     the model's forward on the batches they stand for (pairs of different lengths; a
     stand-in encoder and heads), and the STS head's 0-5 score of the cosine."""
-    heads = seeded_heads(("sst", "para"))
+    heads, (table, position) = seeded_heads(("sst", "para")), stand_in_table()
+    leaves = [table, *heads["sst"].parameters(), *heads["para"].parameters()]
     ids1, _, m1 = padded(B=3, T=7, seed=1)
     ids2, _, m2 = padded(B=3, T=4, seed=2)
     m2[0, 3:] = 0
     both = [(ids1, m1, ids2, m2), (ids2, m2, ids1, m1)]  # the longer first, then second
     u, v = torch.randn(2, 4, 32, generator=gen(3)).requires_grad_().unbind(0)
     pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-    w = torch.randn(4, generator=gen(4))
+    w = {"sst": torch.randn(3, 5, generator=gen(8)), "pair": torch.randn(3, generator=gen(9))}
+    w["sts"] = torch.randn(4, generator=gen(4))
     ones = [padded(B=1, T=5, seed=5), padded(B=1, T=3, seed=6)]  # a batch of one
 
     def mine():
         model = tiny_multitask(("sst", "para", "sts")).eval()
         score = model.readout("sts", pair, torch.cat([u, v]))
-        same = model.readout("sts", pair, torch.cat([u, u]))
-        stand_ins(model, heads)
-        got = {"sst": model.predict_sentiment(ids1, m1), "score": score, "same": same}
-        got |= {"para": [model.predict_paraphrase(*s) for s in both]}
-        got |= {"sts": [model.predict_similarity(*s) for s in both]}
+        got = {"score": [score, grads(score, (u, v), w["sts"])]}
+        got["same"] = model.readout("sts", pair, torch.cat([u, u]))
+        stand_ins(model, heads, table, position)
+        out = model.predict_sentiment(ids1, m1)
+        got["sst"] = [out, grads(out, leaves, w["sst"])]
+        for task, method in (("para", model.predict_paraphrase), ("sts", model.predict_similarity)):
+            got[task] = [[out := method(*s), grads(out, leaves, w["pair"])] for s in both]
         (i1, _, o1), (i2, _, o2) = ones
         got["one"] = [
             list(model.predict_sentiment(i1, o1).shape),
             list(model.predict_paraphrase(i1, o1, i2, o2).shape),
             list(model.predict_similarity(i1, o1, i2, o2).shape),
         ]
-        return got | {"score gradients": grads(score, (u, v), w)}
+        return got
 
     got = student(mine)
-    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": torch.zeros_like(ids1)}
-    forward = lambda task, batch: stand_in_readout(task, batch, stand_in_sentences(batch), heads)  # noqa: E731
-    yield part("predict_sentiment", got["sst"], lambda: forward("sst", single))
-    for task, method in (("para", "predict_paraphrase"), ("sts", "predict_similarity")):
-        for sides, out in zip(both, got[task], strict=True):
-            expected = lambda t=task, s=sides: forward(t, R.pair_batch(*s))  # noqa: E731
-            yield part(
-                f"{method}, sides of {sides[0].size(1)} and {sides[2].size(1)}", out, expected
-            )
-    yield part("the STS head's score", got["score"], lambda: R.sts_score(u, v))
-    expected = lambda: grads(R.sts_score(u, v), (u, v), w)  # noqa: E731
-    yield part("the STS score's gradients of u and v", got["score gradients"], expected)
+    yield from predicted(got, heads, (table, position), leaves, w, both)
+    yield part("the STS head's score", got["score"][0], lambda: R.sts_score(u, v))
+    expected = lambda: grads(R.sts_score(u, v), (u, v), w["sts"])  # noqa: E731
+    yield part("the STS score's gradients of u and v", got["score"][1], expected)
     shapes = ([1, 5], [1], [1])
     for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
         yield part(f"a batch of one: {method}'s shape", shape, want)
     yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
+
+
+def predicted(got, heads, encoder, leaves, w, both):
+    """predict_*'s outputs and their gradients (the stand-in encoder's table and the heads')
+    against the grader's forward on the batches they stand for."""
+    ids1, m1 = both[0][:2]
+    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": torch.zeros_like(ids1)}
+
+    def forward(task, batch):  # the model's forward, its encoder and heads stood in for
+        return stand_in_readout(task, batch, stand_in_sentences(batch, *encoder), heads)
+
+    def against(task, batch, w):  # (the output's reference, its gradients' reference)
+        value = cached(lambda: forward(task, batch()))
+        return value, lambda: grads(value(), leaves, w)
+
+    value, gradients = against("sst", lambda: single, w["sst"])
+    yield part("predict_sentiment", got["sst"][0], value)
+    yield part("predict_sentiment: gradients of the encoder and the head", got["sst"][1], gradients)
+    for task, method in (("para", "predict_paraphrase"), ("sts", "predict_similarity")):
+        for sides, (out, out_grads) in zip(both, got[task], strict=True):
+            value, gradients = against(task, lambda s=sides: R.pair_batch(*s), w["pair"])
+            what = f"{method}, sides of {sides[0].size(1)} and {sides[2].size(1)}"
+            yield part(what, out, value)
+            yield part(f"{what}: gradients", out_grads, gradients)
 
 
 PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")

@@ -221,6 +221,27 @@ def smart_ascent():
     perturbed = {kind: (heads[kind], outs[1]) for kind, outs in got.items()}
     yield from mtdnn_parts(perturbed, embeds, both, cfg)
 
+    run = lambda dtype, device: smart_as_run(dtype, device, embeds, w, mask, cfg)  # noqa: E731
+    yield from as_run("R_s (classification)", run, None)
+
+
+def smart_as_run(dtype, device, embeds, w, mask, cfg: dict):
+    """R_s of class logits with the inputs in dtype on device (its noise drawn there)."""
+    import smart
+
+    e, v = (x.detach().to(dtype=dtype, device=device) for x in (embeds, w))
+    keep = mask.to(device)
+
+    def head(x):
+        return (x * keep[..., None]).sum(1) @ v
+
+    saved, smart.divergence = smart.divergence, stand_in_divergence
+    try:
+        config = smart.SmartConfig(**cfg)
+        return smart.adversarial_regularizer(head, e, head(e), "classification", keep, config)
+    finally:
+        smart.divergence = saved
+
 
 def smart_runs(heads: dict, embeds, mask, cfg: dict, both):
     """The student's side of smart_ascent: ({kind: [(R_s, its gradients), (the perturbed

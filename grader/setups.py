@@ -120,10 +120,12 @@ def as_run(what: str, run, reference):
     and within float32's rounding of `reference` (the float64 output); then on another
     device (meta: no values, only shapes and devices), where a tensor the body makes
     without device= lands on the CPU and the run fails, as it would on a GPU. An op the
-    meta device cannot run (one whose shape depends on values) leaves that part out."""
+    meta device cannot run (one whose shape depends on values) leaves that part out; a
+    reference of None, the float32 values."""
     out, device = student(on_devices, run)
     yield part(f"{what} in float32: a float32 output", out.dtype == torch.float32, True)
-    yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
+    if reference is not None:  # None: float32 draws other random numbers than float64
+        yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
     if device is not None:
         yield part(f"{what} with its inputs on another device: {device}", device == "meta", True)
 
@@ -200,10 +202,16 @@ def flat(batch):
     return (batch[k].flatten(0, -2) for k in ("input_ids", "attention_mask", "token_type_ids"))
 
 
-def stand_in_sentences(batch):
-    """A sum of fixed vectors per id, position and token type over the tokens each mask
-    keeps, (N, H): the encoder's stand-in while predict_* is graded."""
+def stand_in_table():
+    """The stand-in encoder's vectors per id, (100, 32), a leaf (gradients reach it), and
+    per position."""
     table, position = torch.randn(2, 100, 32, generator=gen(7))
+    return table.requires_grad_(), position
+
+
+def stand_in_sentences(batch, table, position):
+    """A sum of `table`'s vectors per id, position and token type over the tokens each
+    mask keeps, (N, H): the encoder's stand-in while predict_* is graded."""
     ids, mask, types = flat(batch)
     x = table[ids] + position[: ids.size(1)] + types[..., None] * table[0]  # (N, T, H)
     return (x * mask[..., None]).sum(1)  # (N, H)
@@ -221,10 +229,10 @@ def stand_in_readout(task, batch, z, heads):
     return (u * v).sum(-1)  # (B,)
 
 
-def stand_ins(model, heads):
+def stand_ins(model, heads, table, position):
     """model.sentences and model.readout answered by the stand-ins: predict_* is graded on
     the batches it builds (the student's side)."""
-    model.sentences = lambda batch, embeds=None: stand_in_sentences(batch)
+    model.sentences = lambda batch, embeds=None: stand_in_sentences(batch, table, position)
     model.readout = lambda task, batch, z: stand_in_readout(task, batch, z, heads)
 
 

@@ -282,6 +282,15 @@ SLIPS = {
     ],
     "multitask": [
         (
+            "predict_sentiment's logits detached",
+            [
+                (
+                    '"token_type_ids": types},\n        )',
+                    '"token_type_ids": types},\n        ).detach()',
+                )
+            ],
+        ),
+        (
             "the longer side stacked first",
             [
                 (

@@ -147,6 +147,15 @@ SLIPS = {
     ],
     "smart_ascent": [
         (
+            "the noise drawn in float64",
+            [
+                (
+                    "noise = project(torch.randn_like(embeds) * sigma)",
+                    "noise = project(torch.randn_like(embeds, dtype=torch.float64) * sigma)",
+                )
+            ],
+        ),
+        (
             "every output read as class logits",
             [
                 (

@@ -106,7 +106,30 @@ VARIANTS = {
         (
             "F.dropout",
             [("self.dropout(probs) @ v", "F.dropout(probs, self.dropout.p, self.training) @ v")],
-        )
+        ),
+        (
+            "SDPA with its dropout for the output",
+            [
+                (
+                    "out = self.dropout(probs) @ v  # (B, nh, T, hs)",
+                    "p = self.dropout.p if self.training else 0.0\n"
+                    "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)",
+                )
+            ],
+        ),
+        (
+            "einsum",
+            [
+                (
+                    "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
+                    'scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.size(-1) ** 0.5',
+                ),
+                (
+                    "out = self.dropout(probs) @ v",
+                    'out = torch.einsum("bhqk,bhkd->bhqd", self.dropout(probs), v)',
+                ),
+            ],
+        ),
     ],
     "classifier": [
         (
