@@ -1,7 +1,6 @@
 """exercises.py: a handout made from this checkout, graded piece by piece; the solution passes;
 the student's copy holds no answer; Gradescope's autograder grades a submission."""
 
-import json
 import re
 import subprocess
 import sys
@@ -62,13 +61,12 @@ def test_every_exercise_has_a_check_points_and_twelve_at_least():
 @pytest.mark.slow
 def test_a_handout_fails_every_exercise_until_its_body_is_written(tmp_path):
     """Made from this checkout: every exercise open, the rest runs; one body put back
-    passes alone; a wrong body fails with its difference; a body that prints a passing
-    line and exits is an error and the others are still graded; the solution passes all."""
+    passes alone; a wrong body fails with its difference, the others still open (a body
+    that exits, and the solution graded in full: tests/test_judge.py)."""
     handout, ta = tmp_path / "handout", tmp_path / "ta"
     assert run(REPO, "exercises.py", "make", str(handout), "--grader", str(ta)).returncode == 0
     names = set(exercises.exercises(REPO))
     assert scorecard(handout) == dict.fromkeys(names, "open")
-    assert scorecard(handout, "--grader", str(ta)) == dict.fromkeys(names, "open")
     tokens = run(handout, "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 1 and "exercise wordpiece:" in tokens.stderr
     assert run(handout, "multitask_classifier.py", "--preset", "demo", "--show").returncode == 0
@@ -79,17 +77,11 @@ def test_a_handout_fails_every_exercise_until_its_body_is_written(tmp_path):
     write_body(handout, "attention", solution("attention"))
     wrong = ["    print('debugging')  # a student's print\n", "    return hidden.mean(1)\n"]
     write_body(handout, "mean_pool", [wrong])  # padding counted: a wrong body
-    forged = [
-        f"    print({json.dumps(json.dumps({'name': n, 'result': 'pass'}))})\n" for n in names
-    ]
-    write_body(handout, "pearson", [[*forged, "    import os\n", "    os._exit(0)\n"]])
     done = run(handout, "exercises.py", "check", "--grader", str(ta))
     after = dict(ROW.findall(done.stdout))
     assert after.pop("attention") == "pass" and after.pop("mean_pool") == "fail"
-    assert after.pop("pearson") == "error" and "stopped" in done.stdout
-    assert after == dict.fromkeys(names - {"attention", "mean_pool", "pearson"}, "open")
+    assert after == dict.fromkeys(names - {"attention", "mean_pool"}, "open")
     assert "mean_pool" in done.stdout and "padding" in done.stdout  # the part that failed
-    assert scorecard(REPO) == dict.fromkeys(names, "pass")
 
 
 def solution_lines(names) -> set[str]:
