@@ -124,8 +124,11 @@ def test_what_the_student_hands_back_is_data():
     with pytest.raises(TypeError, match="handed back a object"):
         harness.encode(object())
     bad = {"value": {"tensor": {"dtype": "float32", "shape": [9], "data": "AAAA", "grad": 0}}}
-    replay = harness.Replay([bad])
+    odd = {"value": {"tensor": {"dtype": "manual_seed", "shape": [], "grad": 0}}}
+    replay = harness.Replay([bad, odd])
     with pytest.raises(harness.StudentError, match="cannot read"):
+        replay(None, (), {})
+    with pytest.raises(harness.StudentError, match="dtype manual_seed"):
         replay(None, (), {})
 
     lines = [
