@@ -331,8 +331,7 @@ def run_checks(root: Path, grader: Path, names: list[str], markers: Path | None 
     `user`: who runs the student's code. Each process is told each exercise's files: one
     that does not compile stops only the exercises written in it."""
     files = {n: sorted({r.file for r in rs}) for n, rs in exercises(markers or root).items()}
-    how = {"handout": markers, "user": user}
-    return processes.grade(root, grader / GRADER, names, files, **how)
+    return processes.grade(root, grader / GRADER, names, files, markers, user)
 
 
 def assigned(root: Path, found: dict) -> list[str]:

@@ -493,6 +493,10 @@ def multitask():
 
     got = student(mine)
     yield from predicted(got, heads, (table, position), leaves, w, both)
+
+    run = lambda dtype, device: predict_on(dtype, device, heads, (table, position), both[0])  # noqa: E731
+    values = torch.cat([got["sst"][0].flatten(), got["para"][0][0], got["sts"][0][0]])
+    yield from as_run("predict_*", run, values)
     yield part("the STS head's score", got["score"][0], lambda: R.sts_score(u, v))
     expected = lambda: grads(R.sts_score(u, v), (u, v), w["sts"])  # noqa: E731
     yield part("the STS score's gradients of u and v", got["score"][1], expected)
@@ -500,6 +504,18 @@ def multitask():
     for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
         yield part(f"a batch of one: {method}'s shape", shape, want)
     yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
+
+
+def predict_on(dtype, device, heads, encoder, sides):
+    """predict_*'s three outputs, flat, their inputs and the stand-ins in dtype on device
+    (the student's side)."""
+    model = tiny_multitask(("sst", "para", "sts")).eval()
+    moved = {t: copy.deepcopy(h).to(dtype=dtype, device=device) for t, h in heads.items()}
+    stand_ins(model, moved, *(x.detach().to(dtype=dtype, device=device) for x in encoder))
+    i1, o1, i2, o2 = (x.to(device) for x in sides)
+    outs = [model.predict_sentiment(i1, o1), model.predict_paraphrase(i1, o1, i2, o2)]
+    outs.append(model.predict_similarity(i1, o1, i2, o2))
+    return torch.cat([x.flatten() for x in outs])
 
 
 def predicted(got, heads, encoder, leaves, w, both):

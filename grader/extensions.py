@@ -75,10 +75,12 @@ def mean_pool():
         from bert import mean_pool as ours
 
         out = ours(hidden, mask)
-        return out, ours(other, mask), grads(out, hidden, w)
+        one = list(ours(hidden[:1], mask[:1]).shape)  # a batch of one
+        return out, ours(other, mask), grads(out, hidden, w), one
 
-    out, padding, got = student(mine)
+    out, padding, got, one = student(mine)
     yield part("what padding holds", out, lambda: padding)
+    yield part("a batch of one: the output's shape", one, [1, 5])
     yield part("output", out, lambda: R.mean_pool(hidden, mask))
     yield part("gradient", got, lambda: grads(R.mean_pool(hidden, mask), hidden, w))
 

@@ -174,7 +174,7 @@ class Recorder:
             value = fn(*args, **kwargs)
             self.records.append({"value": encode(value)})
         except BaseException as e:
-            self.records.append({"raised": raised(e, self.name)})
+            self.records.append({"raised": raised(e, self.name, half=True)})
             raise
         return value
 
@@ -200,12 +200,16 @@ class Replay:
             raise StudentError("error", f"handed back what the grader cannot read: {e}") from e
 
 
-def raised(e: BaseException, name: str) -> dict:
+def raised(e: BaseException, name: str, half: bool = False) -> dict:
     """{result, detail} of an exception in the student's process: open (the exercise's own
-    NotImplementedError), grader (the grader's code, no frame of the student's), error."""
+    NotImplementedError); error (the student's code raised, or inside a student half, the
+    grader's code on what the student's code returned: a tensor of the wrong shape); grader
+    (the grader's code elsewhere, no frame of the student's)."""
     hint = str(e).removeprefix(f"exercise {name}: ")
     if isinstance(e, NotImplementedError) and hint != str(e):
         return {"result": "open", "detail": hint}
+    if graders(e) and half:
+        return {"result": "error", "detail": f"{failure(e)}, on what your code returned"}
     if graders(e):
         return {"result": "grader", "detail": f"the grader failed, not your code: {failure(e)}"}
     return {"result": "error", "detail": failure(e)}

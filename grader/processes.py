@@ -32,12 +32,12 @@ HARNESS = "harness.py"
 RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
-def grade(root: Path, grader: Path, names: list[str], files: dict, **how) -> dict:
+def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None, user=None):
     """{name: row}: the student's process in root, then the judge's in `handout` (default
-    root) with the grader of the folder `grader`; `user`: the student's process's."""
-    handout = how.get("handout") or root
-    records = student_side(root, grader, names, files, how.get("user"))
-    return judge_side(handout, grader, names, records)
+    root), with the grader of the folder `grader`; `user`: who runs the student's process
+    (None: this process's user). files: {exercise: the files it is written in}."""
+    records = student_side(root, grader, names, files, user)
+    return judge_side(handout or root, grader, names, records)
 
 
 def student_side(root: Path, grader: Path, names, files: dict, user: str | None) -> dict:
@@ -125,8 +125,9 @@ def owner(proc: Path) -> int | None:
 def read_records(text: str, names: list[str], records: dict, why: str) -> set[str]:
     """The exercises of `names` the student's process finished, their records added to
     `records`; the one it was in when it stopped is charged with `why`. A line it did not
-    write as JSON for one of these exercises is skipped."""
-    done, current = set(), None
+    write as JSON for one of these exercises is skipped; an exercise whose records were
+    begun twice (another exercise's code wrote into them) is an error."""
+    done, current, begun = set(), None, set()
     for line in text.splitlines():
         try:
             r = json.loads(line)
@@ -137,11 +138,15 @@ def read_records(text: str, names: list[str], records: dict, why: str) -> set[st
         name = r.pop("name")
         if r.get("start") is True:
             records[name], current = [], name
+            if name in begun:
+                records[name] = [{"raised": {"result": "error", "detail": TWICE}}]
+                current = None  # what follows is not its own
+            begun.add(name)
         elif r.get("end") is True:
             done.add(name)
             current = None if current == name else current
-        elif set(r) in ({"value"}, {"raised"}):
-            records.setdefault(name, []).append(r)
+        elif set(r) in ({"value"}, {"raised"}) and name == current:
+            records[name].append(r)
     if current is None:  # it stopped before its first check, or between two
         current = next((n for n in names if n not in done), None)
     if current is not None and current not in done:
@@ -149,6 +154,9 @@ def read_records(text: str, names: list[str], records: dict, why: str) -> set[st
         records.setdefault(current, []).append({"raised": stopped})
         done.add(current)
     return done
+
+
+TWICE = "its records were begun twice: code of another exercise wrote into them"
 
 
 def judge_side(handout: Path, grader: Path, names, records: dict) -> dict:

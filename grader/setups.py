@@ -69,9 +69,10 @@ def additive(keep, dtype=torch.float32):
 
 
 def grads(y, inputs, w):
-    """The gradients of sum(y * w) with respect to each input, stacked flat; zeros for an
-    input y does not reach (a graph cut there fails its part, not the grader)."""
-    inputs = list(inputs)
+    """The gradients of sum(y * w) with respect to each input (one tensor, or several),
+    stacked flat; zeros for an input y does not reach (a graph cut there fails its part,
+    not the grader)."""
+    inputs = [inputs] if torch.is_tensor(inputs) else list(inputs)
     if not y.requires_grad:
         return torch.cat([torch.zeros_like(x).flatten() for x in inputs])
     found = torch.autograd.grad((y * w).sum(), inputs, allow_unused=True)

@@ -9,6 +9,10 @@ NAN = "float('nan')"  # a slip's text for a NaN
 SLIPS = {
     "attention": [
         (
+            "the heads split detached",
+            [("return x.transpose(1, 2)  # (B, nh, T, hs)", "return x.transpose(1, 2).detach()")],
+        ),
+        (
             "scores upcast to float64, never cast back",
             [
                 (
@@ -281,6 +285,24 @@ SLIPS = {
         ),
     ],
     "multitask": [
+        (
+            "predict_sentiment's token types made without device=",
+            [
+                (
+                    "types = torch.zeros_like(input_ids)",
+                    "types = torch.zeros(input_ids.shape, dtype=torch.long)",
+                )
+            ],
+        ),
+        (
+            "the pairs' token types made without device=",
+            [
+                (
+                    '"token_type_ids": torch.zeros_like(ids)}',
+                    '"token_type_ids": torch.zeros(ids.shape, dtype=ids.dtype)}',
+                )
+            ],
+        ),
         (
             "predict_sentiment's logits detached",
             [

@@ -84,6 +84,16 @@ SLIPS = {
         ),
     ],
     "mean_pool": [
+        ("detached", [("return (hidden * m).sum(1)", "return (hidden.detach() * m).sum(1)")]),
+        (
+            "squeeze() without a dim",
+            [
+                (
+                    "return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)",
+                    "return ((hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)).squeeze()",
+                )
+            ],
+        ),
         (
             "the mask upcast to float64",
             [
@@ -336,8 +346,15 @@ SLIPS = {
             "the reference not constant",
             [("cos_sim(reference, reference).detach()", "cos_sim(reference, reference)")],
         ),
-        ("i = j pairs counted", [(")[off].pow(2).mean()", ").pow(2).mean()")]),
-        ("absolute differences", [(")[off].pow(2).mean()", ")[off].abs().mean()")]),
+        (
+            "i = j pairs counted",
+            [("(gap * off).pow(2).sum() / (N * (N - 1))", "gap.pow(2).mean()")],
+        ),
+        ("absolute differences", [("(gap * off).pow(2).sum()", "(gap * off).abs().sum()")]),
+        (
+            "the mask made without device=",
+            [("torch.eye(N, dtype=z.dtype, device=z.device)", "torch.eye(N, dtype=z.dtype)")],
+        ),
     ],
     "pearson": [
         ("0 for a constant input", [('else float("nan")', "else 0.0")]),

@@ -143,6 +143,16 @@ def test_what_the_student_hands_back_is_data():
     done = processes.read_records("\n".join(lines), ["a", "b", "c"], records, "exit code 9")
     assert done == {"a", "b"} and records["a"] == [{"value": 1}]
     assert records["b"] == [{"raised": {"result": "error", "detail": "stopped: exit code 9"}}]
+    block = [
+        '{"name": "c", "start": true}',
+        '{"name": "c", "value": 0.5}',
+        '{"name": "c", "end": true}',
+    ]
+    twice = [{"raised": {"result": "error", "detail": processes.TWICE}}]
+    for text in (block + lines[:4] + block, lines[:4] + block + block):  # forged before, after
+        records = {}
+        processes.read_records("\n".join(text), ["a", "c"], records, "exit code 0")
+        assert records["c"] == twice and records["a"] == [{"value": 1}]
 
 
 def student_can_run_python() -> bool:
