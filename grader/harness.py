@@ -26,12 +26,14 @@ next one's. Results go, one JSON line each with the token read on stdin, to the 
 there: nothing the student's code prints is read.
 """
 
-import base64
 import json
 import math
+import os
+import select
 import signal
 import sys
 import sysconfig
+import time
 import traceback
 import types
 from collections.abc import Callable
@@ -40,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from handed import decode, encode
 
 SECONDS = 60  # one check's time limit: a loop that never ends fails alone
 REFERENCES = ("transformers", "scipy", "sklearn")  # requirements-dev.txt's
@@ -194,8 +198,6 @@ class Replay:
         self.handed += 1
         try:
             return decode(record["value"])
-        except StudentError:
-            raise
         except Exception as e:  # noqa: BLE001  (what the student's process wrote is data)
             raise StudentError("error", f"handed back what the grader cannot read: {e}") from e
 
@@ -213,53 +215,6 @@ def raised(e: BaseException, name: str, half: bool = False) -> dict:
     if graders(e):
         return {"result": "grader", "detail": f"the grader failed, not your code: {failure(e)}"}
     return {"result": "error", "detail": failure(e)}
-
-
-def encode(x):
-    """A value the student's code handed back, as JSON: tensors (any dtype, shape and
-    device; a meta tensor without values), numbers, strings, None, lists and dicts."""
-    if isinstance(x, np.ndarray | np.generic):
-        x = torch.as_tensor(x) if isinstance(x, np.ndarray) else x.item()
-    if torch.is_tensor(x):
-        t = x.detach()
-        head = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
-        head |= {"device": t.device.type, "grad": x.requires_grad}
-        if t.device.type != "meta":
-            raw = t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-            head["data"] = base64.b64encode(raw).decode()
-        return {"tensor": head}
-    if x is None or isinstance(x, bool | int | float | str):
-        return x
-    if isinstance(x, list | tuple | torch.Size):
-        return [encode(v) for v in x]
-    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
-        return {"dict": {k: encode(v) for k, v in x.items()}}
-    raise TypeError(f"handed back a {type(x).__name__}: tensors or numbers were expected")
-
-
-DTYPES = {
-    str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)
-}
-
-
-def decode(x):
-    """encode's value back: tensors built from their bytes (a meta tensor empty)."""
-    if isinstance(x, list):
-        return [decode(v) for v in x]
-    if isinstance(x, dict) and "dict" in x:
-        return {k: decode(v) for k, v in x["dict"].items()}
-    if isinstance(x, dict) and "tensor" in x:
-        head = x["tensor"]
-        dtype, shape = DTYPES.get(head["dtype"]), head["shape"]
-        if dtype is None:
-            raise StudentError("error", f"handed back a tensor of dtype {head['dtype']}")
-        if "data" not in head:
-            return torch.empty(shape, dtype=dtype, device="meta")
-        raw = bytearray(base64.b64decode(head["data"]))
-        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
-        t = t.view(dtype).reshape(shape)
-        return t.requires_grad_() if head["grad"] and t.is_floating_point() else t
-    return x
 
 
 # The comparison's functions, bound before any exercise's module is imported: where both
@@ -529,9 +484,11 @@ def on_alarm(signum, frame):
 
 def student_main(names: list[str], dumps=json.dumps) -> None:
     """The student's process: read the number of a file descriptor open for writing and
-    then {exercise: its files} (JSON) on stdin; run each name's check, writing its records
-    to that descriptor, one JSON line each. It holds no references.py, no token and no
-    result file. A module that does not compile stops only the exercises written in it."""
+    then {exercise: its files} (JSON) on stdin; run each name's check in a fork of its own
+    (`forked`) and write its records to that descriptor, one JSON line each. It holds no
+    references.py, no token and no result file, and runs no student code itself: what one
+    exercise's code changes dies with its fork. A module that does not compile stops only
+    the exercises written in it."""
     fd = int(sys.stdin.readline())
     files = json.loads(sys.stdin.readline() or "{}")
     sys.stdin.close()
@@ -543,6 +500,11 @@ def student_main(names: list[str], dumps=json.dumps) -> None:
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
     signal.signal(signal.SIGALRM, on_alarm)
+    for library in LIBRARIES_FIRST:  # imported once, not in every fork
+        try:
+            __import__(library)
+        except ModuleNotFoundError:
+            pass  # each check that needs it says so
     with open(fd, "w", buffering=1, closefd=True) as out:
         for name in names:
             out.write(dumps({"name": name, "start": True}) + "\n")
@@ -550,10 +512,62 @@ def student_main(names: list[str], dumps=json.dumps) -> None:
             if own:
                 records = [{"raised": {"result": "error", "detail": own[0]}}]
             else:
-                records = run_student(name)
+                records = forked(name, fd)
             for record in records:
                 out.write(dumps({"name": name} | record) + "\n")
             out.write(dumps({"name": name, "end": True}) + "\n")
+
+
+# what the checks import of the references' libraries (not of the student's copy)
+LIBRARIES_FIRST = (
+    "transformers.models.bert.modeling_bert",
+    "transformers.models.bert.tokenization_bert",
+    "scipy.stats",
+    "sklearn.metrics",
+)
+
+
+def forked(name: str, fd: int) -> list[dict]:
+    """run_student(name) in a fork of this process, its records back through a pipe; the
+    fork holds neither `fd` nor anything of the exercises before it. A fork that exits,
+    is killed or runs past SECONDS + 30 s is charged to the exercise."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the fork: the student's code runs here, and dies with it
+        os.close(read), os.close(fd)
+        try:
+            with open(write, "w") as pipe:
+                pipe.write(json.dumps(run_student(name)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        text, status = drained(read, pid, time.monotonic() + SECONDS + 30)
+    finally:
+        os.close(read)
+    try:
+        return json.loads(text)
+    except ValueError:
+        why = "timed out" if status is None else f"exit code {status}"
+        return [{"raised": {"result": "error", "detail": f"stopped: {why}"}}]
+
+
+def drained(read: int, pid: int, deadline: float) -> tuple[bytes, int | None]:
+    """(what the fork wrote to the pipe, its exit code; None: killed at the deadline).
+    It ends when the fork does: a process the fork left holding the pipe is not waited on."""
+    chunks = []
+    while time.monotonic() < deadline:
+        if select.select([read], [], [], 0.05)[0] and (chunk := os.read(read, 1 << 20)):
+            chunks.append(chunk)
+            continue
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            while select.select([read], [], [], 0)[0] and (chunk := os.read(read, 1 << 20)):
+                chunks.append(chunk)
+            return b"".join(chunks), os.waitstatus_to_exitcode(status)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return b"".join(chunks), None
 
 
 def judge_main(names: list[str], dumps=json.dumps) -> None:

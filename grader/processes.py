@@ -2,10 +2,11 @@
 what runs inside):
 
 - the student's: in the copy (the submission), with the grader's checks but not the TA's
-  references; it runs the student's code on the checks' inputs and writes down what that
-  code returns, to a file it was handed open. It holds no reference, no token and no
-  result file. Where the grader runs as root (Gradescope), it runs as an unprivileged
-  user, and every process of that user is stopped once it ends.
+  references; each exercise's check runs in a fork of it, which runs the student's code on
+  the checks' inputs and hands back what that code returns; the process writes it down, to
+  a file it was handed open. It holds no reference, no token and no result file. Where the
+  grader runs as root (Gradescope), it runs as an unprivileged user, and every process of
+  that user is stopped once it ends.
 - the judge's: in the handout (the given code, no submitted file), with the TA's grader;
   it runs the checks again where no student code ever ran, on what the student's process
   wrote down, and writes each exercise's row, with a token only it knows, to a file only

@@ -30,6 +30,7 @@ FORGING = {
         "        torch.Tensor.abs = lambda x: x * 0\n",
         "        np.abs = lambda x: x * 0\n",
         "        harness.difference = lambda got, expected: (0.0, '')\n",
+        "        harness.run_student = lambda name: [{'value': 0.5}]  # auc's, graded later\n",
         "        return out, torch.softmax(scores, -1)\n",
     ],
     # a wrong mean pool that looks for a token and a result file to write a pass into
@@ -81,10 +82,11 @@ def test_the_judge_runs_no_exercise_body(tmp_path):
 
 @pytest.mark.slow
 def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
-    """A body that replaces torch's and the harness's functions, one that walks the stack
-    and the heap for a token and a result file, one that prints a pass and exits: each is
-    graded as the code it is (fail, fail, error), found nothing to forge with, and the
-    other exercises are still graded."""
+    """A body that replaces torch's and the harness's functions (the one that writes a
+    later exercise's records too), one that walks the stack and the heap for a token and a
+    result file, one that prints a pass and exits: each is graded as the code it is (fail,
+    fail, error), found nothing to forge with, and the other exercises are still graded,
+    each in a fork of its own (auc, open, stays open)."""
     copy, ta = tmp_path / "copy", tmp_path / "ta"
     exercises.make(copy, [*FORGING, "auc"], ta)
     for name, body in FORGING.items():
