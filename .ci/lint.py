@@ -21,7 +21,6 @@ LINES = {
     "lab/bench.py": 540,
     "presets.py": 640,
     "grader/checks.py": 640,  # the handout's seven checks, one concept: split by exercise, not by size
-    "grader/harness.py": 620,  # a check's run on both sides and their processes: one protocol
 }
 LINES_DEFAULT = 585
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000

@@ -217,32 +217,11 @@ def raised(e: BaseException, name: str, half: bool = False) -> dict:
     return {"result": "error", "detail": failure(e)}
 
 
-# The comparison's functions, bound before any exercise's module is imported: where both
-# sides share one process (the tests' grade), a body that replaces torch.Tensor.abs, np.abs
-# or the like changes nothing in how parts are judged.
-IS_TENSOR, DETACH, CPU, TO, NUMPY = (
-    torch.is_tensor,
-    torch.Tensor.detach,
-    torch.Tensor.cpu,
-    torch.Tensor.to,
-    torch.Tensor.numpy,
-)
-AS_ARRAY, ABS, WHERE, ISNAN, ARGMAX, UNRAVEL = (
-    np.asarray,
-    np.abs,
-    np.where,
-    np.isnan,
-    np.argmax,
-    np.unravel_index,
-)
-INF, ERRSTATE = math.inf, np.errstate
-
-
 def array(x) -> np.ndarray:
-    """A part's value as a float64 array, by the functions bound above."""
-    if IS_TENSOR(x):
-        x = NUMPY(TO(CPU(DETACH(x)), torch.float64))
-    return AS_ARRAY(x, dtype=np.float64)
+    """A part's value as a float64 array."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().to(torch.float64).numpy()
+    return np.asarray(x, dtype=np.float64)
 
 
 def difference(got, expected) -> tuple[float, str]:
@@ -251,22 +230,24 @@ def difference(got, expected) -> tuple[float, str]:
     try:
         a = array(got)
     except (TypeError, ValueError, RuntimeError, NotImplementedError):
-        return INF, f": {type(got).__name__} is not numbers"
+        return math.inf, f": {type(got).__name__} is not numbers"
     b = array(expected)
     if a.shape != b.shape:
-        return INF, f" in shape: {list(a.shape)}, expected {list(b.shape)}"
-    with ERRSTATE(invalid="ignore"):
-        d = ABS(a - b)
-        d = WHERE((a == b) | (ISNAN(a) & ISNAN(b)), 0.0, d)  # equal infinities, asked-for nans
-        d = WHERE(ISNAN(d), INF, d)  # any other NaN
+        return math.inf, f" in shape: {list(a.shape)}, expected {list(b.shape)}"
+    with np.errstate(invalid="ignore"):
+        d = np.abs(a - b)
+        d = np.where(
+            (a == b) | (np.isnan(a) & np.isnan(b)), 0.0, d
+        )  # equal infinities, asked-for nans
+        d = np.where(np.isnan(d), math.inf, d)  # any other NaN
     if d.size == 0:
         return 0.0, ""
-    i = int(ARGMAX(d))
-    where = [int(k) for k in UNRAVEL(i, d.shape)]
+    i = int(np.argmax(d))
+    where = [int(k) for k in np.unravel_index(i, d.shape)]
     return float(d.flat[i]), f" at {where}" if where else ""
 
 
-def judge(p: Part, tol: float, difference=difference) -> tuple[bool | None, float, str, bool]:
+def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     """(passed, the difference, a one-line account, held) of one part. held: its verdict
     rests on references.py, the TA's: it passed only against them, or failed with one of
     them among its references. passed is None where they are absent and nothing else matched."""
@@ -303,40 +284,19 @@ def rounding(got, tol: float) -> float:
     times the output's scale: any correct float32 solution passes."""
     if not (torch.is_tensor(got) and got.is_floating_point() and got.dtype != torch.float64):
         return tol
-    values = ABS(array(got)) if got.device.type != "meta" else AS_ARRAY([1.0])
+    values = np.abs(array(got)) if got.device.type != "meta" else np.ones(1)
     scale = float(values.max()) if values.size else 1.0
     scale = scale if math.isfinite(scale) else 1.0
     return max(tol, 64 * torch.finfo(got.dtype).eps * max(1.0, scale))
 
 
-NAMESPACES = (torch, torch.Tensor, torch.nn.functional, torch.nn.Module, np)
-
-
-def snapshot() -> list[tuple[object, dict]]:
-    """What torch's, torch.Tensor's, F's, nn.Module's and numpy's names hold now."""
-    return [(space, dict(vars(space))) for space in NAMESPACES]
-
-
-def restore(saved: list[tuple[object, dict]]) -> None:
-    """Each name as the snapshot holds it (a module imported since stays): what one
-    exercise's body replaced is back before the next exercise is graded."""
-    for space, before in saved:
-        now = dict(vars(space))
-        for name in now.keys() - before.keys():
-            if not isinstance(now[name], types.ModuleType):
-                delattr(space, name)
-        for name, value in before.items():
-            if now.get(name, restore) is not value:
-                setattr(space, name, value)
-
-
 def run_student(name: str) -> list[dict]:
     """The student's side of one exercise: its check run with every `student(fn)` running
-    fn; what each returned (or raised), in order."""
+    fn; what each returned (or raised), in order. It runs in a fork of its own (`forked`):
+    what the student's code changes dies with it."""
     fn = CHECKS[name][0]
     recorder = SIDE[0] = Recorder(name)
     signal.alarm(SECONDS)
-    saved = snapshot()
     try:
         for _ in fn():
             pass
@@ -345,20 +305,11 @@ def run_student(name: str) -> list[dict]:
             recorder.records.append({"raised": raised(e, name)})
     finally:
         signal.alarm(0)
-        restore(saved)
         SIDE[0] = None
     return recorder.records
 
 
-def grade(name: str, judge=judge) -> dict:
-    """Both sides of one exercise in this process (the tests' way): the student's run, its
-    values through JSON, judged."""
-    if name not in CHECKS:
-        return {"name": name, "result": "error", "detail": f"no check named {name} here"}
-    return judged(name, json.loads(json.dumps(run_student(name))), judge)
-
-
-def judged(name: str, records: list[dict], judge=judge) -> dict:
+def judged(name: str, records: list[dict]) -> dict:
     """{'name', 'result', 'detail', ...} of one exercise, its check run on the student's
     values handed back (`records`), with how many parts ran, were held (the TA's), failed,
     held_failed, and were unknown (held, references.py absent). result: pass; fail (a part
@@ -482,7 +433,7 @@ def on_alarm(signum, frame):
     raise TimeoutError(f"took over {SECONDS} s")
 
 
-def student_main(names: list[str], dumps=json.dumps) -> None:
+def student_main(names: list[str]) -> None:
     """The student's process: read the number of a file descriptor open for writing and
     then {exercise: its files} (JSON) on stdin; run each name's check in a fork of its own
     (`forked`) and write its records to that descriptor, one JSON line each. It holds no
@@ -507,15 +458,15 @@ def student_main(names: list[str], dumps=json.dumps) -> None:
             pass  # each check that needs it says so
     with open(fd, "w", buffering=1, closefd=True) as out:
         for name in names:
-            out.write(dumps({"name": name, "start": True}) + "\n")
+            out.write(json.dumps({"name": name, "start": True}) + "\n")
             own = [broken[Path(f).stem] for f in files.get(name, ()) if Path(f).stem in broken]
             if own:
                 records = [{"raised": {"result": "error", "detail": own[0]}}]
             else:
                 records = forked(name, fd)
             for record in records:
-                out.write(dumps({"name": name} | record) + "\n")
-            out.write(dumps({"name": name, "end": True}) + "\n")
+                out.write(json.dumps({"name": name} | record) + "\n")
+            out.write(json.dumps({"name": name, "end": True}) + "\n")
 
 
 # what the checks import of the references' libraries (not of the student's copy)
@@ -570,7 +521,7 @@ def drained(read: int, pid: int, deadline: float) -> tuple[bytes, int | None]:
     return b"".join(chunks), None
 
 
-def judge_main(names: list[str], dumps=json.dumps) -> None:
+def judge_main(names: list[str]) -> None:
     """The judge's process: read `TOKEN PATH` and then the student's records' file on
     stdin; judge each name on its records and append its line, with the token, to PATH.
     No student code runs here: what it imports is the handout's."""
@@ -585,7 +536,7 @@ def judge_main(names: list[str], dumps=json.dumps) -> None:
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
             row = judged(name, records.get(name, []))
-            out.write(dumps({"token": token} | row) + "\n")
+            out.write(json.dumps({"token": token} | row) + "\n")
 
 
 if __name__ == "__main__":  # as the module checks.py registers with, not a second copy

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import exercises
-from grader import gradescope, harness, processes
+from grader import gradescope, handed, harness, processes
 
 REPO = exercises.HERE
 FORGING = {
@@ -118,13 +118,13 @@ def test_what_the_student_hands_back_is_data():
         "s": torch.tensor(3.5),
         "rest": [1, 2.5, None, "x", [True]],
     }
-    back = harness.decode(json.loads(json.dumps(harness.encode(values))))
+    back = handed.decode(json.loads(json.dumps(handed.encode(values))))
     for k in ("f", "h", "b", "i", "s"):
         assert back[k].dtype == values[k].dtype and torch.equal(back[k], values[k].detach())
     assert back["f"].requires_grad and back["m"].device.type == "meta"
     assert back["m"].shape == (2, 5) and back["rest"] == [1, 2.5, None, "x", [True]]
     with pytest.raises(TypeError, match="handed back a object"):
-        harness.encode(object())
+        handed.encode(object())
     bad = {"value": {"tensor": {"dtype": "float32", "shape": [9], "data": "AAAA", "grad": 0}}}
     odd = {"value": {"tensor": {"dtype": "manual_seed", "shape": [], "grad": 0}}}
     replay = harness.Replay([bad, odd])
