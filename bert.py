@@ -130,36 +130,26 @@ class BertLayer(nn.Module):
         # END EXERCISE layer
 
 
-class BertEmbeddings(nn.Module):
-    """word + position + token type embeddings, then LayerNorm and dropout."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        H = config.hidden_size
-        self.word_embeddings = nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, H)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, H)
-        self.LayerNorm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, input_ids, token_type_ids):
-        # BEGIN EXERCISE embeddings: word + position (0..T-1) + token type embeddings, then LayerNorm, then dropout
-        T = input_ids.size(1)
-        pos = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
-        x = (
-            self.word_embeddings(input_ids)  # (B, T, H)
-            + self.position_embeddings(pos)  # (T, H)
-            + self.token_type_embeddings(token_type_ids)  # (B, T, H)
-        )
-        return self.dropout(self.LayerNorm(x))
-        # END EXERCISE embeddings
+def embeddings_block(config: BertConfig) -> nn.ModuleDict:
+    """The three embedding tables, their LayerNorm and dropout, under HF's names
+    (`embeddings.word_embeddings`, ...); BertModel.embed adds them up."""
+    H = config.hidden_size
+    return nn.ModuleDict(
+        {
+            "word_embeddings": nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id),
+            "position_embeddings": nn.Embedding(config.max_position_embeddings, H),
+            "token_type_embeddings": nn.Embedding(config.type_vocab_size, H),
+            "LayerNorm": nn.LayerNorm(H, eps=config.layer_norm_eps),
+            "dropout": nn.Dropout(config.hidden_dropout_prob),
+        }
+    )
 
 
 class BertModel(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings = embeddings_block(config)
         self.encoder = nn.ModuleDict(
             {"layer": nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))}
         )
@@ -200,11 +190,23 @@ class BertModel(nn.Module):
             )
 
     def embed(self, input_ids, token_type_ids=None):
-        """(B, T) token ids -> (B, T, H) embedding output."""
+        """(B, T) token ids -> (B, T, H) embedding output: word + position + token type
+        embeddings, LayerNorm, dropout. Token types default to 0 (one segment), as the
+        handout's placeholder."""
         self._check_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        return self.embeddings(input_ids, token_type_ids)
+        e = self.embeddings
+        # BEGIN EXERCISE embeddings: word + position (0..T-1) + token type embeddings, then LayerNorm, then dropout
+        T = input_ids.size(1)
+        pos = torch.arange(T, device=input_ids.device)  # (T,), broadcast over the batch
+        x = (
+            e.word_embeddings(input_ids)  # (B, T, H)
+            + e.position_embeddings(pos)  # (T, H)
+            + e.token_type_embeddings(token_type_ids)  # (B, T, H)
+        )
+        return e.dropout(e.LayerNorm(x))
+        # END EXERCISE embeddings
 
     def encode(self, embeds, attention_mask, output_attentions=False):
         """(B, T, H) embedding output and (B, T) mask -> last hidden states and pooled [CLS];

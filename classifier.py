@@ -1,19 +1,23 @@
-"""Single-task sentiment classification: the thesis's Phase 1 (CS224n handout part 1).
+"""Single-task sentiment classification: the CS224n handout's Part 1 (the thesis's Phase 1).
 
-SST-5 (5 classes) and CFIMDB (2 classes), each with a linear head on BERT's pooled [CLS]:
-- `--option pretrain` (the handout's default; or last-linear-layer): BERT frozen, only
-  the head learns (lr 1e-3 unless --lr);
-- `--option finetune`: every parameter learns (--lr, default 1e-5).
-The defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB always at most
-8, as the handout's), dropout 0.3, up to 512 tokens, seed 11711. It is the multitask code
-with one task: the same model class, the same training loop (trainer.run_plan) and the
-same evaluation, scored on that task's dev set. As the handout's command does, one run
-trains SST, then CFIMDB (`--task` picks one), and writes
-predictions/{pretrain|finetune}-{sst|cfimdb}-{dev|test}-out.csv, the handout's names, into
-each task's run folder and into ./predictions/ (--predictions_dir), where the handout's
-prepare_submit.py finds them.
+BertSentimentClassifier is the handout's model, by its name: BERT, dropout on the pooled
+[CLS] vector, one linear layer onto the task's classes (SST-5: 5, CFIMDB: 2). Its forward
+is the `classifier` exercise; it reads without Part 2 (multitask_classifier.py).
+- `--option pretrain` (2023's default; 2024: `--fine-tune-mode last-linear-layer`, its
+  default): BERT frozen, only the linear layer learns (lr 1e-3 unless --lr);
+- `--option finetune` (2024: `--fine-tune-mode full-model`): every parameter learns
+  (--lr, default 1e-5).
+The other defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB always at
+most 8), dropout 0.3, up to 512 tokens, seed 11711; the handout trains in float32, this
+command in --precision (auto: the machine's faster, the first line says which). The one
+training loop (trainer.run_plan) trains it, one stage per epoch, the best dev accuracy
+kept. As the handout's command does, one run trains SST, then CFIMDB (`--task` picks one),
+and writes predictions/{option}-{sst|cfimdb}-{dev|test}-out.csv, named by the word typed
+(2023: pretrain, finetune; 2024: last-linear-layer, full-model), into each task's run
+folder and into ./predictions/ (--predictions_dir), where prepare_submit.py finds them.
 
     python classifier.py --option finetune --use_gpu --epochs 10 --lr 1e-5
+    python classifier.py --fine-tune-mode full-model --use_gpu --lr 1e-5
 """
 
 import json
@@ -23,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 import datasets as data
-import multitask_classifier as mt
+from bert import BertModel
 from engine import checkpoint, flags, runtime
 from engine.checks import check_compile
 from engine.flags import (
@@ -35,10 +40,13 @@ from engine.flags import (
     OptimConfig,
     RunConfig,
     ScheduleConfig,
+    refuse,
 )
 from engine.handout import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
 from engine.runfolder import Run, finish
-from engine.runtime import make_runtime
+from engine.runtime import check_attention, compile_layers, fast_dropout, make_runtime
+from evaluation import TASKS
+from optimizer import AdamW
 from presets import Stage
 from tokenizer import BertTokenizer
 from trainer import run_plan
@@ -46,19 +54,51 @@ from trainer import run_plan
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 
 
-class BertSentimentClassifier(mt.MultitaskBERT):
-    """The handout's Part 1 model: BERT, dropout on the pooled sentence, a linear layer onto
-    the task's classes (MultitaskBERT.readout's one-sentence branch: the `classifier`
-    exercise). It is MultitaskBERT with one task, so the one training loop trains it."""
+class BertSentimentClassifier(nn.Module):
+    """The handout's Part 1 model: BERT, dropout on the sentence's pooled [CLS] vector, one
+    linear layer onto the task's C classes (SST: 5, CFIMDB: 2)."""
 
-    def __init__(self, bert, task: str = "sst", pooling: str = "cls", dropout: float = 0.3):
-        super().__init__(bert, (task,), pooling, dropout)
-        self.task = task
+    def __init__(self, bert: BertModel, num_labels: int, dropout: float = 0.3):
+        super().__init__()
+        self.bert = bert
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(bert.config.hidden_size, num_labels)
 
-    def logits(self, input_ids, attention_mask):
-        """The handout's forward: (B, T) ids and mask -> (B, C) logits."""
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
-        return self(self.task, batch | {"token_type_ids": 0 * input_ids})  # one segment
+    def forward(self, input_ids, attention_mask):
+        """(B, T) token ids and mask -> (B, C) logits: F.cross_entropy's input, no softmax."""
+        # BEGIN EXERCISE classifier: BERT's pooled [CLS] vector (its "pooler_output"), dropout, then the linear layer: (B, C) logits
+        cls = self.bert(input_ids, attention_mask)["pooler_output"]  # (B, H)
+        return self.classifier(self.dropout(cls))  # (B, C)
+        # END EXERCISE classifier
+
+    # How the one training loop (trainer.train_step: embed -> sentences -> readout) and the
+    # evaluation (model.predict) read this model: forward is whole, so its logits stand
+    # where a multitask model's pooled sentences stand, and nothing is perturbed (no SMART).
+    cosine = ()  # no pair task cut by a threshold (evaluation.fit_thresholds)
+
+    def embed(self, batch):
+        return None
+
+    def sentences(self, batch, embeds=None):
+        return self(batch["input_ids"], batch["attention_mask"])  # (B, C) logits
+
+    def readout(self, task, batch, logits):
+        return logits
+
+    def predict(self, task, batch):
+        return self(batch["input_ids"], batch["attention_mask"])
+
+    def config(self) -> dict:
+        """What a checkpoint must match to load into this model."""
+        bert = {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"}
+        return {"bert": bert, "classes": self.classifier.out_features, "dropout": self.dropout.p}
+
+    def configure_optimizers(self, cfg: OptimConfig) -> AdamW:
+        """AdamW over every parameter at one learning rate, as the handout's classifier.py:
+        a frozen BERT has no gradients, and AdamW skips it."""
+        return AdamW(
+            self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw
+        )
 
 
 @dataclass
@@ -70,9 +110,10 @@ class ClassifierConfig:
     )
     option: str = flags.option(
         "pretrain",
-        f"pretrain (or last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
-        "unless given); finetune: train everything",
-        choices=("pretrain", "last-linear-layer", "finetune"),
+        f"pretrain (2024: last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
+        "unless given); finetune (2024: full-model): train everything; the prediction files "
+        "are named by the word typed",
+        choices=("pretrain", "last-linear-layer", "finetune", "full-model"),
     )
     epochs: int = flags.option(10, "passes over the training set", minimum=1)
     seed: int = flags.option(RunConfig.seed, "random seed")
@@ -83,7 +124,9 @@ class ClassifierConfig:
         "predictions", "also copy the prediction files here, where the handout's command writes"
     )
     data: DataConfig = field(default_factory=lambda: DataConfig(max_length=512))
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(dropout=0.3, pooling="cls"))
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(dropout=0.3, pooling="cls")
+    )  # [CLS]
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=8))
     device: DeviceConfig = field(default_factory=DeviceConfig)
 
@@ -109,6 +152,11 @@ def main(argv=None):
         handout_help(HANDOUT),
         overrides=frozen_lr,
     )
+    refuse(
+        cfg.model.pooling != "cls",
+        f"--pooling {cfg.model.pooling}: Part 1's model reads BERT's pooled [CLS], as the "
+        "handout's; mean pooling is Part 2's (multitask_classifier.py)",
+    )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
@@ -121,15 +169,29 @@ def main(argv=None):
     }
 
 
+def model_factory(cfg: ClassifierConfig, task: str):
+    """Builds the task's BertSentimentClassifier from the checkpoint when called (its head
+    draws from the seeded RNG at the same point of every run)."""
+
+    def make():
+        bert = BertModel.from_pretrained(cfg.model.bert, attention=cfg.model.attention)
+        check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
+        if cfg.device.compile:
+            compile_layers(bert)
+        return fast_dropout(
+            BertSentimentClassifier(bert, TASKS[task].num_labels, cfg.model.dropout)
+        )
+
+    return make
+
+
 def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
     """Train and score one task, the best epoch kept; its predictions by the handout's names."""
     torch.manual_seed(cfg.seed)
     task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
     frozen = cfg.option in FROZEN
     batch = cfg.optim.batch_size if task == "sst" else min(cfg.optim.batch_size, CFIMDB_BATCH)
-    make_model = mt.model_factory(
-        cfg.model, (task,), compile=cfg.device.compile, model_class=BertSentimentClassifier
-    )
+    make_model = model_factory(cfg, task)
     stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
         Stage(
             (task,),
@@ -143,11 +205,11 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
     print(f"{task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
     print(
         f"the handout's Part 1: {cfg.epochs} epochs, lr {cfg.optim.lr:g}, batch {batch}, "
-        f"dropout {cfg.model.dropout:g}, {cfg.data.max_length} tokens, {cfg.model.pooling} pooling"
+        f"dropout {cfg.model.dropout:g}, {cfg.data.max_length} tokens, BERT's pooled [CLS]"
     )
     run_dir.mkdir(parents=True, exist_ok=True)  # its settings, for prepare_submit.py to read
     checkpoint.atomic_write(json.dumps(flags.to_dict(cfg), indent=1), run_dir / "config.json")
-    option = "pretrain" if frozen else "finetune"  # the handout's names of the two
+    option = cfg.option  # the handout's names: 2023's pretrain, finetune; 2024's words
 
     def named(folder, task, split):  # the handout's Part 1 files
         return Path(folder) / f"{option}-{task}-{split}-out.csv"

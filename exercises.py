@@ -30,6 +30,7 @@ prints counts; a check that kills its process fails alone and the others still r
 
 import argparse
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -54,6 +55,32 @@ NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_ca
 TA_ONLY = ("tests", "docs/scripts", "docs/archive", "docs/teaching.md", ".ci", *map(str, ANSWERS))
 # in tests/, what a student's copy keeps: sanity_check.py's expected outputs, its own tests
 STUDENTS_TESTS = ("tests/reference/", "tests/test_assignment.py")
+
+
+@dataclass(frozen=True)
+class Handout:
+    """A CS224n handout a copy follows: where it is, and its flag for a frozen or a
+    fine-tuned BERT on classifier.py and multitask_classifier.py, with its two words."""
+
+    repo: str
+    flag: str
+    frozen: str
+    full: str
+
+
+HANDOUTS = {
+    "2023": Handout("gpoesia/minbert-default-final-project", "--option", "pretrain", "finetune"),
+    "2024": Handout(
+        "amahankali10/CS224N-Spring2024-DFP-Student-Handout",
+        "--fine-tune-mode",
+        "last-linear-layer",
+        "full-model",
+    ),
+}
+# The handouts' TODOs (the same in both years), by the exercises that hold them: bert.py's
+# attention, add_norm and forward, embed; AdamW.step; BertSentimentClassifier.forward;
+# MultitaskBERT's predict_* and what they call. The others are this project's.
+COURSE = ("attention", "layer", "embeddings", "adamw", "classifier", "multitask")
 
 
 @dataclass(frozen=True)
@@ -193,49 +220,98 @@ def enclosing(path: Path, line: int) -> str:
     return ".".join(n.name for n in inner) or path.stem
 
 
-def assignment(out: Path, chosen: list[str]) -> str:
-    """ASSIGNMENT.md of a student's copy: the open exercises in the grader's order, each
-    with its points, where it is by the handout's names, its hint; how to check them."""
+def assignment_rows(chosen: list[str]) -> tuple[list[str], list[str], int, int]:
+    """ASSIGNMENT.md's table rows of the open exercises in the grader's order, the course's
+    and the project's apart, with their points; each names its place by the handout's names."""
     docs, found = check_docs(HERE), in_order(HERE, HERE)
-    rows, total = [], 0
-    for k, name in enumerate(n for n in found if n in chosen):
-        regions, points = found[name], docs[name].points
+    course, project, points = [], [], {True: 0, False: 0}
+    for name in (n for n in found if n in chosen):
+        regions = found[name]
         files = {r.file: [] for r in regions}
         for r in regions:
             files[r.file].append(f"`{enclosing(HERE / r.file, r.begin)}`")
         where = "; ".join(f"{f}: {', '.join(dict.fromkeys(fs))}" for f, fs in files.items())
         hints = "; ".join(dict.fromkeys(r.hint for r in regions))
-        rows.append(f"| {k + 1} | `{name}` | {points} | {where} | {hints} |")
-        total += points
+        rows = course if name in COURSE else project
+        rows.append(f"| {len(rows) + 1} | `{name}` | {docs[name].points} | {where} | {hints} |")
+        points[name in COURSE] += docs[name].points
+    return course, project, points[True], points[False]
+
+
+TABLE = ["| # | exercise | points | where | what it asks |", "| ---: | --- | ---: | --- | --- |"]
+
+
+def assignment(chosen: list[str], year: str) -> str:
+    """ASSIGNMENT.md of a student's copy: the open exercises in the grader's order, the
+    course's (the handout's TODOs) apart from the project's; how to set up and check them,
+    and the handout's own commands."""
+    course, project, course_points, project_points = assignment_rows(chosen)
+    h = HANDOUTS[year]
+    extra = (
+        [
+            f"## This project's exercises ({project_points} points, beyond the handout)",
+            "",
+            *TABLE,
+            *project,
+            "",
+        ]
+        if project
+        else []
+    )
     return "\n".join(
         [
             "# Your assignment",
             "",
-            f"This copy has {len(rows)} exercise(s) open, {total} points, in the order to do them.",
-            'Each body raises `NotImplementedError("exercise NAME: hint")` until you write it,',
-            "between its `# BEGIN EXERCISE` and `# END EXERCISE` lines.",
+            f"This copy follows the CS224n {year} handout ({h.repo}): {len(course)} of its TODOs",
+            f"are open here ({course_points} points), at the handout's places and names, in the",
+            'order to do them. Each body raises `NotImplementedError("exercise NAME: hint")` until',
+            "you write it, between its `# BEGIN EXERCISE` and `# END EXERCISE` lines. Everything",
+            "else (the tokenizer, SMART, SimCSE, the training step) is given.",
             "",
-            "| # | exercise | points | where | what it asks |",
-            "| ---: | --- | ---: | --- | --- |",
-            *rows,
+            f"## The handout's exercises ({course_points} points)",
             "",
-            "Check your work as you go:",
+            *TABLE,
+            *course,
             "",
-            "```bash",
-            "python exercises.py check          # these exercises, with their points",
-            "python exercises.py check NAME     # one of them",
-            "python exercises.py list           # the order, and what each one calls",
-            "make test                          # this copy's tests: open exercises skip",
-            "python sanity_check.py             # the handout's check of bert.py",
-            "python optimizer_test.py           # the handout's check of AdamW",
-            "```",
-            "",
-            "Each exercise is graded alone: where it calls another, a stand-in answers.",
-            "Parts judged against references only the TA holds are left to the TA's grader:",
-            "the scorecard shows their points apart, as `+N?` (provisional), never counted.",
-            "",
+            *extra,
+            *how_to_check(h),
         ]
     )
+
+
+def how_to_check(h: Handout) -> list[str]:
+    """ASSIGNMENT.md's commands: set up, check, and the handout's own, with its flag."""
+    return [
+        "## Set up once, then check as you go",
+        "",
+        "```bash",
+        "make venv && . .venv/bin/activate  # a .venv with torch; or prefix each line with make",
+        "make check                         # every exercise's check, then sanity_check.py",
+        "python exercises.py check          # the scorecard; it names the exercise to write next",
+        "python exercises.py check -v NAME  # one exercise, every failing part",
+        "python exercises.py list           # the order, and what each one calls",
+        "make test                          # this copy's tests: open exercises skip",
+        "python sanity_check.py             # the handout's check of bert.py",
+        "python optimizer_test.py           # the handout's check of AdamW",
+        "```",
+        "",
+        "Each exercise is graded alone: where it calls another, a stand-in answers.",
+        "Parts judged against references only the TA holds are left to the TA's grader:",
+        "the scorecard shows their points apart, as `+N?` (provisional), never counted.",
+        "",
+        "## The handout's commands, once the exercises pass",
+        "",
+        "```bash",
+        f"python classifier.py {h.flag} {h.frozen}   # Part 1, BERT frozen: predictions/{h.frozen}-sst-dev-out.csv, ...",
+        f"python classifier.py {h.flag} {h.full} --lr 1e-5   # Part 1, fine-tuned",
+        f"python multitask_classifier.py {h.flag} {h.full} --lr 1e-5   # Part 2: the handout's run",
+        "python prepare_submit.py          # the code and predictions/, zipped for Gradescope",
+        "```",
+        "",
+        "Upload the files Gradescope asks for (the TA says which); the autograder grades",
+        "the exercises above.",
+        "",
+    ]
 
 
 HONOR = "**If you take CS224n"  # the README's paragraph for readers of the solution
@@ -298,21 +374,36 @@ def new_folder(out: Path) -> Path:
     return out
 
 
-def make(out: Path, names: list[str], ta: Path | None = None, quiet: bool = False) -> list[str]:
-    """A student's copy in out with `names` (default: all) open, and the TA's grader in ta;
-    returns the exercises opened; quiet: say nothing (a copy in a temporary folder)."""
+def make(
+    out: Path,
+    names: list[str],
+    ta: Path | None = None,
+    quiet: bool = False,
+    year: str = "2023",
+    every: bool = False,
+) -> list[str]:
+    """A student's copy in out of the `year` handout, with `names` open (default: the
+    course's, COURSE; every: all of them), and the TA's grader in ta; returns the exercises
+    opened; quiet: say nothing (a copy in a temporary folder)."""
+    if year not in HANDOUTS:
+        raise SystemExit(
+            f"--handout {year}: the handouts this project follows are {', '.join(HANDOUTS)}"
+        )
     found = exercises(HERE)
     unknown = sorted(set(names) - set(found))
     if unknown:
         raise SystemExit(f"no exercise {', '.join(unknown)}; `python exercises.py list` names them")
+    if names and every:
+        raise SystemExit("--all opens every exercise; name exercises or give --all, not both")
     out, ta = new_folder(out), ta and new_folder(ta)
     if ta == out:
         raise SystemExit(f"{ta}: the TA's grader goes in a folder of its own, not the copy")
     copy_files(HERE, out, for_students)
-    chosen = names or list(found)
+    ordered = in_order(HERE, HERE)
+    chosen = names or [n for n in ordered if every or n in COURSE]
     open_exercises(out, [r for name in chosen for r in found[name]])
     (out / ASSIGNED).write_text("".join(f"{name}\n" for name in chosen))  # what check grades
-    (out / "ASSIGNMENT.md").write_text(assignment(out, chosen))
+    (out / "ASSIGNMENT.md").write_text(assignment(chosen, year))
     point_readme(out / "README.md", len(chosen))
     unlink_removed(out)
     if quiet:
@@ -334,6 +425,13 @@ def run_checks(root: Path, grader: Path, names: list[str], markers: Path | None 
     return processes.grade(root, grader / GRADER, names, files, markers, user)
 
 
+def where_is(root: Path, name: str) -> str:
+    """An exercise's places by the handout's names: `bert.py: BertModel.embed`."""
+    regions = exercises(root).get(name, [])
+    places = dict.fromkeys(f"{r.file}: {enclosing(root / r.file, r.begin)}" for r in regions)
+    return ", ".join(places)
+
+
 def assigned(root: Path, found: dict) -> list[str]:
     """The exercises `make` opened in a student's copy (its ASSIGNED file), in the grader's
     order; every exercise where there is no such file (this repository)."""
@@ -353,12 +451,19 @@ def check(
     graded: str = "",
     markers: Path | None = None,
     user: str | None = None,
+    verbose: bool = False,
 ):
-    """Grade the exercises in root with ta's grader (default: root's); print the scorecard;
+    """Grade the exercises in root with ta's grader (default: root's); print the scorecard
+    (verbose: every failing part that needs no TA's reference) and the exercise to write next;
     return how many did not pass (provisional ones pass here). results: also write
     Gradescope's results.json there, `graded` (which files) at the top of its output.
     markers: the handout, where the exercises' markers are read (a submission may have
     broken its own) and the judge runs; user: who runs the student's code."""
+    if importlib.util.find_spec("torch") is None:
+        raise SystemExit(
+            f"torch is not importable here ({sys.executable}): run `. .venv/bin/activate` "
+            "(make venv makes it) or `make check`"
+        )
     ta = (ta or root).resolve()
     if not (ta / CHECKS[0]).is_file():
         raise SystemExit(
@@ -371,7 +476,17 @@ def check(
     started, docs = time.monotonic(), check_docs(ta)
     rows = run_checks(root, ta, names, markers, user)
     scores = {n: score(rows[n], docs[n]) for n in names}
-    copy = not (ta / ANSWERS[0]).is_file()
+    print_scorecard(rows, scores, names, markers or root, verbose, not (ta / ANSWERS[0]).is_file())
+    if results:
+        gradescope.write_results(
+            results, [(n, rows[n], scores[n]) for n in names], graded, time.monotonic() - started
+        )
+    return sum(rows[n]["result"] not in ("pass", "provisional", "hidden") for n in names)
+
+
+def print_scorecard(rows, scores, names, root: Path, verbose: bool, copy: bool) -> None:
+    """The scorecard: a row per exercise (verbose: each failing part that needs no TA's
+    reference under it), the total, and the exercise to write next with where it is."""
     if copy:
         print(
             "(a student's copy: `+N?` points are the parts only the TA's grader judges: provisional)"
@@ -380,12 +495,13 @@ def check(
     for name in names:
         r = rows[name]
         print(f"{name:16s} {shown(scores[name]):>11s}  {r['result']:11s}  {r.get('detail', '')}")
+        for account in r.get("public_failures", [])[1:] if verbose else []:
+            print(f"{'':42s}{account}")
     print(scorecard_total(rows, scores, names))
-    if results:
-        gradescope.write_results(
-            results, [(n, rows[n], scores[n]) for n in names], graded, time.monotonic() - started
+    if todo := [n for n in names if rows[n]["result"] not in ("pass", "provisional", "hidden")]:
+        print(
+            f"next: {todo[0]} ({where_is(root, todo[0])}); python exercises.py check -v {todo[0]}"
         )
-    return sum(rows[n]["result"] not in ("pass", "provisional", "hidden") for n in names)
 
 
 def autograder(out: Path, names: list[str], ta: Path | None, copy: Path | None) -> None:
@@ -425,7 +541,8 @@ def autograder(out: Path, names: list[str], ta: Path | None, copy: Path | None) 
     )
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The commands and their flags (the module's docstring is --help's head)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -433,8 +550,16 @@ def main(argv=None) -> int:
     commands.add_parser("list", help="each exercise: name, points, where, what checks it")
     handout = commands.add_parser("make", help="write a student's copy with exercises open")
     handout.add_argument("dir", type=Path, help="a new folder, outside this repository")
-    handout.add_argument("names", nargs="*", help="the exercises to open (default: all)")
+    handout.add_argument(
+        "names", nargs="*", help="the exercises to open (default: the handout's TODOs)"
+    )
     handout.add_argument("--grader", type=Path, help="a new folder for the TA's grader")
+    handout.add_argument(
+        "--handout",
+        default="2023",
+        help=f"the CS224n handout the copy follows: {' or '.join(HANDOUTS)} (default 2023)",
+    )
+    handout.add_argument("--all", action="store_true", help="open every exercise, the project's")
     grade = commands.add_parser("check", help="grade the exercises, print a scorecard")
     grade.add_argument(
         "names",
@@ -444,6 +569,9 @@ def main(argv=None) -> int:
     grade.add_argument("--dir", type=Path, default=HERE, help="the copy (default: here)")
     grade.add_argument("--grader", type=Path, help="the TA's grader folder (default: the copy's)")
     grade.add_argument("--results", type=Path, help="also write Gradescope's results.json here")
+    grade.add_argument(
+        "-v", "--verbose", action="store_true", help="every failing part, not the first only"
+    )
     zipped = commands.add_parser("autograder", help="write a Gradescope autograder .zip")
     zipped.add_argument("out", type=Path, help="the .zip to write")
     zipped.add_argument(
@@ -461,17 +589,21 @@ def main(argv=None) -> int:
         required=True,
         help="the TA's labeled test sets: ids-sst-test.csv, quora-test.csv, sts-test.csv",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     if args.command == "list":
         return list_exercises(HERE)
     if args.command == "make":
-        make(args.dir, args.names, args.grader)
+        make(args.dir, args.names, args.grader, year=args.handout, every=args.all)
         return 0
     if args.command == "autograder":
         return autograder(args.out, args.names, args.grader, args.copy)
     if args.command == "leaderboard":
         return leaderboard.build(args.out, args.gold)
-    return check(args.dir.resolve(), args.names, args.grader, args.results)
+    return check(args.dir.resolve(), args.names, args.grader, args.results, verbose=args.verbose)
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command

@@ -168,10 +168,10 @@ class MultitaskBERT(nn.Module):
         kind = TASKS[task].kind
         if batch["input_ids"].dim() == 2 and TASKS[task].pair:  # a cross-encoded pair
             return self.heads[f"{task}_cross"](self.dropout(sentences)).squeeze(-1)  # (B,)
-        if batch["input_ids"].dim() == 2:  # one sentence per example: the handout's classifier
-            # BEGIN EXERCISE classifier: dropout on the pooled sentences, then the task's linear head: (B, C) logits
+        if batch["input_ids"].dim() == 2:  # one sentence per example: SST's classes
+            # BEGIN EXERCISE multitask: dropout on the pooled sentences, then the task's linear head: (B, C) logits
             return self.heads[task](self.dropout(sentences))  # (B, C)
-            # END EXERCISE classifier
+            # END EXERCISE multitask
         pooled = self.dropout(sentences)
         u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
         if task in self.concat:
@@ -255,19 +255,16 @@ class MultitaskBERT(nn.Module):
 
 
 def model_factory(
-    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=(), model_class=None
+    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
 ) -> Callable[[], MultitaskBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
-    at the same point of every run): MultitaskBERT, or for one sentiment task model_class
-    (classifier.BertSentimentClassifier)."""
+    at the same point of every run)."""
 
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
         check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:
             compile_layers(bert)
-        if model_class:
-            return fast_dropout(model_class(bert, *tasks, cfg.pooling, cfg.dropout))
         model = MultitaskBERT(
             bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
         )

@@ -5,11 +5,12 @@
 
 1. With RUN_DIR: the run's six Part 2 files ({sst,para,sts}-{dev,test}-output.csv) and
    each --part1 run's (classifier.py) {pretrain,finetune}-{sst,cfimdb}-{dev,test}-out.csv
-   are copied into ./predictions/; only these are zipped. Without it: the files of those
-   names already in ./predictions/, where the handout's commands write them (the runs that
-   wrote them are in ./.predictions.json).
-2. Part 1 needs its four files for each option it has; an option with none is one line
-   (the zip still has the rest).
+   (the 2024 handout's names: last-linear-layer-..., full-model-...) are copied into
+   ./predictions/; only these are zipped. Without it: the files of those names already in
+   ./predictions/, where the handout's commands write them (the runs that wrote them are
+   in ./.predictions.json).
+2. Part 1 needs its four files for each option it has, by either name; an option with
+   none is one line (the zip still has the rest).
 3. Every file is read: the handout's header; a number in range on every row (no NaN);
    only the data file's ids, each as often as the file has it; every test id, and every
    dev id the data reader keeps (a dev row without a usable label is not scored, by the
@@ -42,14 +43,23 @@ from evaluation import MULTITASK, TASKS, prediction_path
 ARCHIVE = "cs224n_default_final_project_submission.zip"  # the handout's name
 SPLITS = ("dev", "test")
 PART1_TASKS = ("sst", "cfimdb")
-OPTIONS = ("pretrain", "finetune")
+# classifier.py's options by the 2023 handout's names (--option) and the 2024 handout's
+# (--fine-tune-mode): its files are named by the one typed
+OPTIONS = {"pretrain": "last-linear-layer", "finetune": "full-model"}
+NAMES = (*OPTIONS, *OPTIONS.values())
 FIX = "python multitask_classifier.py --predict {run} --dev_size 0"
-PART1_FIX = "python classifier.py --option {option} --task {task}"
 
 
 def part1_name(option: str, task: str, split: str) -> str:
-    """classifier.py's file names, the handout's: pretrain-sst-dev-out.csv."""
+    """classifier.py's file names, the handout's: pretrain-sst-dev-out.csv (2024's:
+    last-linear-layer-sst-dev-out.csv)."""
     return f"{option}-{task}-{split}-out.csv"
+
+
+def part1_fix(option: str, task: str) -> str:
+    """The command that writes an option's files, by the flag of the handout that names it."""
+    flag = "--option" if option in OPTIONS else "--fine-tune-mode"
+    return f"python classifier.py {flag} {option} --task {task}"
 
 
 def run_config(run_dir: Path) -> dict:
@@ -171,21 +181,22 @@ def part1_files(run_dir: Path, allow: bool) -> dict[str, tuple[Path, dict, str]]
 
 
 def check_part1(files: dict, folder: Path, joined: bool) -> None:
-    """Four files per option present; every id in each; else the command that fills it.
-    An option without a file is one line (joined: files come from --part1 runs)."""
-    options = [o for o in OPTIONS if any(n.startswith(f"{o}-") for n in files)]
-    for option in OPTIONS:
-        if option not in options:
+    """Four files per option present, by either name; every id in each; else the command
+    that fills it. An option without a file by either name is one line (joined: files
+    come from --part1 runs)."""
+    options = [o for o in NAMES if any(n.startswith(f"{o}-") for n in files)]
+    for option, renamed in OPTIONS.items():
+        if option not in options and renamed not in options:
             how = "add --part1 ITS_RUN_DIR, from" if joined else "it writes ./predictions/:"
             print(
-                f"Part 1 {option} is missing: no {option}-*-out.csv; {how} "
-                f"python classifier.py --option {option}"
+                f"Part 1 {option} is missing: no {option}-*-out.csv (nor {renamed}-*-out.csv, "
+                f"the 2024 name); {how} python classifier.py --option {option}"
             )
     if options:
         data.require([data.task_file(folder, t, s) for t in PART1_TASKS for s in SPLITS])
     for option in options:
         for task in PART1_TASKS:
-            fix = PART1_FIX.format(option=option, task=task)
+            fix = part1_fix(option, task)
             for split in SPLITS:
                 name = part1_name(option, task, split)
                 if name not in files:
@@ -225,7 +236,7 @@ def in_predictions(out: Path, allow: bool) -> tuple[dict, dict]:
             f"{out}: no {missing[0]} ({len(missing)} of Part 2's 6 files missing): train with "
             "python multitask_classifier.py, or name its run: python prepare_submit.py RUN_DIR"
         )
-    names = {part1_name(o, t, s) for o in OPTIONS for t in PART1_TASKS for s in SPLITS}
+    names = {part1_name(o, t, s) for o in NAMES for t in PART1_TASKS for s in SPLITS}
     found = sorted(part2) + sorted(n for n in names if (out / n).is_file())
     record = out.parent / SOURCES
     sources = json.loads(record.read_text()) if record.is_file() else {}

@@ -137,9 +137,16 @@ def check_plans(cfg: RunConfig, plans: Plans):
 
 
 def check_frozen(cfg: RunConfig, stages: list[Stage]):
-    """--freeze_encoder trains the heads only: no contrastive stage, and STS needs a head."""
+    """--freeze_encoder trains the heads only: no contrastive stage, no PCGrad (it projects
+    the encoder's gradients, and a frozen encoder has none), and STS needs a head."""
     if not cfg.model.freeze_encoder:
         return
+    refuse(
+        any(s.weighting == "pcgrad" and s.freeze_encoder for s in stages),
+        f"--weighting pcgrad projects the encoder's gradients, and --freeze_encoder (the "
+        f"handout's --option pretrain) leaves it none; preset {cfg.preset} weights by pcgrad: "
+        "use --weighting equal or random, or leave out --freeze_encoder",
+    )
     refuse(
         any(s.kind == CONTRASTIVE for s in stages),
         f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "

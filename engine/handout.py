@@ -1,7 +1,8 @@
 """The CS224n handout's own command-line flags (`--use_gpu`, `--option pretrain`, ...),
 rewritten into this project's before the parser reads them; on multitask_classifier.py
 they pick the handout's run (the `handout` preset, with its defaults) unless --preset is
-typed."""
+typed. The 2024 handout's `--fine-tune-mode last-linear-layer|full-model` is the 2023
+handout's `--option pretrain|finetune` by another name."""
 
 from pathlib import Path
 
@@ -9,11 +10,30 @@ from datasets import task_file
 from engine.flags import refuse
 from evaluation import MULTITASK, prediction_path
 
+# The handouts' two options, each with its 2024 name: True where BERT is frozen.
+MODES = {"pretrain": True, "last-linear-layer": True, "finetune": False, "full-model": False}
+RENAMED = {"--fine-tune-mode": "--option"}  # the 2024 handout's flag -> the 2023 handout's
+
+
+def checked_mode(flag: str, mode: str) -> str:
+    """`mode`, one of MODES; another is refused in one line naming the flag."""
+    refuse(
+        mode not in MODES,
+        f"{flag} {mode}: last-linear-layer or pretrain (BERT frozen), full-model or finetune",
+    )
+    return mode
+
+
 # The CS224n handout's own flags, as its commands take them: flag -> (how many values, the
 # flags of this project it stands for, what --help says). Each command adds its own.
 HANDOUT_FLAGS = {
     "--use_gpu": (0, lambda: ["--device", "cuda"], "--device cuda"),
     "--hidden_dropout_prob": (1, lambda p: ["--dropout", p], "--dropout"),
+    "--fine-tune-mode": (
+        1,
+        lambda mode: ["--option", checked_mode("--fine-tune-mode", mode)],
+        "--option (2024's name): last-linear-layer is pretrain, full-model is finetune",
+    ),
 }
 FOLDERS = ("--data_dir", "--predictions_dir")  # one folder each, however many flags name it
 
@@ -55,9 +75,9 @@ def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> 
     --preset (nor --resume, --predict), or one that types --preset handout, is the
     handout's run: `defaults` go first, so the flags typed after them win. Prints one line
     saying which run it is."""
+    typed = typed_flags(argv)
     out, notes = rewrite(argv, table)
     one_folder(out, notes)
-    typed = {a.partition("=")[0] for a in argv}
     named = "--preset handout" in " ".join(argv).replace("=", " ")  # the preset by its name
     other = {"--resume", "--predict", "-h", "--help"} | (set() if named else {"--preset"})
     if defaults is not None and (named or notes) and not typed & other:
@@ -68,6 +88,18 @@ def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> 
     if notes:
         print(f"the handout's flags, as this project's: {grouped(notes)}")
     return out
+
+
+def typed_flags(argv: list[str]) -> set[str]:
+    """The flags typed, a 2024 name (--fine-tune-mode) counted as its 2023 one (--option);
+    both names of one flag typed is refused in one line."""
+    typed = {a.partition("=")[0] for a in argv}
+    for new, old in RENAMED.items():
+        refuse(
+            {new, old} <= typed,
+            f"{new} and {old}: one flag by its 2024 and 2023 names; give one of them",
+        )
+    return typed | {old for new, old in RENAMED.items() if new in typed}
 
 
 def grouped(notes: list[str]) -> str:
@@ -109,9 +141,11 @@ def in_folder(flag: str, name: str, ours: str):
     return 1, rewrite, f"{ours} (its folder; the file name must be {name})"
 
 
-def multitask_option(option: str) -> list[str]:
-    refuse(option not in ("pretrain", "finetune"), f"--option {option}: pretrain or finetune")
-    return ["--freeze_encoder", "--pair_head", "concat"] if option == "pretrain" else []
+def multitask_option(option: str, flag: str = "--option") -> list[str]:
+    """The handout's option as this project's flags: pretrain (last-linear-layer) freezes
+    BERT, with a head on [u, v]; finetune (full-model) adds none."""
+    frozen = MODES[checked_mode(flag, option)]
+    return ["--freeze_encoder", "--pair_head", "concat"] if frozen else []
 
 
 def epochs_flags(n: str) -> list[str]:
@@ -123,8 +157,13 @@ MULTITASK_HANDOUT = HANDOUT_FLAGS | {  # multitask_classifier.py's
     "--option": (
         1,
         multitask_option,
-        "pretrain (the handout's default): --freeze_encoder --pair_head concat, heads at "
-        "--head_lr; finetune: the whole model at --lr",
+        "pretrain (the handout's default; or last-linear-layer): --freeze_encoder --pair_head "
+        "concat, heads at --head_lr; finetune (or full-model): the whole model at --lr",
+    ),
+    "--fine-tune-mode": (
+        1,
+        lambda mode: multitask_option(mode, "--fine-tune-mode"),
+        "--option (2024's name): last-linear-layer is pretrain, full-model is finetune",
     ),
     "--epochs": (1, epochs_flags, "--multitask_epochs (the handout preset), --loops, ..."),
     **{

@@ -32,6 +32,7 @@ from setups import (
     ours_like,
     padded,
     seeded_heads,
+    stand_in_classifier,
     stand_in_readout,
     stand_in_sentences,
     stand_in_table,
@@ -253,19 +254,20 @@ def add_norm_dropout(hf):
 
 @check(1e-9)
 def embeddings():
-    """BertEmbeddings (word + position + token type, LayerNorm) against Hugging Face's with
-    the same weights, values and gradients; in training, dropout after the LayerNorm."""
+    """BertModel.embed (word + position + token type, LayerNorm) against Hugging Face's
+    embeddings with the same weights, values and gradients; in training, dropout after the
+    LayerNorm."""
     hf = tiny_hf()
     ids, types, _ = padded()
     w = torch.randn(3, 7, 32, generator=gen(1), dtype=f64)
 
     def mine():
-        ours = ours_like(hf).embeddings
-        out = ours(ids, types)
-        got = grads(out, list(ours.parameters()), w)
-        ours.train().dropout.p = P_DROP
+        ours = ours_like(hf)
+        out = ours.embed(ids, types)
+        got = grads(out, list(ours.embeddings.parameters()), w)
+        ours.train().embeddings.dropout.p = P_DROP
         torch.manual_seed(0)
-        return out, got, ours(ids, types)
+        return out, got, ours.embed(ids, types)
 
     out, got, dropped = student(mine)
     ref = hf.embeddings(ids, token_type_ids=types)
@@ -277,8 +279,8 @@ def embeddings():
     )
 
     def run(dtype, device):
-        module = ours_like(hf).embeddings.to(dtype=dtype, device=device)
-        return module(ids.to(device), types.to(device))
+        model = ours_like(hf).to(dtype=dtype, device=device)
+        return model.embed(ids.to(device), types.to(device))
 
     yield from as_run("output", run, out)
     yield from dropout_parts("training", dropped, out.detach())
@@ -388,54 +390,58 @@ def handout_test(fitted) -> Part:
 
 @check(1e-6)
 def classifier():
-    """The sentiment classifier's readout (MultitaskBERT.readout of a single sentence):
-    dropout on the pooled sentence, then the task's linear head; its logits in eval, their
-    mean and variance in training (p = P_DROP, 4,000 draws) against dropout's before the head."""
+    """classifier.py's BertSentimentClassifier.forward, on a stand-in BERT (setups.StandInBert:
+    its [CLS] vector the sum of the kept rows of a table): dropout on the pooled [CLS], then the
+    linear layer; its logits and their gradients in eval, their mean and variance in
+    training (p = P_DROP, 4,000 draws) against dropout's before the layer."""
     heads, n = seeded_heads(("sst", "cfimdb")), 4000
-    z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
-    single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
+    table = stand_in_table()[0]
+    ids, _, mask = padded()
     w = {task: torch.randn(3, head.out_features, generator=gen(4)) for task, head in heads.items()}
 
     def mine():
-        model = tiny_multitask(("sst", "cfimdb"), P_DROP, heads).eval()
         got = {}
-        for task, head in model.heads.items():
-            logits = got[task] = model.readout(task, single, z)
+        for task, head in heads.items():
+            model = stand_in_classifier(head, table).eval()
+            logits = got[task] = model(ids, mask)
             if logits.shape == w[task].shape:  # else its logits' part fails
-                got[f"{task} gradients"] = grads(logits, [z, *head.parameters()], w[task])
-        got["one"] = model.readout("sst", {"input_ids": single["input_ids"][:1]}, z[:1])
-        model.train()
+                leaves = [table, *model.classifier.parameters()]
+                got[f"{task} gradients"] = grads(logits, leaves, w[task])
+        model = stand_in_classifier(heads["sst"], table).eval()
+        got["one"] = model(ids[:1], mask[:1])
         torch.manual_seed(0)
-        many = {"input_ids": torch.zeros(3 * n, 7)}
-        got["draws"] = model.readout("sst", many, z.detach().repeat(n, 1)).detach()
+        got["draws"] = model.train()(ids.repeat(n, 1), mask.repeat(n, 1)).detach()
         return got
 
     got = student(mine)
+    cls = lambda: (table[ids] * mask[..., None]).sum(1)  # noqa: E731  (B, H): the stand-in's [CLS]
     for task, head in heads.items():
-        yield part(f"{task} logits", got[task], lambda h=head: R.sentiment_logits(z, h))
+        yield part(f"{task} logits", got[task], lambda h=head: R.sentiment_logits(cls(), h))
         if f"{task} gradients" in got:
-            ins = [z, *head.parameters()]
-            expected = lambda h=head, ins=ins, w=w[task]: grads(R.sentiment_logits(z, h), ins, w)  # noqa: E731
+            ins = [table, *head.parameters()]
+
+            def expected(h=head, ins=ins, w=w[task]):
+                return grads(R.sentiment_logits(cls(), h), ins, w)
+
             yield part(
-                f"{task}: gradients of the sentences and the head",
+                f"{task}: gradients of BERT's output and the layer",
                 got[f"{task} gradients"],
                 expected,
             )
     head = heads["sst"]
-    yield part("a batch of one: (1, C) logits", got["one"], lambda: R.sentiment_logits(z[:1], head))
-    z = z.detach()
+    one = lambda: R.sentiment_logits(cls()[:1], head)  # noqa: E731
+    yield part("a batch of one: (1, C) logits", got["one"], one)
 
     def run(dtype, device):
-        model = (
-            tiny_multitask(("sst",), P_DROP, {"sst": head}).eval().to(dtype=dtype, device=device)
-        )
-        return model.readout("sst", single, z.to(dtype=dtype, device=device))
+        moved = table.detach().to(dtype=dtype, device=device)
+        model = stand_in_classifier(head, moved).eval().to(dtype=dtype, device=device)
+        return model(ids.to(device), mask.to(device))
 
     yield from as_run("sst logits", run, got["sst"])
-    yield from logits_in_training(got["draws"], head, z, n)
+    yield from logits_in_training(got["draws"], head, cls().detach(), n)
 
 
-def logits_in_training(draws, head, z, n: int):
+def logits_in_training(draws, head, z, n: int, what: str = "training"):
     """The mean and variance of n draws of the logits in training against dropout's before
     the head: E[W dropout(z) + b] = W z + b, and its variance."""
     draws = draws.double().view(n, 3, -1)  # (n * B, C) -> (n, B, C)
@@ -443,24 +449,25 @@ def logits_in_training(draws, head, z, n: int):
     var = P_DROP / (1 - P_DROP) * (head.weight.double() ** 2) @ (z.double() ** 2).T  # (C, B)
     se = (var.T / n).sqrt()
     yield part(
-        "training: the mean of the logits, in standard errors",
+        f"{what}: the mean of the logits, in standard errors",
         (draws.mean(0) - expected) / se,
         lambda: torch.zeros_like(expected),
         tol=5.0,
     )
     yield part(
-        "training: the logits' variance / dropout's before the head",
+        f"{what}: the logits' variance / dropout's before the head",
         draws.var(0) / var.T,
         lambda: torch.ones_like(expected),
         tol=0.15,
     )
 
 
-@check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "classifier", "pair_head"))
+@check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "pair_head"))
 def multitask():
     """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
     the model's forward on the batches they stand for (pairs of different lengths; a
-    stand-in encoder and heads), and the STS head's 0-5 score of the cosine."""
+    stand-in encoder and heads), the STS head's 0-5 score of the cosine, and the SST
+    head's logits (dropout, then the head)."""
     heads, (table, position) = seeded_heads(("sst", "para")), stand_in_table()
     leaves = [table, *heads["sst"].parameters(), *heads["para"].parameters()]
     ids1, _, m1 = padded(B=3, T=7, seed=1)
@@ -504,6 +511,37 @@ def multitask():
     for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
         yield part(f"a batch of one: {method}'s shape", shape, want)
     yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
+    yield from sst_readout()
+
+
+def sst_readout():
+    """MultitaskBERT.readout of one sentence: dropout on the pooled sentences, then SST's
+    head; its logits and gradients in eval, their statistics in training."""
+    head, n = seeded_heads(("sst",))["sst"], 4000
+    z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
+    single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
+    w = torch.randn(3, 5, generator=gen(4))
+
+    def mine():
+        model = tiny_multitask(("sst",), P_DROP, {"sst": head}).eval()
+        logits = model.readout("sst", single, z)
+        got = {"logits": logits}
+        if logits.shape == w.shape:  # else its logits' part fails
+            got["gradients"] = grads(logits, [z, *model.heads["sst"].parameters()], w)
+        torch.manual_seed(0)
+        many = {"input_ids": torch.zeros(3 * n, 7)}
+        got["draws"] = model.train().readout("sst", many, z.detach().repeat(n, 1)).detach()
+        return got
+
+    got = student(mine)
+    yield part("the SST head's logits", got["logits"], lambda: R.sentiment_logits(z, head))
+    if "gradients" in got:
+        ins = [z, *head.parameters()]
+        expected = lambda: grads(R.sentiment_logits(z, head), ins, w)  # noqa: E731
+        yield part(
+            "the SST head: gradients of the sentences and the head", got["gradients"], expected
+        )
+    yield from logits_in_training(got["draws"], head, z.detach(), n, "the SST head in training")
 
 
 def predict_on(dtype, device, heads, encoder, sides):
@@ -552,7 +590,6 @@ PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
         "layer",
         "embeddings",
         "mean_pool",
-        "classifier",
         "pair_head",
         "multitask",
     ),

@@ -244,7 +244,8 @@ def difference(got, expected) -> tuple[float, str]:
         return 0.0, ""
     i = int(np.argmax(d))
     where = [int(k) for k in np.unravel_index(i, d.shape)]
-    return float(d.flat[i]), f" at {where}" if where else ""
+    values = f"got {a.flat[i]:.4g}, expected {b.flat[i]:.4g}"
+    return float(d.flat[i]), f" at {where} ({values})" if where else f" ({values})"
 
 
 def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
@@ -328,11 +329,7 @@ def judged(name: str, records: list[dict]) -> dict:
     try:
         for p in fn():
             ok, diff, account, held = judge(p, tol)
-            n["parts"], n["held"], n["unknown"] = (
-                n["parts"] + 1,
-                n["held"] + held,
-                n["unknown"] + (ok is None),
-            )
+            n["parts"], n["held"], n["unknown"] = n["parts"] + 1, n["held"] + held, n["unknown"] + (ok is None)  # fmt: skip
             n["held_failed" if held else "failed"] += ok is False
             accounts[held] += [account] * (ok is False)
             waiting += [account] * (ok is None and bool(account))
@@ -350,6 +347,7 @@ def judged(name: str, records: list[dict]) -> dict:
         signal.alarm(0)
         SIDE[0] = None
     row |= n | {"diff": worst, "held_detail": (accounts[True] or [""])[0]}
+    row |= {"public_failures": accounts[False]}  # check -v lists them
     if failed := accounts[False] + accounts[True]:
         more = f" (and {len(failed) - 1} more part(s))" * (len(failed) > 1)
         return row | {"result": "fail", "detail": failed[0] + more}

@@ -182,6 +182,45 @@ def tiny_multitask(tasks, dropout=0.1, heads=None):
     return model
 
 
+class StandInBert(nn.Module):
+    """What a sentiment classifier calls of BertModel (forward, or embed then encode),
+    answered by `table`: the hidden states are the ids' rows (0 where padded) but at [CLS],
+    which holds the sum of the rows the mask keeps; the pooled output is that [CLS] vector,
+    so a [CLS] read from either is the same, and a mask left out changes it."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table  # the grader's leaf itself (gradients reach it), no parameter
+
+    def embed(self, input_ids, token_type_ids=None):
+        return self.table[input_ids]  # (B, T, H)
+
+    def encode(self, embeds, attention_mask):
+        h = embeds * attention_mask[..., None].to(embeds.dtype)  # (B, T, H): padding zeroed
+        cls = h.sum(1, keepdim=True)  # (B, 1, H): [CLS] sees what the mask keeps
+        h = torch.cat([cls, h[:, 1:]], 1)  # (B, T, H)
+        return {"last_hidden_state": h, "pooler_output": h[:, 0]}
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return self.encode(self.embed(input_ids), attention_mask)
+
+
+def stand_in_classifier(head, table):
+    """classifier.py's BertSentimentClassifier with `head`'s weights in its linear layer and
+    BERT stood in for by StandInBert(table) (the student's side only)."""
+    from bert import BertModel
+    from classifier import BertSentimentClassifier
+
+    torch.manual_seed(0)
+    model = BertSentimentClassifier(BertModel(tiny_config()), head.out_features, P_DROP)
+    model.classifier.load_state_dict(head.state_dict())
+    model.classifier.to(dtype=table.dtype, device=table.device)
+    model.bert = StandInBert(table)
+    return model
+
+
 HEADS = {"sst": (32, 5), "cfimdb": (32, 2), "para": (96, 1)}  # the tiny model's: (in, out)
 
 

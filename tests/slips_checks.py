@@ -160,18 +160,18 @@ SLIPS = {
                 )
             ],
         ),
-        ("no token types", [("+ self.token_type_embeddings(token_type_ids)  # (B, T, H)", "")]),
-        ("no dropout", [("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(x)")]),
+        ("no token types", [("+ e.token_type_embeddings(token_type_ids)  # (B, T, H)", "")]),
+        ("no dropout", [("return e.dropout(e.LayerNorm(x))", "return e.LayerNorm(x)")]),
         (
             "dropout before the LayerNorm",
-            [("return self.dropout(self.LayerNorm(x))", "return self.LayerNorm(self.dropout(x))")],
+            [("return e.dropout(e.LayerNorm(x))", "return e.LayerNorm(e.dropout(x))")],
         ),
         (
             "every output NaN",
             [
                 (
-                    "return self.dropout(self.LayerNorm(x))",
-                    f"return self.dropout(self.LayerNorm(x)) * {NAN}",
+                    "return e.dropout(e.LayerNorm(x))",
+                    f"return e.dropout(e.LayerNorm(x)) * {NAN}",
                 )
             ],
         ),
@@ -230,6 +230,47 @@ SLIPS = {
         ),
     ],
     "classifier": [
+        ("no dropout", [("self.classifier(self.dropout(cls))", "self.classifier(cls)")]),
+        (
+            "dropout on the logits",
+            [("self.classifier(self.dropout(cls))", "self.dropout(self.classifier(cls))")],
+        ),
+        (
+            "probabilities, not logits",
+            [
+                (
+                    "self.classifier(self.dropout(cls))",
+                    "self.classifier(self.dropout(cls)).softmax(-1)",
+                )
+            ],
+        ),
+        (
+            "the mean of the tokens, not [CLS]",
+            [('["pooler_output"]  # (B, H)', '["last_hidden_state"].mean(1)  # (B, H)')],
+        ),
+        (
+            "the last token, not [CLS]",
+            [('["pooler_output"]  # (B, H)', '["last_hidden_state"][:, -1]  # (B, H)')],
+        ),
+        (
+            "BERT's output detached",
+            [('["pooler_output"]  # (B, H)', '["pooler_output"].detach()  # (B, H)')],
+        ),
+        (
+            "the mask left out",
+            [("self.bert(input_ids, attention_mask)", "self.bert(input_ids)")],
+        ),
+        (
+            "p written in, 0.5, not the model's",
+            [
+                (
+                    "self.classifier(self.dropout(cls))",
+                    "self.classifier(torch.nn.functional.dropout(cls, 0.5, self.training))",
+                )
+            ],
+        ),
+    ],
+    "multitask": [
         (
             "the sentences detached before the head",
             [("self.dropout(sentences)", "self.dropout(sentences.detach())")],
@@ -266,15 +307,6 @@ SLIPS = {
             ],
         ),
         (
-            "SST's head for every task",
-            [
-                (
-                    "self.heads[task](self.dropout(sentences))",
-                    'self.heads["sst"](self.dropout(sentences))',
-                )
-            ],
-        ),
-        (
             "p written in, 0.5, not the model's",
             [
                 (
@@ -283,8 +315,6 @@ SLIPS = {
                 )
             ],
         ),
-    ],
-    "multitask": [
         (
             "predict_sentiment's token types made without device=",
             [

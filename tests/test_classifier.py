@@ -3,7 +3,6 @@
 import torch
 
 import classifier
-import multitask_classifier as mt
 from bert import BertModel
 from engine.flags import ModelConfig
 from helpers import tiny_flags, weights
@@ -15,11 +14,12 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
     assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
     assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
     trained = weights(tmp_path / "run" / "state.safetensors")
-    start = mt.model_factory(ModelConfig(bert=str(tiny_env[0])), ("cfimdb",))().state_dict()
+    cfg = classifier.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
+    start = classifier.model_factory(cfg, "cfimdb")().state_dict()
     for name, value in start.items():
         if name.startswith("bert."):
             assert torch.equal(value, trained[name]), name
-    assert not torch.equal(start["heads.cfimdb.weight"], trained["heads.cfimdb.weight"])
+    assert not torch.equal(start["classifier.weight"], trained["classifier.weight"])
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
@@ -48,20 +48,32 @@ def test_negative_sizes_are_refused():
         classifier.main(["--train_size", "-3"])
 
 
-def test_the_handouts_sentiment_classifier_is_the_one_task_model(tiny_config, tiny_env):
-    """BertSentimentClassifier.logits (the handout's forward) is the model's output on the
-    batch it builds, (B, C) for each task; a classifier.py run trains this class."""
+def test_the_handouts_sentiment_classifier_is_a_model_of_its_own(tiny_config, tiny_env):
+    """BertSentimentClassifier(ids, mask) is the handout's forward: the linear layer on BERT's
+    pooled [CLS] in eval, (B, C) for each task; what the loop and the evaluation read of it
+    (sentences -> readout, predict) is that forward; a classifier.py run trains this class."""
     torch.manual_seed(0)
     for task, classes in (("sst", 5), ("cfimdb", 2)):
-        model = classifier.BertSentimentClassifier(BertModel(tiny_config), task).eval()
+        bert = BertModel(tiny_config)
+        model = classifier.BertSentimentClassifier(bert, classes).eval()
         ids = torch.randint(1, tiny_config.vocab_size, (3, 6))
         mask = torch.ones_like(ids)
         mask[1, 4:] = 0
         batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": 0 * ids}
-        logits = model.logits(ids, mask)
-        assert logits.shape == (3, classes) and torch.equal(logits, model(task, batch))
-        assert list(model.heads) == [task]
-    make = mt.model_factory(
-        ModelConfig(bert=str(tiny_env[0])), ("sst",), model_class=classifier.BertSentimentClassifier
-    )
-    assert type(make()) is classifier.BertSentimentClassifier
+        logits = model(ids, mask)
+        pooled = bert(ids, mask)["pooler_output"]
+        assert logits.shape == (3, classes)
+        assert torch.allclose(logits, pooled @ model.classifier.weight.T + model.classifier.bias)
+        assert torch.equal(logits, model.readout(task, batch, model.sentences(batch)))
+        assert torch.equal(logits, model.predict(task, batch))
+    cfg = classifier.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
+    assert type(classifier.model_factory(cfg, "sst")()) is classifier.BertSentimentClassifier
+
+
+def test_mean_pooling_is_refused_on_part_1(tiny_env, tmp_path):
+    import pytest
+
+    flags = tiny_flags(tiny_env, tmp_path / "run", "--task sst --pooling mean")
+    with pytest.raises(SystemExit, match="--pooling mean: Part 1's model reads BERT's pooled"):
+        classifier.main(flags)
+    assert not (tmp_path / "run").exists()

@@ -52,19 +52,19 @@ def test_every_exercise_has_a_check_points_and_twelve_at_least():
     found, docs = exercises.exercises(REPO), exercises.check_docs(REPO)
     assert set(docs) == set(found) and len(found) >= 12
     assert all(c.points > 0 and c.held <= c.points for c in docs.values())
-    handout = ("attention", "layer", "embeddings", "adamw", "classifier", "multitask")
-    assert sum(docs[n].points for n in (*handout, "multitask_step")) == 21
+    assert sum(docs[n].points for n in exercises.COURSE) == 18  # the handout's TODOs
     for name, regions in found.items():
         assert all(r.hint and r.end > r.begin + 1 for r in regions), name
 
 
 @pytest.mark.slow
 def test_a_handout_fails_every_exercise_until_its_body_is_written(tmp_path):
-    """Made from this checkout: every exercise open, the rest runs; one body put back
+    """Made from this checkout with --all: every exercise open, the rest runs; one body put back
     passes alone; a wrong body fails with its difference, the others still open (a body
     that exits, and the solution graded in full: tests/test_judge.py)."""
     handout, ta = tmp_path / "handout", tmp_path / "ta"
-    assert run(REPO, "exercises.py", "make", str(handout), "--grader", str(ta)).returncode == 0
+    made = run(REPO, "exercises.py", "make", str(handout), "--all", "--grader", str(ta))
+    assert made.returncode == 0
     names = set(exercises.exercises(REPO))
     assert scorecard(handout) == dict.fromkeys(names, "open")
     tokens = run(handout, "tokenizer.py", "A gripping film.")
@@ -118,12 +118,15 @@ def answers_in(folder, names) -> list[str]:
     return hits
 
 
-@pytest.mark.parametrize("names", [[], ["attention", "adamw"]])
-def test_a_students_copy_holds_no_answer(tmp_path, names):
+@pytest.mark.parametrize("names, every", [([], False), (["attention", "adamw"], False), ([], True)])
+def test_a_students_copy_holds_no_answer(tmp_path, names, every):
     """No line of an open exercise's solution or of the TA's references is anywhere in a
-    student's copy (docs, notebook, lab, anything copied); the TA's grader has them."""
-    exercises.make(tmp_path / "copy", names, tmp_path / "ta")
-    assert answers_in(tmp_path / "copy", names or list(exercises.exercises(REPO))) == []
+    student's copy (docs, notebook, lab, anything copied); the TA's grader has them. By
+    default the copy opens the handout's TODOs; --all, every exercise."""
+    opened = exercises.make(tmp_path / "copy", names, tmp_path / "ta", every=every)
+    everything = list(exercises.exercises(REPO))
+    assert set(opened) == set(names or (everything if every else exercises.COURSE))
+    assert answers_in(tmp_path / "copy", opened) == []
     copied = [p.relative_to(tmp_path / "copy") for p in (tmp_path / "copy" / "tests").rglob("*.*")]
     assert sorted(copied) == [  # sanity_check.py's, and the copy's own tests
         Path("tests/reference/sanity_reference.npz"),
@@ -153,7 +156,8 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
         if line.startswith("| 1") or line[:4] in ("| 2 ", "| 3 ")
     ]
     assert [row.split("|")[2].strip() for row in rows] == ["`attention`", "`pcgrad`", "`auc`"]
-    assert "`BertSelfAttention.attention`" in rows[0] and "7 points" in assignment
+    assert "`BertSelfAttention.attention`" in rows[0] and "exercises (4 points)" in assignment
+    assert "This project's exercises (3 points, beyond the handout)" in assignment
     for page in (tmp_path / "some").rglob("*.md"):  # no link into what the copy leaves out
         for m in exercises.LINK.finditer(page.read_text()):
             target = m[2].split("#")[0]
@@ -194,6 +198,35 @@ def test_a_copys_own_tests_pass_on_the_given_code_and_fail_a_wrong_body(tmp_path
     assert own.returncode == 1 and "1 failed" in own.stdout, own.stdout
 
 
+def test_make_refuses_a_year_it_does_not_know_and_names_with_all(tmp_path):
+    with pytest.raises(
+        SystemExit, match="--handout 2022: the handouts this project follows are 2023, 2024"
+    ):
+        exercises.main(["make", str(tmp_path / "other"), "--handout", "2022"])
+    with pytest.raises(
+        SystemExit, match="--all opens every exercise; name exercises or give --all"
+    ):
+        exercises.main(["make", str(tmp_path / "other"), "auc", "--all"])
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize(
+    "year, flag, frozen",
+    [("2023", "--option", "pretrain"), ("2024", "--fine-tune-mode", "last-linear-layer")],
+)
+def test_a_copy_follows_its_handout_year(tmp_path, year, flag, frozen):
+    """The default copy opens the handout's TODOs at the handout's names; ASSIGNMENT.md names
+    its year and its commands with that year's flag and file names."""
+    opened = exercises.make(tmp_path / "copy", [], year=year, quiet=True)
+    assert opened == list(exercises.COURSE)
+    text = (tmp_path / "copy" / "ASSIGNMENT.md").read_text()
+    assert f"CS224n {year} handout" in text and "The handout's exercises (18 points)" in text
+    assert f"python classifier.py {flag} {frozen}" in text and f"{frozen}-sst-dev-out.csv" in text
+    for place in ("`BertModel.embed`", "classifier.py: `BertSentimentClassifier.forward`"):
+        assert place in text
+    assert "make venv && . .venv/bin/activate" in text and "make check" in text
+
+
 def test_a_marker_without_its_pair_is_named_by_file_and_line(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n    # BEGIN EXERCISE one: a hint\n    y = 2\n")
     with pytest.raises(SystemExit, match=r"a.py:2: exercise one never ends"):
@@ -230,7 +263,7 @@ def test_a_students_scorecard_is_honest_and_grades_each_exercise_alone(tmp_path)
     trainer = (copy / "trainer.py").read_text()
     (copy / "trainer.py").write_text(trainer + "\ndef broken(:\n")
     write_body(
-        copy, "classifier", [['            raise NotImplementedError("exercise classifier: x")\n']]
+        copy, "classifier", [['        raise NotImplementedError("exercise classifier: x")\n']]
     )
     write_body(
         copy,

@@ -137,8 +137,26 @@ VARIANTS = {
     "classifier": [
         (
             "F.dropout",
-            [("self.dropout(sentences)", "F.dropout(sentences, self.dropout.p, self.training)")],
-        )
+            [
+                (
+                    "self.dropout(cls)",
+                    "torch.nn.functional.dropout(cls, self.dropout.p, self.training)",
+                )
+            ],
+        ),
+        (
+            "[CLS] from the last hidden states",
+            [('["pooler_output"]  # (B, H)', '["last_hidden_state"][:, 0]  # (B, H)')],
+        ),
+        (
+            "BERT's embed, then encode, by keywords",
+            [
+                (
+                    "self.bert(input_ids, attention_mask)",
+                    "self.bert.encode(self.bert.embed(input_ids), attention_mask=attention_mask)",
+                )
+            ],
+        ),
     ],
     "momentum_teacher": [
         (

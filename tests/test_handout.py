@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import classifier
 import multitask_classifier as mt
 from conftest import add_real_bad_rows
 from datasets import DataError
+from engine.handout import MULTITASK_HANDOUT, handout_argv, handout_help
 from evaluation import read_predictions
 from helpers import a_clone, tiny_flags
 
@@ -49,7 +51,7 @@ def handout_commands(clone: Path, tiny_env, tmp_path) -> str:
         part1 = ["--option", option, "--epochs", "1", "--run_dir", tmp_path / option]
         out = command(clone, "classifier.py", *part1, "--data_dir", data, *small).stdout
         lr = 1e-3 if option == "pretrain" else 1e-5
-        expected = f"Part 1: 1 epochs, lr {lr:g}, batch 8, dropout 0.3, 64 tokens, cls pooling"
+        expected = f"Part 1: 1 epochs, lr {lr:g}, batch 8, dropout 0.3, 64 tokens, "
         assert expected in out
     stems = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
     splits = {"train": "train", "dev": "dev", "test": "test-student"}
@@ -174,3 +176,50 @@ def test_the_handouts_run_keeps_a_model_only_at_an_epochs_end(tiny_env, tmp_path
     assert (default.schedule.loops, default.schedule.individual_epochs) == (10, 10)
     resumed, _ = mt.parse_args(["--resume", str(run_dir), "--option", "finetune", "--epochs", "2"])
     assert resumed.multitask.multitask_epochs == 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "option"), [("last-linear-layer", "pretrain"), ("full-model", "finetune")]
+)
+def test_the_2024_handouts_fine_tune_mode_is_the_2023_option(mode, option):
+    """The 2024 handout's command lines (`python classifier.py --fine-tune-mode
+    last-linear-layer --lr 1e-3 --use_gpu`, `python multitask_classifier.py
+    --fine-tune-mode full-model --lr 1e-5 --use_gpu`): classifier.py is given --option
+    MODE (it names its files by the word typed, as the 2024 handout does);
+    multitask_classifier.py runs the handout's run as it does with --option."""
+    typed = ["--lr", "1e-5", "--use_gpu"]
+    rewritten = ["--option", mode, "--lr", "1e-5", "--device", "cuda"]
+    assert handout_argv(["--fine-tune-mode", mode, *typed], classifier.HANDOUT) == rewritten
+    assert handout_argv([f"--fine-tune-mode={mode}"], classifier.HANDOUT) == ["--option", mode]
+    here = ["--device", "cpu"]  # after --use_gpu: this machine may have no GPU
+    ours, _ = mt.parse_args(["--option", option, *typed, *here])
+    assert ours.preset == "handout" and ours.model.freeze_encoder == (option == "pretrain")
+    for argv in (["--fine-tune-mode", mode], [f"--fine-tune-mode={mode}"], ["--option", mode]):
+        assert mt.parse_args([*argv, *typed, *here])[0] == ours
+    thesis, _ = mt.parse_args(["--preset", "thesis", "--fine-tune-mode", mode])
+    assert thesis.preset == "thesis" and thesis.model.freeze_encoder == (option == "pretrain")
+
+
+def test_the_2024_flag_takes_the_four_words_and_not_the_2023_flag_beside_it():
+    """A word outside the four, or --option and --fine-tune-mode on one command line: one
+    line on either command, before anything is read; --help lists the flag."""
+    for command in (classifier.main, mt.parse_args):
+        with pytest.raises(
+            SystemExit,
+            match=r"^--fine-tune-mode pretrained: last-linear-layer or pretrain \(BERT "
+            r"frozen\), full-model or finetune$",
+        ):
+            command(["--fine-tune-mode", "pretrained"])
+        with pytest.raises(
+            SystemExit,
+            match="^--fine-tune-mode and --option: one flag by its 2024 and 2023 names; give "
+            "one of them$",
+        ):
+            command(["--option", "pretrain", "--fine-tune-mode=full-model"])
+    with pytest.raises(SystemExit, match=r"^--option all: last-linear-layer or pretrain"):
+        mt.parse_args(["--option", "all"])
+    for table in (classifier.HANDOUT, MULTITASK_HANDOUT):
+        lines = [line.split(None, 1) for line in handout_help(table).splitlines()[1:]]
+        assert dict(lines)["--fine-tune-mode"] == (
+            "--option (2024's name): last-linear-layer is pretrain, full-model is finetune"
+        )

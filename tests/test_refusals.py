@@ -165,3 +165,13 @@ def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path)
     with pytest.raises(SystemExit, match=r"missing data file\(s\) in .*: snli-dev.csv; fetch them"):
         mt.main(tiny_flags(tiny_env, tmp_path / "r", "--heldout_size 10 --max_length 64"))
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("frozen", ["--freeze_encoder --pair_head concat", "--option pretrain"])
+def test_pcgrad_on_a_frozen_encoder_stops_before_its_folder(tiny_env, tmp_path, frozen):
+    """PCGrad projects the encoder's gradients; a frozen encoder has none (it was a
+    traceback from flatten_grads, after the run folder was made)."""
+    argv = tiny_argv(tiny_env, tmp_path / "run", "--preset", "multitask", "--weighting", "pcgrad")
+    with pytest.raises(SystemExit, match="--weighting pcgrad projects the encoder's gradients"):
+        mt.main([*argv, *frozen.split()])
+    assert not (tmp_path / "run").exists()

@@ -15,7 +15,7 @@ import classifier
 import datasets as data
 import multitask_classifier as mt
 import prepare_submit
-from evaluation import MULTITASK, read_predictions
+from evaluation import MULTITASK, read_predictions, write_predictions
 from helpers import a_clone, tiny_flags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
     mt.main(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
     names = sorted(p.name for p in (tmp_path / "p2" / "predictions").iterdir())
     assert names == sorted(f"{t}-{s}-output.csv" for t in MULTITASK for s in ("dev", "test"))
-    with pytest.raises(SystemExit, match="--option nonsense: pretrain or finetune"):
+    with pytest.raises(SystemExit, match="--option nonsense: last-linear-layer or pretrain"):
         mt.parse_args(["--option", "nonsense"])
 
 
@@ -194,3 +194,52 @@ def test_ids_are_the_data_files_each_as_often_and_the_handouts_way_checks_the_mo
     (clone / ".predictions.json").unlink()
     done = submit_in(clone, "--data_dir", tiny_env[1])
     assert done.returncode == 0 and "no record of the run that wrote" in done.stdout
+
+
+def part1_by_2024_names(folder, data_dir, modes, tasks=("sst", "cfimdb")):
+    """Part 1's files as the 2024 handout's classifier.py names them
+    (predictions/{fine_tune_mode}-{task}-{split}-out.csv), every id of the data predicted."""
+    for mode in modes:
+        for task in tasks:
+            for split in ("dev", "test"):
+                ids = prepare_submit.file_ids(data.task_file(data_dir, task, split))
+                path = folder / f"{mode}-{task}-{split}-out.csv"
+                write_predictions(path, task, ids, [0] * len(ids))
+
+
+def test_the_2024_handouts_part1_names_are_checked_and_zipped(tiny_env, tmp_path):
+    """last-linear-layer-* and full-model-*-out.csv stand for pretrain-* and finetune-*: in
+    ./predictions/ the archive holds what the handout's zipper holds; from --part1 they are
+    checked, a gap naming the 2024 command, and an option by neither name is one line."""
+    run_dir, part1 = tmp_path / "run", tmp_path / "part1"
+    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    clone = a_clone(tmp_path)
+    shutil.copytree(run_dir / "predictions", clone / "predictions")
+    part1_by_2024_names(clone / "predictions", tiny_env[1], ("last-linear-layer", "full-model"))
+    done = submit_in(clone, "--data_dir", tiny_env[1])
+    assert done.returncode == 0, done.stderr
+    assert "is missing" not in done.stdout and "left out of the zip" not in done.stdout
+    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+        ours = sorted(z.namelist())
+    assert sum(n.startswith("predictions/") for n in ours) == 6 + 8
+    if PREPARE.is_file():  # the 2024 handout's prepare_submit.py zips as the 2023 one
+        (clone / prepare_submit.ARCHIVE).unlink()
+        subprocess.run([sys.executable, str(PREPARE)], cwd=clone, check=True, capture_output=True)
+        with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+            theirs = sorted(z.namelist())
+        engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
+        assert ours == sorted(theirs + engine)
+    (part1 / "predictions").mkdir(parents=True)
+    (part1 / "config.json").write_text("{}")
+    part1_by_2024_names(part1 / "predictions", tiny_env[1], ("last-linear-layer",), ("sst",))
+    refused = submit_in(clone, run_dir, "--part1", part1, "--data_dir", tiny_env[1])
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    fix = "python classifier.py --fine-tune-mode last-linear-layer --task cfimdb"
+    assert f"no last-linear-layer-cfimdb-dev-out.csv: {fix}" in refused.stderr
+    part1_by_2024_names(part1 / "predictions", tiny_env[1], ("last-linear-layer",), ("cfimdb",))
+    done = submit_in(clone, run_dir, "--part1", part1, "--data_dir", tiny_env[1])
+    assert done.returncode == 0, done.stderr
+    assert "Part 1 pretrain is missing" not in done.stdout
+    assert "Part 1 finetune is missing: no finetune-*-out.csv (nor full-model-*" in done.stdout
+    zipped = zipfile.ZipFile(clone / prepare_submit.ARCHIVE).namelist()
+    assert sum(n.startswith("predictions/last-linear-layer-") for n in zipped) == 4
