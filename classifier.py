@@ -9,7 +9,8 @@ is the `classifier` exercise; it reads without Part 2 (multitask_classifier.py).
   (--lr, default 1e-5).
 The other defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB always at
 most 8), dropout 0.3, up to 512 tokens, seed 11711; the handout trains in float32, this
-command in --precision (auto: the machine's faster, the first line says which). The one
+command in --precision (auto: bf16 where the device multiplies it natively, the first line
+says which). The one
 training loop (trainer.run_plan) trains it, one stage per epoch, the best dev accuracy
 kept. As the handout's command does, one run trains SST, then CFIMDB (`--task` picks one),
 and writes predictions/{option}-{sst|cfimdb}-{dev|test}-out.csv, named by the word typed
