@@ -8,7 +8,7 @@ STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs submit
+.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs submit submit-demo
 
 venv: $(STAMP)
 
@@ -53,6 +53,16 @@ SUBMIT_FLAGS ?=
 submit: venv
 	$(if $(RUN),,$(error make submit needs RUN=the run folder, e.g. RUN=runs/thesis-20251201-120000))
 	$(PY) prepare_submit.py $(RUN) $(SUBMIT_FLAGS)
+
+# The whole way to a zip at small size, to try it before a real run: the demo preset on 300
+# examples per task (dev scored on 300), then every dev and test id predicted by the kept
+# model, checked and zipped (MiniLM is an outside model: --allow_outside_pretraining).
+SUBMIT_DEMO_DIR := runs/submit-demo-$(shell date +%Y%m%d-%H%M%S)
+submit-demo: venv
+	$(PY) -m lab.fetch --quiet
+	$(PY) multitask_classifier.py --preset demo --train_size 300 --dev_size 300 --no_test_predictions --run_dir=$(SUBMIT_DEMO_DIR)
+	$(PY) multitask_classifier.py --predict $(SUBMIT_DEMO_DIR) --dev_size 0
+	$(PY) prepare_submit.py $(SUBMIT_DEMO_DIR) --allow_outside_pretraining
 
 bench: venv
 	$(PY) -m lab.bench

@@ -406,6 +406,7 @@ def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
     tasks = (name,) if name else MULTITASK
     settings |= {"split_dev": cfg.data.split_dev, "patience": cfg.schedule.patience}
     settings |= {"copy_to": Path(cfg.predictions_dir) if cfg.predictions_dir else None}
+    settings |= {"select_by": PRESETS[cfg.preset].select_by if not name else ""}
     return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
 
 
@@ -448,9 +449,9 @@ def main(argv=None):
     if folders["show"]:  # loads nothing
         return print(show(cfg, PRESETS[cfg.preset]))
     preset = PRESETS[cfg.preset]
-    if cfg.preset == "handout":
-        print(f"the handout's run: {preset.help} [{preset.source}]")
-    else:  # the handout's run is its flags' (engine.handout), or --preset handout
+    if cfg.preset == "handout-starter":  # the handout's own run; `handout` completes it
+        print(f"the handout's starter run: {preset.help} [{preset.source}]")
+    else:
         print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
     rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
     check_loading(cfg, rt.device)

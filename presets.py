@@ -259,6 +259,7 @@ class Preset:
     report_scale: float | None = None  # the --scale `make reports` runs it at (2-core CPU)
     label: str = ""  # a report's row: its name in the report's table
     published: tuple | None = None  # a report's row: its dev SST acc, QQP acc, STS r
+    select_by: str = ""  # a task whose dev metric keeps the best model ("": the overall score)
 
     def plans_of(self, cfg: RunConfig) -> Plans:
         """Sub-run name -> its stages (Plans); '' is the one model scored on all three
@@ -451,13 +452,23 @@ PRESETS = {
         plan=multitask_plan,
     ),
     "handout": Preset(
-        help="the handout's run, picked by its flags (--option, --epochs, --use_gpu, its data "
-        "and output paths) when no --preset is typed: --epochs passes over SST, then QQP, then "
-        "STS; BERT's pooled [CLS]; a Linear on [u, v] for the pairs; 512 tokens, batch 8, "
-        "dropout 0.3, lr 1e-5; --option pretrain (its default) trains the heads at --head_lr",
-        source="the CS224n 2023 handout's multitask_classifier.py",
+        help="this project's completion of the handout's starter, picked by the handout's flags "
+        "(--option or --fine-tune-mode, --epochs, --use_gpu, its data and output paths) when no "
+        "--preset is typed: --epochs passes over SST, then QQP, then STS, the best overall dev "
+        "score kept; BERT's pooled [CLS]; a Linear on [u, v] for the pairs; 512 tokens, batch "
+        "8, dropout 0.3, lr 1e-5; the frozen option (its default) trains the heads at --head_lr",
+        source="this project, on the CS224n handouts' multitask_classifier.py (2023, 2024)",
         plan=handout_plan,
         overrides=HANDOUT,
+    ),
+    "handout-starter": Preset(
+        help="the handout's starter itself: its train_multitask trains SST alone (\"currently "
+        'only trains on sst"), --multitask_epochs passes, the best SST dev accuracy kept; the '
+        "handout preset's settings otherwise",
+        source="the CS224n handouts' multitask_classifier.py (2023, 2024), as given",
+        plan=sst_plan,
+        overrides=HANDOUT,
+        select_by="sst",
     ),
     "broadhurst-1": broadhurst(
         "exp. 1: SST only, 10 epochs, all three scored",

@@ -69,6 +69,17 @@ def one_folder(out: list[str], notes: list[str]) -> None:
         )
 
 
+FLOAT32 = "the handout trains in float32, this run in --precision: its device line says which"
+# The presets the handout's flags run with its defaults, and the first line each prints.
+HANDOUT_PRESETS = {
+    "handout": "this project's completion of the handout's starter (--preset handout: SST, QQP, "
+    "STS every epoch, the best overall kept; --preset handout-starter is the starter: SST alone; "
+    f"{FLOAT32})",
+    "handout-starter": f"the handout's starter run (--preset handout-starter: SST alone, the best "
+    f"SST accuracy kept; {FLOAT32})",
+}
+
+
 def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> list[str]:
     """argv with the handout's flags rewritten (`--use_gpu` becomes `--device cuda`). With
     `defaults` (multitask_classifier.py), a command line that uses one and types no
@@ -78,12 +89,14 @@ def handout_argv(argv: list[str], table: dict, defaults: dict | None = None) -> 
     typed = typed_flags(argv)
     out, notes = rewrite(argv, table)
     one_folder(out, notes)
-    named = "--preset handout" in " ".join(argv).replace("=", " ")  # the preset by its name
+    words = " ".join(argv).replace("=", " ").split()
+    preset = words[words.index("--preset") + 1] if "--preset" in words[:-1] else None
+    named = preset in HANDOUT_PRESETS  # one of the handout's presets, by its name
     other = {"--resume", "--predict", "-h", "--help"} | (set() if named else {"--preset"})
     if defaults is not None and (named or notes) and not typed & other:
         untyped = [[flag, value] for flag, value in defaults.items() if flag not in typed]
         extra, _ = rewrite(sum(untyped, []), table)
-        print(f"the handout's run (--preset handout): {grouped(notes) or 'its defaults'}")
+        print(f"{HANDOUT_PRESETS[preset or 'handout']}: {grouped(notes) or 'its defaults'}")
         return [*([] if named else ["--preset", "handout"]), *extra, *out]
     if notes:
         print(f"the handout's flags, as this project's: {grouped(notes)}")

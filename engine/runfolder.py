@@ -89,6 +89,7 @@ class Run:
     # command has others (classifier.py: Part 1's)
     prediction_file: Callable[[Path, str, str], Path] = evaluation.prediction_path
     copy_to: Path | None = None  # a copy of each prediction file here (--predictions_dir)
+    select_by: str = ""  # a task whose dev metric keeps the best model ("": the overall score)
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
@@ -126,7 +127,11 @@ class Run:
 
     def select(self, row: dict) -> float:
         """The score that keeps a stage's model as the best (nan elsewhere: never kept)."""
-        return evaluation.selection_score(row, self.eval_tasks) if self.rt.main else math.nan
+        if not self.rt.main:
+            return math.nan
+        if self.select_by:
+            return evaluation.main_score(row, self.select_by)
+        return evaluation.selection_score(row, self.eval_tasks)
 
     def keep_steps(self, progress: Progress):
         """The step log of what the checkpoint holds (checkpoint.keep_logged_steps)."""

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import definitions as D
 from harness import Part, cached, check, part, references, student
 from setups import (
     P_DROP,
@@ -26,6 +27,7 @@ from setups import (
     as_run,
     dropout_parts,
     f64,
+    first_steps,
     gen,
     grads,
     hf_attention_in,
@@ -347,10 +349,24 @@ def adamw_parts(what: str, **options):
 
         fitted = ot.fit(AdamW, **options)
         got = adamw_runs(AdamW, **options)
-        return fitted, got, adamw_runs(AdamW, correct_bias=False, **options)
+        return (
+            fitted,
+            got,
+            adamw_runs(AdamW, correct_bias=False, **options),
+            first_steps(AdamW, **options),
+        )
 
-    fitted, got, unbiased = student(mine)
+    fitted, got, unbiased, firsts = student(mine)
     yield handout_test(fitted)
+    names = ("two groups, each its lr and decay", "|g| near sqrt(eps)", "correct_bias=False")
+    for name, case, step in zip(names, D.FIRST_STEPS, firsts, strict=True):
+        expected = lambda case=case: D.adamw_first_step(case)  # noqa: E731
+        yield part(
+            f"the first step by AdamW's definition, {name}{what}",
+            step,
+            expected,
+            tol=D.FIRST_STEP_TOL,
+        )
     yield Part(f"parameters after 20 steps{what}", got, ADAMW_REFERENCES)
     yield Part(f"correct_bias=False{what}", unbiased, UNBIASED_REFERENCES)
 
@@ -416,12 +432,12 @@ def classifier():
     got = student(mine)
     cls = lambda: (table[ids] * mask[..., None]).sum(1)  # noqa: E731  (B, H): the stand-in's [CLS]
     for task, head in heads.items():
-        yield part(f"{task} logits", got[task], lambda h=head: R.sentiment_logits(cls(), h))
+        yield part(f"{task} logits", got[task], lambda h=head: D.sentiment_logits(cls(), h))
         if f"{task} gradients" in got:
             ins = [table, *head.parameters()]
 
             def expected(h=head, ins=ins, w=w[task]):
-                return grads(R.sentiment_logits(cls(), h), ins, w)
+                return grads(D.sentiment_logits(cls(), h), ins, w)
 
             yield part(
                 f"{task}: gradients of BERT's output and the layer",
@@ -429,7 +445,7 @@ def classifier():
                 expected,
             )
     head = heads["sst"]
-    one = lambda: R.sentiment_logits(cls()[:1], head)  # noqa: E731
+    one = lambda: D.sentiment_logits(cls()[:1], head)  # noqa: E731
     yield part("a batch of one: (1, C) logits", got["one"], one)
 
     def run(dtype, device):
@@ -504,8 +520,8 @@ def multitask():
     run = lambda dtype, device: predict_on(dtype, device, heads, (table, position), both[0])  # noqa: E731
     values = torch.cat([got["sst"][0].flatten(), got["para"][0][0], got["sts"][0][0]])
     yield from as_run("predict_*", run, values)
-    yield part("the STS head's score", got["score"][0], lambda: R.sts_score(u, v))
-    expected = lambda: grads(R.sts_score(u, v), (u, v), w["sts"])  # noqa: E731
+    yield part("the STS head's score", got["score"][0], lambda: D.sts_score(u, v))
+    expected = lambda: grads(D.sts_score(u, v), (u, v), w["sts"])  # noqa: E731
     yield part("the STS score's gradients of u and v", got["score"][1], expected)
     shapes = ([1, 5], [1], [1])
     for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
@@ -534,10 +550,10 @@ def sst_readout():
         return got
 
     got = student(mine)
-    yield part("the SST head's logits", got["logits"], lambda: R.sentiment_logits(z, head))
+    yield part("the SST head's logits", got["logits"], lambda: D.sentiment_logits(z, head))
     if "gradients" in got:
         ins = [z, *head.parameters()]
-        expected = lambda: grads(R.sentiment_logits(z, head), ins, w)  # noqa: E731
+        expected = lambda: grads(D.sentiment_logits(z, head), ins, w)  # noqa: E731
         yield part(
             "the SST head: gradients of the sentences and the head", got["gradients"], expected
         )
@@ -574,7 +590,7 @@ def predicted(got, heads, encoder, leaves, w, both):
     yield part("predict_sentiment: gradients of the encoder and the head", got["sst"][1], gradients)
     for task, method in (("para", "predict_paraphrase"), ("sts", "predict_similarity")):
         for sides, (out, out_grads) in zip(both, got[task], strict=True):
-            value, gradients = against(task, lambda s=sides: R.pair_batch(*s), w["pair"])
+            value, gradients = against(task, lambda s=sides: D.pair_batch(*s), w["pair"])
             what = f"{method}, sides of {sides[0].size(1)} and {sides[2].size(1)}"
             yield part(what, out, value)
             yield part(f"{what}: gradients", out_grads, gradients)
@@ -630,7 +646,7 @@ def multitask_step():
         from optimizer import loss_weights
 
         weights = loss_weights(3, "random", gen(5))
-        total = R.multitask_loss(model, step_batches(), weights, task_loss)
+        total = D.multitask_loss(model, step_batches(), weights, task_loss)
         pairs = zip(model.bert.parameters(), reference.bert.parameters(), strict=True)
         return total + L2SP * sum((p - p0).pow(2).sum() for p, p0 in pairs) / 2  # L2-SP
 

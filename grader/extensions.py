@@ -8,6 +8,7 @@ import types
 import torch
 from torch import nn
 
+import definitions as D
 from checks import R, adamw_parts
 from harness import cached, check, part, student
 from setups import as_run, f64, gen, grads, seeded_heads, tiny_multitask
@@ -81,8 +82,8 @@ def mean_pool():
     out, padding, got, one = student(mine)
     yield part("what padding holds", out, lambda: padding)
     yield part("a batch of one: the output's shape", one, [1, 5])
-    yield part("output", out, lambda: R.mean_pool(hidden, mask))
-    yield part("gradient", got, lambda: grads(R.mean_pool(hidden, mask), hidden, w))
+    yield part("output", out, lambda: D.mean_pool(hidden, mask))
+    yield part("gradient", got, lambda: grads(D.mean_pool(hidden, mask), hidden, w))
 
     def run(dtype, device):
         from bert import mean_pool as ours
@@ -111,9 +112,9 @@ def pair_head():
 
     out, swapped, got, shape = student(mine)
     yield part("the logit of (v, u)", swapped, lambda: out)
-    yield part("logits", out, lambda: R.pair_logit(u, v, head))
+    yield part("logits", out, lambda: D.pair_logit(u, v, head))
     ins = [u, v, head.weight]
-    yield part("gradients", got, lambda: grads(R.pair_logit(u, v, head), ins, w))
+    yield part("gradients", got, lambda: grads(D.pair_logit(u, v, head), ins, w))
     yield part("a batch of one: the logits' shape", shape, [1])
 
     def run(dtype, device):

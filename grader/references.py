@@ -67,43 +67,6 @@ class HandoutAdamW(torch.optim.Optimizer):
                     p -= lr * group["weight_decay"] * p
 
 
-def mean_pool(hidden, mask):
-    """Each sentence's average over the tokens its mask keeps."""
-    return torch.stack([hidden[b][mask[b].bool()].mean(0) for b in range(len(hidden))])
-
-
-def sentiment_logits(sentences, head):
-    """The handout's sentiment classifier's logits (eval: dropout is the identity)."""
-    return torch.stack([head.weight @ z + head.bias for z in sentences])
-
-
-def pair_batch(ids1, mask1, ids2, mask2):
-    """The two sentences of each pair as one (2, B, T) batch, the shorter side padded."""
-    T = max(ids1.size(1), ids2.size(1))
-
-    def pad(x):
-        return torch.cat([x, x.new_zeros(x.size(0), T - x.size(1))], 1)
-
-    ids, mask = torch.stack([pad(ids1), pad(ids2)]), torch.stack([pad(mask1), pad(mask2)])
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-
-
-def sts_score(u, v):
-    """The cosine of each pair stretched from [-1, 1] onto STS's 0-5 scale."""
-    cos = (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1))
-    return 5 * (cos + 1) / 2
-
-
-def pair_logit(u, v, head):
-    """The paraphrase logit: the head on [u, v, |u - v|] and on [v, u, |u - v|], averaged."""
-    w, b = head.weight[0], head.bias[0]
-    out = [
-        (w @ torch.cat([x, y, (x - y).abs()]) + w @ torch.cat([y, x, (x - y).abs()])) / 2 + b
-        for x, y in zip(u, v, strict=True)
-    ]
-    return torch.stack(out)
-
-
 def symmetric_kl(p, q, kind: str):
     """KL(P||Q) + KL(Q||P), class by class, batch mean; the squared error for regression."""
     if kind == "regression":
@@ -217,11 +180,4 @@ def distillation(z, ref):
     cos = F.cosine_similarity
     return sum((cos(z[i], z[j], dim=0) - cos(ref[i], ref[j], dim=0)) ** 2 for i, j in pairs) / len(
         pairs
-    )
-
-
-def multitask_loss(model, step_batches, weights, loss_of):
-    """One multitask step's loss: sum over tasks of its weight times its batch's loss."""
-    return sum(
-        w * loss_of(task, batch) for (task, batch), w in zip(step_batches, weights, strict=True)
     )

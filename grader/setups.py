@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import definitions as D
 from harness import part, student
 
 f64 = torch.float64
@@ -340,3 +341,29 @@ def stepped(model, stage, ctx, generator):
     finally:
         trainer.optimizer_step = saved
     return loss, seen["grads"]
+
+
+def first_steps(opt_class, **options) -> list[torch.Tensor]:
+    """Each of definitions.FIRST_STEPS run for one step by opt_class: its parameters, flat
+    (the student's side)."""
+    out = []
+    for case in D.FIRST_STEPS:
+        params = [nn.Parameter(torch.tensor(p, dtype=f64)) for p, *_ in case["groups"]]
+        for param, (_, g, *_) in zip(params, case["groups"], strict=True):
+            param.grad = torch.tensor(g, dtype=f64)
+        groups = [
+            {"params": [q], "lr": lr, "weight_decay": wd}
+            for q, (_, _, lr, wd) in zip(params, case["groups"], strict=True)
+        ]
+        opt = opt_class(
+            groups,
+            lr=1.0,
+            betas=D.BETAS,
+            eps=case["eps"],
+            weight_decay=0.0,
+            correct_bias=case["correct_bias"],
+            **options,
+        )
+        opt.step()
+        out.append(torch.cat([q.detach().flatten() for q in params]))
+    return out

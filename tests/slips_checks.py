@@ -178,6 +178,15 @@ SLIPS = {
     ],
     "adamw": [
         (
+            "eps inside the square root",
+            [
+                (
+                    "denom = torch.sqrt(exp_avg_sq, out=self._scratch(p)).add_(eps * root2)",
+                    "denom = torch.sqrt(exp_avg_sq + eps * root2, out=self._scratch(p))",
+                )
+            ],
+        ),
+        (
             "weight decay read from the defaults, not the group",
             [
                 (
@@ -271,6 +280,53 @@ SLIPS = {
         ),
     ],
     "multitask": [
+        (
+            "STS as 5 * relu(cosine)",
+            [
+                (
+                    "return cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
+                    "return 5 * F.relu(F.cosine_similarity(u, v, dim=-1))",
+                )
+            ],
+        ),
+        (
+            "the pairs stacked as (B, 2, T)",
+            [
+                (
+                    'return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
+                    "ids, mask = ids.transpose(0, 1), mask.transpose(0, 1)\n"
+                    '        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
+                )
+            ],
+        ),
+        (
+            "the pairs' padding unmasked",
+            [
+                (
+                    "F.pad(mask_1, (0, T - mask_1.size(1)))",
+                    "F.pad(mask_1, (0, T - mask_1.size(1)), value=1)",
+                ),
+                (
+                    "F.pad(mask_2, (0, T - mask_2.size(1)))",
+                    "F.pad(mask_2, (0, T - mask_2.size(1)), value=1)",
+                ),
+            ],
+        ),
+        (
+            "the pairs padded on the left",
+            [
+                ("F.pad(ids_1, (0, T - ids_1.size(1)))", "F.pad(ids_1, (T - ids_1.size(1), 0))"),
+                ("F.pad(ids_2, (0, T - ids_2.size(1)))", "F.pad(ids_2, (T - ids_2.size(1), 0))"),
+                (
+                    "F.pad(mask_1, (0, T - mask_1.size(1)))",
+                    "F.pad(mask_1, (T - mask_1.size(1), 0))",
+                ),
+                (
+                    "F.pad(mask_2, (0, T - mask_2.size(1)))",
+                    "F.pad(mask_2, (T - mask_2.size(1), 0))",
+                ),
+            ],
+        ),
         (
             "the sentences detached before the head",
             [("self.dropout(sentences)", "self.dropout(sentences.detach())")],

@@ -84,6 +84,15 @@ SLIPS = {
         ),
     ],
     "mean_pool": [
+        (
+            "divided by T, padding counted",
+            [
+                (
+                    "return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)",
+                    "return (hidden * m).sum(1) / hidden.size(1)",
+                )
+            ],
+        ),
         ("detached", [("return (hidden * m).sum(1)", "return (hidden.detach() * m).sum(1)")]),
         (
             "squeeze() without a dim",

@@ -221,7 +221,7 @@ def test_partial_credit_and_a_bad_points_file(tmp_path):
     """partial: each part earns its share of its side's points, the held side apart; a
     points file that does not say what is expected stops with its name."""
     row = {"result": "fail", "parts": 7, "held": 3, "failed": 1, "held_failed": 1, "unknown": 0}
-    whole = exercises.check_docs(REPO)["multitask"]
+    whole = exercises.check_docs(REPO)["smart_ascent"]  # 3 points, 2 of them held
     assert exercises.score(row, whole) == scorecard.Score(0, 1, 0, 2)  # all or nothing
     part = replace(whole, partial=True)
     assert exercises.score(row, part) == scorecard.Score(0.75, 1, 2 * 2 / 3, 2)

@@ -71,8 +71,19 @@ def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, 
     predictions, every one checked."""
     clone = a_clone(tmp_path)
     first = handout_commands(clone, tiny_env, tmp_path).stdout.splitlines()[:2]
-    assert first[0].startswith("the handout's run (--preset handout): --option finetune")
-    assert first[1].startswith("the handout's run: the handout's run, picked by its flags")
+    assert first[0].startswith(
+        "this project's completion of the handout's starter (--preset handout"
+    )
+    assert (
+        "--preset handout-starter is the starter: SST alone" in first[0] and "float32" in first[0]
+    )
+    assert (
+        "the handout trains in float32, this run in --precision: its device line says which): --option finetune"
+        in first[0]
+    )
+    assert first[1].startswith(
+        "this project's preset handout: this project's completion of the handout's starter"
+    )
     written = sorted(p.name for p in (clone / "predictions").iterdir())
     assert len(written) == 14  # 4 + 4 of Part 1, 6 of Part 2, in ./predictions/
     done = command(clone, "prepare_submit.py", "--data_dir", tiny_env[1])

@@ -277,3 +277,18 @@ def test_a_typed_smart_dropout_the_reference_variant_would_replace_is_refused():
         cfg, _ = mt.parse_args(["--smart", "--smart_variant", "reference", *argv])
         stages = presets.PRESETS[cfg.preset].plans_of(cfg).stages()
         assert {s.smart.dropout for s in stages if s.smart.active} == {"independent"}
+
+
+def test_the_handouts_starter_trains_sst_alone_and_keeps_the_best_sst_accuracy():
+    """--preset handout-starter is the handout's train_multitask: SST alone, --epochs
+    passes, the model of the best SST dev accuracy kept (the handout preset, this project's
+    completion, keeps the best overall)."""
+    cfg, _ = mt.parse_args(["--preset", "handout-starter", "--epochs", "3"])
+    (stages,) = presets.PRESETS["handout-starter"].plans_of(cfg).values()
+    assert [s.tasks for s in stages] == [("sst",)] * 3
+    rt = type("Rt", (), {"main": True})()
+    row = {"sst": {"accuracy": 0.4}, "para": {"accuracy": 0.9}, "sts": {"pearson": 0.8}}
+    row["overall"] = 0.7
+    assert mt.sub_run(cfg, Path("r"), "", rt).select(row) == 0.4
+    thesis, _ = mt.parse_args(["--preset", "thesis"])
+    assert mt.sub_run(thesis, Path("r"), "", rt).select(row) == 0.7
