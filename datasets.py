@@ -17,6 +17,7 @@ that cannot be read at all stops with a DataError naming its line.
 the files that are missing (FILE_STEMS names them), then checks every one.
 """
 
+import copy
 import csv
 import math
 import os
@@ -425,6 +426,16 @@ class _Tokenized(Dataset):
             batch["labels"] = self.labels[indices]  # (B,)
         batch["ids"] = [self.ids[i] for i in indices]
         return batch
+
+
+def head(dataset: _Tokenized, n: int) -> _Tokenized:
+    """The first n examples of a tokenized dataset, sharing its token lists (an item is
+    its index: the shorter ids and lengths are the whole change)."""
+    if n >= len(dataset):
+        return dataset
+    out = copy.copy(dataset)
+    out.ids, out.lengths = dataset.ids[:n], dataset.lengths[:n]
+    return out
 
 
 class SentenceDataset(_Tokenized):

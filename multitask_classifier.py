@@ -47,7 +47,7 @@ import trainer
 from bert import BertModel, mean_pool
 from engine import checkpoint, flags, handout, preset_flags, runtime
 from engine.checks import check_loading, check_run
-from engine.estimate import estimate_plans
+from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, OptimConfig, RunConfig
 from engine.handout import MULTITASK_HANDOUT
 from engine.plan_data import plan_data, plan_files
@@ -373,13 +373,11 @@ def train_multitask(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path,
 def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     """Print each stage's expected minutes and return the whole run's, before any run
     folder exists (--estimate; lab/sweep.py asks it through main): engine.estimate.estimate_plans
-    times a few real steps of each kind of stage, plus one dev scoring."""
+    times a few real steps of each kind of stage, plus one dev scoring (scoring_seconds)."""
     task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
     reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
-    t0 = time.perf_counter()
-    sub_run(cfg, Path(), "", rt).score(model, task_data)
-    scoring = time.perf_counter() - t0
+    scoring = scoring_seconds(task_data, lambda d: sub_run(cfg, Path(), "", rt).score(model, d))
     return estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
 
 

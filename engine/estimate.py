@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import torch
 
+from datasets import head
 from engine.flags import OptimConfig
 from presets import Stage
 from smart import EMATeacher
@@ -54,3 +55,22 @@ def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: f
     minutes = (total + scoring) / 60
     print(f"whole run: about {minutes:.1f} minutes ({rt.device}, {rt.precision})")
     return minutes
+
+
+ESTIMATE_DEV = (128, 384)  # dev scoring is timed on these many examples of each set
+
+
+def scoring_seconds(task_data: dict, score) -> float:
+    """One dev scoring's seconds (`score(task_data)`), timed on two samples of each dev set
+    (ESTIMATE_DEV examples each): the fixed part and the per-example part apart, then the
+    whole sets, which are never scored in full here."""
+    seconds, sizes = [], []
+    for n in ESTIMATE_DEV:
+        sample = {t: replace(d, dev=head(d.dev, n)) if d.dev else d for t, d in task_data.items()}
+        t0 = time.perf_counter()
+        score(sample)
+        seconds.append(time.perf_counter() - t0)
+        sizes.append(sum(len(d.dev) for d in sample.values() if d.dev))
+    whole = sum(len(d.dev) for d in task_data.values() if d.dev)
+    per_example = max(0.0, seconds[1] - seconds[0]) / max(1, sizes[1] - sizes[0])
+    return seconds[1] + per_example * max(0, whole - sizes[1])

@@ -268,3 +268,18 @@ def test_tokenizing_in_chunks_equals_one_call_and_counts_every_text(tokenizer, m
     assert ids == whole["input_ids"] and types == whole["token_type_ids"]
     (bar,) = RecordedBar.made
     assert bar.kwargs["total"] == bar.done == 5 and bar.kwargs["delay"] > 0
+
+
+def test_the_head_of_a_dataset_batches_as_its_first_examples(tokenizer):
+    """datasets.head (--estimate's timing sample): the first n examples, batched exactly as
+    the whole set batches them; the whole set when n covers it."""
+    examples = [D.PairExample(f"p{i}", "Hello world", "a" * (i + 1), i % 2) for i in range(5)]
+    ds = D.PairDataset(examples, tokenizer)
+    head = D.head(ds, 3)
+    assert len(head) == 3 and head.ids == ["p0", "p1", "p2"] and len(ds) == 5
+    loader = D.make_loader(head, batch_size=8, shuffle=False)
+    (batch,) = list(loader)
+    assert sorted(batch["ids"]) == ["p0", "p1", "p2"]
+    whole = ds.collate([int(i[1:]) for i in batch["ids"]])  # the same examples, from ds
+    assert all(torch.equal(batch[k], whole[k]) for k in ("input_ids", "attention_mask", "labels"))
+    assert D.head(ds, 5) is ds and D.head(ds, 9) is ds

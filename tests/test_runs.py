@@ -319,3 +319,29 @@ def test_score_scores_the_untrained_model_as_a_run_starts_and_makes_no_folder(
     start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     for task in ("sst", "para", "sts"):
         assert row[task] == start[task], task
+
+
+def test_the_estimates_dev_scoring_is_timed_on_samples_and_scaled(monkeypatch):
+    """engine.estimate.scoring_seconds scores two samples of each dev set, never the whole
+    sets, and splits a fixed part from a per-example part: on a clock where a scoring takes
+    3 s plus 0.01 s an example, it gives the whole sets' 3 + 0.01 * N."""
+    from types import SimpleNamespace
+
+    from engine import estimate
+
+    clock, seen = [0.0], []
+
+    def score(sample):
+        n = sum(len(d.dev) for d in sample.values() if d.dev)
+        seen.append(n)
+        clock[0] += 3.0 + 0.01 * n
+
+    monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(estimate, "head", lambda dev, n: list(range(min(n, len(dev)))))
+    sets = {"sst": 1101, "para": 20215, "sts": 863}
+    task_data = {t: SimpleNamespace(dev=list(range(n))) for t, n in sets.items()}
+    task_data["heldout"] = SimpleNamespace(dev=None)
+    monkeypatch.setattr(estimate, "replace", lambda d, dev: SimpleNamespace(dev=dev))
+    seconds = estimate.scoring_seconds(task_data, score)
+    assert seen == [3 * 128, 3 * 384]
+    assert abs(seconds - (3.0 + 0.01 * sum(sets.values()))) < 1e-9
