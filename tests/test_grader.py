@@ -414,21 +414,26 @@ def test_the_variants_the_handout_allows_pass(name, grade_changed):
 
 
 def slip_table() -> str:
-    """The docs' table: per exercise, its slips, how many the TA's grader fails, how many
-    a student's copy shows with full points (none may), and the solution's grade on each."""
+    """The docs' table: per exercise, its slips, how many the TA's grader fails, how many a
+    student's copy fails (the rest it shows as the solution's row, with the TA's points
+    waiting: STUDENT_BLIND), how many it shows with full points (none may), and the
+    solution's grade on each side."""
     lines = [
-        "| exercise | slips tried | failed by the TA's grader | full points in a student's copy "
-        "| the solution (TA's / student's) |",
-        "| --- | --- | --- | --- | --- |",
+        "| exercise | slips tried | failed by the TA's grader | failed in a student's copy "
+        "| full points in a student's copy | the solution (TA's / student's) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     with tempfile.TemporaryDirectory() as tmp, changes_graded(Path(tmp)) as grade:
         for name, slips in SLIPS.items():
             caught = sum(grade(name, e)["result"] in ("fail", "error") for _, e in slips)
-            shown = sum(full_points(grade(name, e, student=True), name) for _, e in slips)
+            rows = [grade(name, e, student=True) for _, e in slips]
+            told = sum(r["result"] in ("fail", "error") for r in rows)
+            shown = sum(full_points(r, name) for r in rows)
             what = "; ".join(w for w, _ in slips).replace("|", "\\|")  # a table's cell
             ta, student = grade(name, [])["result"], grade(name, [], student=True)["result"]
+            n = len(slips)
             lines.append(
-                f"| `{name}` | {what} | {caught} / {len(slips)} | {shown} | {ta} / {student} |"
+                f"| `{name}` | {what} | {caught} / {n} | {told} / {n} | {shown} | {ta} / {student} |"
             )
     return "\n".join(lines)
 
