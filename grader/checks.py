@@ -139,6 +139,16 @@ def tiny_layer(hf):
     return ours.encoder["layer"][0]
 
 
+def hooked_reference(theirs, x, keep):
+    """Hugging Face's layer output on x, and what its sublayers handed on: `a`, the
+    attention's close (the feed-forward's input), `hf`, the feed-forward's activation."""
+    seen = {}
+    theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
+    theirs.intermediate.dense.register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
+    ref = theirs(x, attention_mask=additive(keep, f64))
+    return (ref[0] if isinstance(ref, tuple) else ref), seen
+
+
 @check(1e-9, stands_in=("attention",))
 def layer():
     """BertLayer (add_norm, forward) against Hugging Face's BertLayer with the same weights,
@@ -156,18 +166,20 @@ def layer():
     def mine():
         layer, seen = tiny_layer(hf), {}
         layer.output.dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
+        layer.intermediate["dense"].register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
         out = layer(x, additive(keep, f64))
         params = [p for n, p in layer.named_parameters() if ".self." not in n]
         probs = []
         layer(x, additive(keep, f64), probs)
-        return out, seen.get("ours"), grads(out, [x, *params], w), len(probs)
+        hooked = (seen.get("a"), seen.get("ours"))
+        return out, hooked, grads(out, [x, *params], w), len(probs)
 
-    out, activation, got, asked = student(mine)
-    seen = {}
-    theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
-    ref = theirs(x, attention_mask=additive(keep, f64))
-    ref = ref[0] if isinstance(ref, tuple) else ref
+    out, (closed, activation), got, asked = student(mine)
+    ref, seen = hooked_reference(theirs, x, keep)
     rows = keep.bool()
+    if closed is not None:  # the sublayers in order: the attention's close comes first
+        hf_closed = seen["a"][rows]
+        yield part("the attention sublayer's add_norm", closed[rows], lambda: hf_closed)
     if activation is not None:  # a body calling F.linear on the weights skips the hook
         hf_act = seen["hf"][rows]
         yield part("the feed-forward's activation", activation[rows], lambda: hf_act, tol=1e-6)

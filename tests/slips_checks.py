@@ -54,6 +54,15 @@ SLIPS = {
     ],
     "layer": [
         (
+            "LayerNorm before the residual",
+            [
+                (
+                    "return ln_layer(input + dropout(dense_layer(output)))",
+                    "return input + ln_layer(dropout(dense_layer(output)))",
+                )
+            ],
+        ),
+        (
             "the feed-forward upcast to float64",
             [
                 (
