@@ -33,6 +33,7 @@ from setups import (
     hf_attention_in,
     ours_like,
     padded,
+    second_tensor_first_step,
     seeded_heads,
     stand_in_classifier,
     stand_in_readout,
@@ -366,10 +367,13 @@ def adamw_parts(what: str, **options):
             got,
             adamw_runs(AdamW, correct_bias=False, **options),
             first_steps(AdamW, **options),
+            second_tensor_first_step(AdamW, **options),
         )
 
-    fitted, got, unbiased, firsts = student(mine)
+    fitted, got, unbiased, firsts, late = student(mine)
     yield handout_test(fitted)
+    label = f"the first step by AdamW's definition, a tensor's own after its group's{what}"
+    yield part(label, late, D.late_first_step, tol=D.FIRST_STEP_TOL)
     names = ("two groups, each its lr and decay", "|g| near sqrt(eps)", "correct_bias=False")
     for name, case, step in zip(names, D.FIRST_STEPS, firsts, strict=True):
         expected = lambda case=case: D.adamw_first_step(case)  # noqa: E731

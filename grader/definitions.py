@@ -5,6 +5,8 @@ fails on the student's side too; references.py, the TA's, keeps what would give 
 away (attention, AdamW, SMART, SimCSE, PCGrad, ...).
 """
 
+import math
+
 import torch
 
 
@@ -91,3 +93,35 @@ def adamw_first_step(case: dict) -> torch.Tensor:
         m, v = (g, g * g) if case["correct_bias"] else ((1 - b1) * g, (1 - b2) * g * g)
         out.append(p - lr * wd * p - lr * m / (v.sqrt() + case["eps"]))
     return torch.cat(out)
+
+
+# A tensor whose first gradient comes at its group's second step: (its value, its gradient,
+# lr); its update is a first step's, whatever the group's other tensors did before.
+LATE = ([0.5, -1.0, 2.0], [0.2, -0.4, 0.1], 1e-2)
+
+
+def late_first_step() -> torch.Tensor:
+    return adamw_first_step({"groups": [(*LATE, 0.0)], "eps": 1e-6, "correct_bias": True})
+
+
+def two_sentence_distillation(z, ref) -> torch.Tensor:
+    """Two sentences: one pair, both ways, so the mean is the squared change of their one
+    cosine, (cos(z0, z1) - cos(ref0, ref1))^2."""
+    cos = torch.nn.functional.cosine_similarity
+    return (cos(z[0], z[1], dim=0) - cos(ref[0], ref[1], dim=0)) ** 2
+
+
+def orthogonal_simcse(B: int, K: int, t: float) -> float:
+    """SimCSE's loss where each anchor's own positive has cosine 1 and every other candidate
+    (the other positives, the K - 2 hard negatives each) cosine 0: each anchor's
+    cross-entropy is log(1 + (n - 1) exp(-1 / t)), n = (K - 1) B candidates."""
+    n = (K - 1) * B
+    return math.log(1 + (n - 1) * math.exp(-1 / t))
+
+
+# Two tasks' gradients and PCGrad's sum, by hand: conflicting (each projected off the
+# other's original gradient) and agreeing (left as they are).
+PCGRAD_BY_HAND = [
+    ([[1.0, 0.0], [-1.0, 1.0]], [0.5, 1.5]),  # g1 - (-1/2) g2 = [.5, .5]; g2 - (-1) g1 = [0, 1]
+    ([[1.0, 0.0], [1.0, 1.0]], [2.0, 1.0]),
+]

@@ -3,12 +3,12 @@ the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and t
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
 import math
-import types
 
 import torch
 from torch import nn
 
 import definitions as D
+from ascent import ascent_properties, cfg_of, kl_runs, smart_as_run, smart_runs, stand_in_divergence
 from checks import R, adamw_parts
 from harness import cached, check, part, student
 from setups import as_run, f64, gen, grads, seeded_heads, tiny_multitask
@@ -138,18 +138,18 @@ def symmetric_kl():
         p, q = (torch.randn(shape, generator=gen(2 * i + j), dtype=f64) for j in range(2))
         p, q = p.requires_grad_(), q.requires_grad_()
 
-        def mine(p=p, q=q, kind=kind):
-            from smart import divergence, reference_divergence
-
-            ours, theirs = divergence(p, q, kind), reference_divergence(p, q, kind)
-            return {
-                "ours": [ours, grads(ours, (p, q), 1.0)],
-                "theirs": [theirs, grads(theirs, (p, q), 1.0)],
-                "same": divergence(q, p, kind),
-                "zero": divergence(p, p, kind),
-            }
-
-        got = student(mine)
+        got = student(kl_runs, p, q, kind)
+        yield part(
+            f"{kind}: gradients against finite differences of its values",
+            got["ours"][1],
+            got["fd"],
+            tol=FD_TOL,
+        )
+        if kind != "regression":  # each side learns from one KL only: half, to first order
+            fd = got["near fd"]
+            ratio = (got["near"] * fd).sum() / (fd * fd).sum()  # the gradient along the full one
+            what = f"mt-dnn's, {kind}, outputs close: gradients / the finite differences"
+            yield part(what, ratio, 0.5, tol=0.1)
         yield from kl_parts(got["ours"], R.symmetric_kl, p, q, kind, kind)
         yield from kl_parts(got["theirs"], R.reference_kl, p, q, kind, f"mt-dnn's, {kind}")
         yield part(f"{kind}: symmetric", got["ours"][0], got["same"])
@@ -164,6 +164,13 @@ def symmetric_kl():
         yield from as_run(kind, run, got["same"])
 
 
+# Central differences at h = 1e-3 of values a body may compute in float32: their rounding
+# (1e-7 / h) is 1e-4 at most, where a slip moves a gradient by 0.1 or more. The reference
+# code's gradient is half the full one to first order: outputs 3e-2 apart keep the second
+# order within a few percent of that half, where a slip gives the whole.
+FD_TOL = 1e-3
+
+
 def kl_parts(got, ref, p, q, kind: str, what: str):
     """[value, gradients of both sides] that the student's side gave, against ref's."""
     value, gradients = got
@@ -173,18 +180,6 @@ def kl_parts(got, ref, p, q, kind: str, what: str):
 
 
 KINDS = ("classification", "binary", "regression")  # the outputs SMART serves
-
-
-def stand_in_divergence(p, q, kind):
-    """A squared distance of the two outputs as `kind` reads them (class logits by their
-    softmax, a binary logit by its sigmoid, a regression output as it is): the
-    symmetric_kl exercise's stand-in while the ascent is graded (any smooth divergence
-    tells a right ascent from a wrong one, and a wrong kind from the right one)."""
-    if kind == "classification":
-        return ((p.softmax(-1) - q.softmax(-1)) ** 2).sum(-1).mean()
-    if kind == "binary":
-        return ((p.sigmoid() - q.sigmoid()) ** 2).mean()
-    return (p - q).square().mean()
 
 
 @check(1e-9, stands_in=("symmetric_kl",))
@@ -223,56 +218,10 @@ def smart_ascent():
         yield part(f"R_s's gradients ({kind})", out_grads, expected)
     perturbed = {kind: (heads[kind], outs[1]) for kind, outs in got.items()}
     yield from mtdnn_parts(perturbed, embeds, both, cfg)
+    yield from ascent_properties(g, w, embeds, mask, both)
 
     run = lambda dtype, device: smart_as_run(dtype, device, embeds, w, mask, cfg)  # noqa: E731
     yield from as_run("R_s (classification)", run, None)
-
-
-def smart_as_run(dtype, device, embeds, w, mask, cfg: dict):
-    """R_s of class logits with the inputs in dtype on device (its noise drawn there)."""
-    import smart
-
-    e, v = (x.detach().to(dtype=dtype, device=device) for x in (embeds, w))
-    keep = mask.to(device)
-
-    def head(x):
-        return (x * keep[..., None]).sum(1) @ v
-
-    saved, smart.divergence = smart.divergence, stand_in_divergence
-    try:
-        config = smart.SmartConfig(**cfg)
-        return smart.adversarial_regularizer(head, e, head(e), "classification", keep, config)
-    finally:
-        smart.divergence = saved
-
-
-def smart_runs(heads: dict, embeds, mask, cfg: dict, both):
-    """The student's side of smart_ascent: ({kind: [(R_s, its gradients), (the perturbed
-    output, its gradients)]}, whether .grad stayed untouched), the divergences stood in."""
-    import smart
-
-    config = smart.SmartConfig(**cfg)
-    saved = smart.divergence, smart.reference_divergence
-    smart.divergence, smart.reference_divergence = stand_in_divergence, lambda c, a, k: a
-    got = {}
-    try:
-        for kind, head in heads.items():
-            torch.manual_seed(5)
-            out = smart.adversarial_regularizer(head, embeds, head(embeds), kind, mask, config)
-            torch.manual_seed(7)
-            theirs = smart.reference_regularizer(head, embeds, head(embeds), kind, config)
-            got[kind] = [out, theirs]
-        untouched = all(x.grad is None for x in both)
-        for kind, outs in got.items():
-            got[kind] = [(x, grads(x, both, 1.0)) for x in outs]
-    finally:
-        smart.divergence, smart.reference_divergence = saved
-    return got, untouched
-
-
-def cfg_of(cfg: dict):
-    """The ascent's settings as R.smart_ascent reads them (attributes)."""
-    return types.SimpleNamespace(**cfg)
 
 
 def mtdnn_parts(perturbed: dict, embeds, both, cfg: dict):
@@ -295,8 +244,7 @@ def mtdnn_parts(perturbed: dict, embeds, both, cfg: dict):
 @check(1e-12)
 def momentum_teacher():
     """EMATeacher.update against beta * teacher + (1 - beta) * model, parameter by
-    parameter, over three updates; then beta = 1 and beta = 0; in float32 and on another
-    device."""
+    parameter, over three updates; then beta = 1 and 0; in float32 and on another device."""
     betas = (0.9, 0.5, 0.99)
 
     def mine():
@@ -315,6 +263,7 @@ def momentum_teacher():
         return got
 
     got, kept, copied = student(mine)
+    yield from teacher_midpoint()
     model = teacher_model(f64, "cpu")
     start, updates = {n: p.detach().clone() for n, p in model.named_parameters()}, []
     for beta in betas:  # (beta, the model's parameters it was given)
@@ -345,6 +294,28 @@ def momentum_teacher():
     yield from as_run("the teacher after three updates", run, got)
 
 
+def teacher_midpoint():
+    """One update at beta 0.5 of a teacher that starts as the model's copy: the midpoint
+    of the model before and after its step."""
+
+    def mine():
+        from smart import EMATeacher
+
+        model = teacher_model(f64, "cpu")
+        teacher = EMATeacher(model)  # a copy of the model at its start
+        moved(model)
+        teacher.update(model, beta=0.5)
+        return torch.cat([teacher.params[n].flatten() for n, _ in model.named_parameters()])
+
+    midpoint = student(mine)
+    start = torch.cat([p.detach().flatten() for p in teacher_model(f64, "cpu").parameters()])
+    model = teacher_model(f64, "cpu")
+    moved(model)
+    end = torch.cat([p.detach().flatten() for p in model.parameters()])
+    what = "one update at beta = 0.5: the midpoint of teacher and model"
+    yield part(what, midpoint, (start + end) / 2)
+
+
 def teacher_model(dtype, device):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)).to(dtype=dtype, device=device)
@@ -369,9 +340,17 @@ def simcse():
         from simcse import sup_simcse_loss, unsup_simcse_loss
 
         sup = sup_simcse_loss(a, p, n, 0.05)
-        return sup, unsup_simcse_loss(a, p, 0.1), grads(sup, (a, p, n), 1.0)
+        e = torch.eye(4, dtype=f64)  # anchors e0, e1; positives 3 e0, 3 e1; negatives e2, e3
+        by_hand = [
+            sup_simcse_loss(e[:2], 3 * e[:2], e[2:], 0.5),
+            unsup_simcse_loss(e[:2], 3 * e[:2], 0.5),
+        ]
+        return sup, unsup_simcse_loss(a, p, 0.1), grads(sup, (a, p, n), 1.0), by_hand
 
-    sup, unsup, got = student(mine)
+    sup, unsup, got, (sup_hand, unsup_hand) = student(mine)
+    what = "each anchor's own positive at cosine 1, the rest at 0"
+    yield part(f"supervised, {what}", sup_hand, D.orthogonal_simcse(2, 3, 0.5))
+    yield part(f"unsupervised, {what}", unsup_hand, D.orthogonal_simcse(2, 2, 0.5))
     yield part("supervised", sup, lambda: R.in_batch(a, torch.cat([p, n]), 0.05))
     yield part("unsupervised", unsup, lambda: R.in_batch(a, p, 0.1))
     ref = lambda: R.in_batch(a, torch.cat([p, n]), 0.05)  # noqa: E731
@@ -400,9 +379,25 @@ def pcgrad():
 
         given = vectors.clone()
         got = [ours(list(given), generator=gen(seed)) for seed in seeds]
-        return got, given, ours(list(given.double()), generator=gen(7))
+        hand = [ours(list(torch.tensor(g)), generator=gen(0)) for g, _ in D.PCGRAD_BY_HAND]
+        drawn = gen(7)
+        ours(list(given), generator=drawn)
+        return got, given, ours(list(given.double()), generator=gen(7)), hand, drawn.get_state()
 
-    got, after, in_float64 = student(mine)
+    got, after, in_float64, hand, state = student(mine)
+    drawn = gen(7)
+    for _ in range(len(vectors)):  # the hint's draws: torch.randperm(T, generator) per task
+        torch.randperm(len(vectors), generator=drawn)
+    label = "the generator after the call: one torch.randperm(T) per task drawn from it"
+    yield part(label, state, drawn.get_state(), tol=0.0)
+    for what, out, (_, total) in zip(
+        ("conflicting", "agreeing"), hand, D.PCGRAD_BY_HAND, strict=True
+    ):
+        yield part(f"two tasks by hand, {what}", out, torch.tensor(total))
+    distinct = len({tuple(torch.as_tensor(g).tolist()) for g in got})
+    yield part(
+        "the order follows the generator: the seeds' sums are not all one", distinct > 1, True
+    )
     for seed, out in zip(seeds, got, strict=True):
         expected = lambda k=seed: torch.tensor(R.pcgrad(vectors.tolist(), gen(k)))  # noqa: E731
         yield part(f"the projected sum (generator seed {seed})", out, expected)
@@ -423,9 +418,11 @@ def distillation():
 
         got = similarity_distillation(z, ref)
         gz, gref = torch.autograd.grad(got, (z, ref), allow_unused=True, materialize_grads=True)
-        return got, gz, gref
+        return got, gz, gref, similarity_distillation(z[:2], ref[:2])
 
-    got, gz, gref = student(mine)
+    got, gz, gref, two = student(mine)
+    expected = lambda: D.two_sentence_distillation(z[:2], ref[:2])  # noqa: E731
+    yield part("two sentences: the squared change of their one cosine", two, expected)
     yield part("value", got, lambda: R.distillation(z, ref))
     yield part("gradient", gz, lambda: torch.autograd.grad(R.distillation(z, ref), z)[0])
     yield part("gradient into the reference", gref, lambda: torch.zeros_like(ref), tol=0.0)

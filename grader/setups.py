@@ -367,3 +367,37 @@ def first_steps(opt_class, **options) -> list[torch.Tensor]:
         opt.step()
         out.append(torch.cat([q.detach().flatten() for q in params]))
     return out
+
+
+def finite_differences(f, inputs, h: float = 1e-6) -> torch.Tensor:
+    """The gradient of the scalar f() with respect to each input, by central differences,
+    stacked flat (the student's side: f is the student's code, run on the inputs as they
+    are nudged in place, then put back)."""
+    out = []
+    with torch.no_grad():
+        for x in inputs:
+            flat = x.view(-1)
+            for i in range(flat.numel()):
+                keep = flat[i].item()
+                flat[i] = keep + h
+                up = float(f())
+                flat[i] = keep - h
+                down = float(f())
+                flat[i] = keep
+                out.append((up - down) / (2 * h))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def second_tensor_first_step(opt_class, **options) -> torch.Tensor:
+    """A group of two tensors, the second with no gradient at the first step: the second
+    tensor after the second step, its own first (the student's side)."""
+    first, second = (nn.Parameter(torch.tensor(v, dtype=f64)) for v in ([1.0, 2.0], D.LATE[0]))
+    opt = opt_class([first, second], lr=D.LATE[2], eps=1e-6, betas=D.BETAS, **options)
+    first.grad = torch.tensor([0.3, -0.2], dtype=f64)
+    opt.step()
+    first.grad, second.grad = (
+        torch.tensor([0.1, 0.4], dtype=f64),
+        torch.tensor(D.LATE[1], dtype=f64),
+    )
+    opt.step()
+    return second.detach().clone()
