@@ -64,6 +64,7 @@ class Part:
     got: object
     expected: dict[str, Callable[[], object]]
     tol: float | None = None  # None: the check's own
+    note: str = ""  # said where the public references miss and the TA's decide
     matched: str = field(default="", init=False)
 
 
@@ -271,7 +272,7 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     if hidden:  # what the student's side has does not match; the TA's references may
         said = (
             f"{p.label}: {best[0]:.1e} from {best[2]}; the TA's reference decides" if best else ""
-        )
+        ) + (f" ({p.note})" if p.note and best else "")
         return None, 0.0, said, True
     diff, at, name, _ = best
     against = f" against {name}" if name else ""
