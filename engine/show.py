@@ -90,10 +90,17 @@ def task_table(cfg: RunConfig) -> list[str]:
     return ["tasks:", *table]
 
 
+PRECISION_NOTE = (
+    "auto: bf16 where the device multiplies it natively, fp16 on other GPUs, float32 "
+    "elsewhere; the run's device line says which; the CS224n handout trains in float32"
+)
+
+
 def show(cfg: RunConfig, preset) -> str:
     """The resolved settings and the stages of cfg's preset (a presets.Preset), as `--show`
     prints them."""
     lines = [f"preset {cfg.preset}: {preset.help}", f"source: {preset.source}"]
+    lines.append(f"precision: {cfg.device.resolved_precision} ({PRECISION_NOTE})")
     lines.append("settings that differ from the defaults:")
     lines += [f"  {x}" for x in changed_settings(cfg)] or ["  (none)"]
     lines += task_table(cfg)
