@@ -96,11 +96,8 @@ def write_results(path: Path, graded: list[tuple], files: str, seconds: float) -
     naming the files graded; the score; the time it took."""
     tests = []
     for name, row, s in graded:
-        detail = row.get("detail", "")
-        if row["result"] not in ("open", "error", "grader") and not row.get("failed"):
-            detail = f"{row.get('parts', 0) - row.get('held', 0)} part(s) pass"
         if s.here_max or not s.held_max:
-            tests.append(test(name, s.here, s.here_max, f"{row['result']}: {detail}", "visible"))
+            tests.append(test(name, s.here, s.here_max, visible_text(row), "visible"))
         if s.held_max:
             said = (
                 row.get("held_detail")
@@ -119,6 +116,18 @@ def write_results(path: Path, graded: list[tuple], files: str, seconds: float) -
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(body, indent=2) + "\n")
+
+
+def visible_text(row: dict) -> str:
+    """A visible test's text, from the public parts only: a held part's verdict or value
+    waits for the held test, after the due date."""
+    if row["result"] not in ("pass", "fail", "provisional", "hidden") or "failed" not in row:
+        return f"{row['result']}: {row.get('detail', '')}"
+    public = row.get("public_failures", [])
+    if row["failed"] and public:
+        more = f" (and {len(public) - 1} more part(s))" * (len(public) > 1)
+        return f"fail: {public[0]}{more}"
+    return f"pass: {row.get('parts', 0) - row.get('held', 0)} part(s) pass"
 
 
 def test(name: str, got: float, worth: int, output: str, visibility: str) -> dict:

@@ -194,13 +194,26 @@ class Replay:
     def __call__(self, fn, args, kwargs):
         stopped = {"raised": {"result": "error", "detail": "your code handed back nothing more"}}
         record = next(self.records, stopped)
-        if "raised" in record:
-            raise StudentError(record["raised"]["result"], record["raised"]["detail"])
+        if not isinstance(record, dict) or "raised" in record:
+            raise StudentError(*charged(record))
         self.handed += 1
         try:
             return decode(record["value"])
         except Exception as e:  # noqa: BLE001  (what the student's process wrote is data)
             raise StudentError("error", f"handed back what the grader cannot read: {e}") from e
+
+
+def charged(record) -> tuple[str, str]:
+    """(result, detail) of a record that is not a value: open or error as written, anything
+    else (a `pass`, a `grader`, what is not a record) an error of its exercise's."""
+    said = record.get("raised") if isinstance(record, dict) else None
+    said = said if isinstance(said, dict) else {}
+    result, detail = said.get("result"), str(said.get("detail", ""))[:300]
+    if result in ("open", "error"):
+        return result, detail
+    if result == "grader":  # the grader's own code raised in the student's process
+        return "error", f"charged to this exercise: {detail}"
+    return "error", f"a record that is neither a value, open nor an error: {str(result)[:40]!r}"
 
 
 def raised(e: BaseException, name: str, half: bool = False) -> dict:

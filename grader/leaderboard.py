@@ -31,10 +31,12 @@ import re
 import sys
 import time
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 SHOWN = 5  # problems listed per file; the rest are counted
+HEADER_SHOWN = 80  # characters of a malformed header echoed back
 ID = re.compile(r"[^\s,]+")  # an id goes into "id , value" rows: no space, no comma
 
 
@@ -105,9 +107,10 @@ python3 "$ROOT/source/leaderboard.py" score --submission "$ROOT/submission" \\
 
 def lines_of(path: Path) -> list[str]:
     """The lines of a file (utf-8-sig: an Excel byte-order mark is not part of the header);
-    split at newlines only, as datasets.py splits: a sentence may hold a form feed."""
+    split at line ends only (a sentence may hold a form feed), CRLF and a lone CR read as
+    a newline, as prepare_submit.py reads them."""
     text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    return text.replace("\r\n", "\n").split("\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # lone CRs too
 
 
 def fields(line: str) -> list[str]:
@@ -123,9 +126,10 @@ def number(raw: str) -> float:
         return math.nan
 
 
-def read_gold(folder: Path, task: Task) -> dict[str, float]:
-    """A gold file's labels by id, in its order; any problem stops with one line naming the
-    file, the line and what was expected."""
+def read_gold(folder: Path, task: Task) -> list[tuple[str, float]]:
+    """A gold file's rows, (id, label) in its order, a repeated id a row each (the handout's
+    test files repeat a few; prepare_submit.py writes a prediction per row); any problem
+    stops with one line naming the file, the line and what was expected."""
     path = folder / task.gold
     if not path.is_file():
         raise SystemExit(
@@ -139,7 +143,7 @@ def read_gold(folder: Path, task: Task) -> dict[str, float]:
             f"{path}:1: header {header}; expected the dev file's, with 'id' and {task.label!r}"
         )
     at_id, at_label = header.index("id"), header.index(task.label)
-    labels, first = {}, {}
+    labels = []
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -151,13 +155,11 @@ def read_gold(folder: Path, task: Task) -> dict[str, float]:
         id_, value = row[at_id].strip(), number(row[at_label])
         if not ID.fullmatch(id_):
             raise SystemExit(f"{path}:{n}: id {id_!r}; expected one word, no space or comma")
-        if id_ in first:
-            raise SystemExit(f"{path}:{n}: id {id_!r} again (line {first[id_]}); expected it once")
         if not task.allows(value, gold=True):
             raise SystemExit(
                 f"{path}:{n}: {task.label} {row[at_label]!r}; expected {task.expected(gold=True)}"
             )
-        labels[id_], first[id_] = value, n
+        labels.append((id_, value))
     if not labels:
         raise SystemExit(f"{path}: no rows after the header; expected the test set's")
     return labels
@@ -176,13 +178,16 @@ def find(submission: Path, name: str) -> list[str]:
     return sorted(found, key=lambda p: (p.count("/"), p))
 
 
-def check_predictions(path: Path, shown: str, task: Task, gold: dict) -> tuple[dict, list[str]]:
-    """(the prediction of each gold id, problems): prepare_submit.py's checks, the handout's
-    header, 'id , value' on every line with the value in range, every gold id once and no
-    other id; each problem one line naming the file's line and what was expected."""
+def check_predictions(path: Path, shown: str, task: Task, gold: list) -> tuple[list, list[str]]:
+    """(the prediction of each gold row, in its order; problems): prepare_submit.py's checks,
+    the handout's header, 'id , value' on every line with the value in range, each gold id
+    as many times as the gold has it (its k-th line is its k-th row's) and no other id; each
+    problem one line naming the file's line and what was expected."""
     lines = lines_of(path)
     if [c.strip() for c in lines[0].split("\t")] != ["id", task.column]:
-        return {}, [f"{shown}:1: header {lines[0]!r}; expected 'id \\t {task.column} '"]
+        head = lines[0][:HEADER_SHOWN]
+        return [], [f"{shown}:1: header {head!r}; expected 'id \\t {task.column} '"]
+    rows = Counter(i for i, _ in gold)
     preds, first, problems = {}, {}, []
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip():
@@ -192,19 +197,26 @@ def check_predictions(path: Path, shown: str, task: Task, gold: dict) -> tuple[d
         if not sep or not task.allows(value, gold=False):
             expected = task.expected(gold=False)
             problems.append(f"{shown}:{n}: {line.strip()!r}; expected 'id , {expected}'")
-        elif id_ in first:
-            problems.append(f"{shown}:{n}: id {id_!r} again (line {first[id_]}); expected it once")
-        elif id_ not in gold:
+        elif id_ not in rows:
             problems.append(f"{shown}:{n}: id {id_!r} is not a test id; expected only the test's")
+        elif len(preds.get(id_, [])) == rows[id_]:
+            times = f"{rows[id_]} time(s), as the test file has it"
+            problems.append(f"{shown}:{n}: id {id_!r} again (line {first[id_]}); expected {times}")
         else:
-            preds[id_] = value
+            preds.setdefault(id_, []).append(value)
         first.setdefault(id_, n)
-    if missing := [i for i in gold if i not in first]:
+    if missing := [i for i in rows if len(preds.get(i, [])) < rows[i] and i not in first]:
         problems.append(
             f"{shown}: no line for {len(missing)} test id(s), the first {missing[0]!r}; "
-            "expected one for every id of the test file"
+            "expected one for every row of the test file"
         )
-    return preds, problems
+    elif short := [i for i in rows if len(preds.get(i, [])) < rows[i]]:
+        problems.append(
+            f"{shown}: id {short[0]!r} has fewer lines than the test file's {rows[short[0]]} rows"
+        )
+    if problems:
+        return [], problems
+    return [preds[i].pop(0) for i, _ in gold], problems
 
 
 # ---------------------------------------------------------------------------------------
@@ -230,7 +242,7 @@ class Graded:
     passed: bool  # the file was there and well formed
 
 
-def grade(task: Task, submission: Path, gold: dict[str, float]) -> Graded:
+def grade(task: Task, submission: Path, gold: list[tuple[str, float]]) -> Graded:
     """One task's file, found, checked and scored; a missing or malformed one scores 0."""
     failed = -1.0 if not task.classes else 0.0
     found = find(submission, task.output)
@@ -250,7 +262,7 @@ def grade(task: Task, submission: Path, gold: dict[str, float]) -> Graded:
         more = len(problems) - SHOWN
         lines += problems[:SHOWN] + ([f"{shown}: {more} more problem(s)"] if more > 0 else [])
         return Graded(task, failed, 0.0, lines, False)
-    y, p = list(gold.values()), [preds[i] for i in gold]
+    y, p = [label for _, label in gold], preds
     if task.classes:
         value = math.fsum(a == b for a, b in zip(y, p, strict=True)) / len(y)
         lines[0] += f", accuracy {value:.4f} on {len(y)} ids"

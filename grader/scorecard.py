@@ -102,7 +102,7 @@ def score(row: dict, c: Check) -> Score:
     parts, held = row.get("parts", 0), row.get("held", 0)
     held_max = c.points if parts and held == parts else c.held if held else 0
     here_max = c.points - held_max
-    if row["result"] in ("open", "error", "grader"):
+    if row["result"] not in ("pass", "fail", "provisional", "hidden") or "failed" not in row:
         return Score(0, here_max, 0 if row.get("unknown", 0) == 0 else None, held_max)
 
     def share(worth, passed, ran):

@@ -217,6 +217,29 @@ def test_results_json_follows_gradescopes_fields(tmp_path):
     assert body["tests"][3]["output"] == "open: rank the scores" and body["score"] == 4
 
 
+def test_a_visible_test_says_nothing_of_the_held_parts(tmp_path):
+    """Wrong only in a held part: the visible test passes with the public parts' count and
+    no word of the held failure, which waits in the held test; a public failure is named."""
+    check = exercises.check_docs(REPO)
+    held_only = {"result": "fail", "parts": 6, "held": 1, "failed": 0, "held_failed": 1}
+    held_only |= {
+        "unknown": 0,
+        "detail": "against the handout's AdamW: 3e-2",
+        "public_failures": [],
+    }
+    public = {"result": "fail", "parts": 6, "held": 1, "failed": 2, "held_failed": 1}
+    public |= {"unknown": 0, "detail": "x", "public_failures": ["first step: 1e-1", "other"]}
+    for row, text in (
+        (held_only, "pass: 5 part(s) pass"),
+        (public, "fail: first step: 1e-1 (and 1 more part(s))"),
+    ):
+        graded = [("adamw", row, exercises.score(row, check["adamw"]))]
+        gradescope.write_results(tmp_path / "results.json", graded, "optimizer.py", 1.0)
+        visible, held = json.loads((tmp_path / "results.json").read_text())["tests"]
+        assert visible["output"] == text and "AdamW" not in visible["output"]
+        assert held["visibility"] == "after_due_date" and held["status"] == "failed"
+
+
 def test_partial_credit_and_a_bad_points_file(tmp_path):
     """partial: each part earns its share of its side's points, the held side apart; a
     points file that does not say what is expected stops with its name."""

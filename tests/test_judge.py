@@ -157,6 +157,26 @@ def test_what_the_student_hands_back_is_data():
         assert records["c"] == twice and records["a"] == [{"value": 1}]
 
 
+def test_a_forged_record_is_charged_to_its_exercise_and_scoring_goes_on():
+    """A record that says `pass`, one that is no record, one with no detail: each is its
+    exercise's error, scored 0, and a row with no counts scores 0 too."""
+    import checks  # noqa: F401  (the checks register)
+
+    forged = [
+        [{"raised": {"result": "pass", "detail": "1 / 1"}}],
+        [17],
+        [{"raised": {"result": "grader"}}],
+        [{"raised": "pass"}],
+    ]
+    docs = exercises.check_docs(exercises.HERE)
+    for records in forged:
+        row = harness.judged("embeddings", records)
+        assert row["result"] == "error", row
+        assert exercises.score(row, docs["embeddings"]).here == 0
+    fake = {"result": "pass", "detail": ""}  # a row with no counts: not a pass
+    assert exercises.score(fake, docs["embeddings"]).here == 0
+
+
 def student_can_run_python() -> bool:
     """Whether gradescope.STUDENT exists and can run this Python (on this machine the
     interpreter lives under /root, which other users cannot enter)."""

@@ -181,12 +181,19 @@ MALFORMED = {
     "duplicate id": (
         "para",
         lambda lines: [*lines, lines[1]],
-        f":{ROWS + 2}: id '{{first}}' again (line 2); expected it once",
+        f":{ROWS + 2}: id '{{first}}' again (line 2); expected 1 time(s), as the test file has it",
+    ),
+    "a long header": (
+        "sst",
+        lambda lines: ["id \t " + "x" * 500, *lines[1:]],
+        ":1: header "
+        + repr(("id \t " + "x" * 500)[:80])
+        + "; expected 'id \\t Predicted_Sentiment '",
     ),
     "missing id": (
         "sts",
         cut(2),
-        ": no line for 1 test id(s), the first '{first}'; expected one for every id of the test file",
+        ": no line for 1 test id(s), the first '{first}'; expected one for every row of the test file",
     ),
     "extra id": (
         "sst",
@@ -212,6 +219,32 @@ def test_a_malformed_file_scores_zero_naming_its_line(case, gold, tmp_path):
     lines = path.read_text().splitlines()
     said = f"predictions/{key}-test-output.csv{said.format(first=first, lines=lines)}"
     assert said in failed["output"].splitlines() and said in results["output"].splitlines()
+
+
+def test_a_repeated_test_id_is_scored_row_by_row_and_lone_crs_are_line_ends(gold, tmp_path):
+    """A gold file that repeats an id (the handout's test files do): prepare_submit.py writes
+    a prediction per row, and the k-th line of that id is scored against its k-th row; a
+    file whose lines end in lone CRs reads as the same lines."""
+    folder = shutil.copytree(gold, tmp_path / "gold")
+    sst = folder / "ids-sst-test.csv"
+    lines = sst.read_text().splitlines()
+    again = lines[1].split("\t")
+    at = lines[0].split("\t").index("sentiment")
+    label = again[at]
+    again[at] = str((int(float(label)) + 2) % 5)  # the same id, another label
+    sst.write_text("\n".join([*lines, "\t".join(again)]) + "\n")
+    submission = perfect(tmp_path / "sub", folder)
+    out = submission / "predictions" / "sst-test-output.csv"
+    rows = out.read_text().splitlines()
+    first = rows[1].split(",")[0].strip()
+    rows[1] = f"{first} , {label} "  # its first row's label (perfect() read the gold by id)
+    rows.append(f"{first} , {again[at]} ")  # its second row's label, as its second line
+    out.write_text("\r".join(rows) + "\r")  # lone CRs
+    results = lb.score(submission, folder)
+    assert results["tests"][0]["status"] == "passed" and results["tests"][0]["score"] == 1
+    swapped = [rows[0], rows[-1], *rows[2:-1], rows[1]]  # the two lines of that id swapped
+    out.write_text("\n".join(swapped) + "\n")
+    assert lb.score(submission, folder)["tests"][0]["score"] < 1
 
 
 def test_a_constant_sts_prediction_gives_r_zero_and_says_so(gold, tmp_path):
@@ -277,11 +310,6 @@ BAD_GOLD = {
         lambda lines: set_field(lines, 6, "id", " "),
         ":6: id ''; expected one word, no space or comma",
     ),
-    "duplicate id": (
-        "ids-sst-test.csv",
-        lambda lines: [*lines, lines[1]],
-        f":{ROWS + 2}: id '{{first}}' again (line 2); expected it once",
-    ),
     "header": (
         "quora-test.csv",
         lambda lines: [lines[0].replace("is_duplicate", "label"), *lines[1:]],
@@ -314,7 +342,7 @@ def test_the_gold_reader_reads_the_full_dev_files_as_datasets_py_does(data_dir, 
     for task in lb.TASKS:
         (tmp_path / task.gold).symlink_to(data_dir / f"{task.files}-dev.csv")
         examples = data.read_task(data_dir, task.key, "dev", strict=True)
-        assert lb.read_gold(tmp_path, task) == {e.id: e.label for e in examples}
+        assert lb.read_gold(tmp_path, task) == [(e.id, e.label) for e in examples]
 
 
 def autograde(root: Path) -> dict:
