@@ -523,7 +523,9 @@ def drained(read: int, pid: int, deadline: float) -> tuple[bytes, int | None]:
         if select.select([read], [], [], 0.05)[0] and (chunk := os.read(read, 1 << 20)):
             chunks.append(chunk)
             continue
-        ended, status = os.waitpid(pid, os.WNOHANG)
+        ended, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if ended and os.WIFSTOPPED(status):  # a stopped fork would only wait out the deadline
+            break
         if ended:
             while select.select([read], [], [], 0)[0] and (chunk := os.read(read, 1 << 20)):
                 chunks.append(chunk)

@@ -16,6 +16,7 @@ A check that kills the student's process is charged to its exercise, and the res
 a new one.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -25,9 +26,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
+DEADLINE = 420  # the student's side of a whole grade, in seconds: below Gradescope's 10 min
+LATE = "timed out: the grade's deadline passed before this exercise ran"
 ANSWERS = ("references.py", "mtdnn_smart.py")  # the TA's: never where the student's code runs
 HARNESS = "harness.py"
 RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
@@ -44,54 +48,61 @@ def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None,
 def student_side(root: Path, grader: Path, names, files: dict, user: str | None) -> dict:
     """{name: its records} from the student's process (grader/harness.py --student) run in
     root, again for the exercises left when one stops it."""
-    records, left = {}, list(names)
+    records, left, end = {}, list(names), time.monotonic() + DEADLINE
     with tempfile.TemporaryDirectory() as tmp:
         code = Path(tmp) / "grader"  # the checks without the TA's references
         shutil.copytree(grader, code, ignore=shutil.ignore_patterns(*ANSWERS, "__pycache__"))
         os.chmod(tmp, 0o755)  # readable by the unprivileged user
-        while left:
+        while left and time.monotonic() < end:
             written = Path(tmp) / "records.jsonl"
             with open(written, "w+") as out:
-                why = run_student(root, code, left, files, out.fileno(), user)
+                why = run_student(root, code, left, files, out.fileno(), user, end)
             done = read_records(written.read_text(), left, records, why)
             left = [n for n in left if n not in done]
+    for name in left:  # past the deadline: charged, and results.json is still written
+        records[name] = [{"raised": {"result": "error", "detail": LATE}}]
     return records
 
 
-def run_student(root: Path, code: Path, names, files: dict, fd: int, user) -> str:
-    """One student's process over `names`, its records written to fd; once it ends, every
-    process it left (its group; where `user` is given, every process of that user) is
-    stopped. Returns why it ended, in a few words."""
+def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: float) -> str:
+    """One student's process over `names`, its records written to fd, waited on until `end`
+    (time.monotonic()) at most; then every process it left (its group; where `user` is
+    given, every process of that user) is stopped. Its stderr goes to a file, so a process
+    it left holding that file keeps nothing waiting. Returns why it ended, in a few words."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(code), str(root)])}
     env |= {"HOME": tempfile.gettempdir()} if user else {}  # the grader's home is not its
-    proc = subprocess.Popen(
-        [sys.executable, str(code / HARNESS), "--student", *names],
-        cwd=root,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        pass_fds=(fd,),
-        start_new_session=True,  # its group: what it starts is stopped with it
-        user=user,
-        group=user,
-        extra_groups=[] if user else None,
-    )
-    try:
-        _, err = proc.communicate(f"{fd}\n{json.dumps(files)}\n", SECONDS * len(names) + 60)
-        last = (err.strip().splitlines() or [""])[-1]  # a traceback's last line, if it is one
-        why = last if RAISED.match(last) else f"exit code {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        why = "timed out"
-    finally:
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(code / HARNESS), "--student", *names],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,  # nothing it prints counts
+            stderr=err,
+            text=True,
+            pass_fds=(fd,),
+            start_new_session=True,  # its group: what it starts is stopped with it
+            user=user,
+            group=user,
+            extra_groups=[] if user else None,
+        )
+        limit = max(1.0, min(SECONDS * len(names) + 60, end - time.monotonic()))
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        stop_leftovers(user)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(f"{fd}\n{json.dumps(files)}\n")
+                proc.stdin.close()
+            proc.wait(limit)
+            err.seek(max(0, os.fstat(err.fileno()).st_size - 4000))  # a flood's tail only
+            last = (err.read().strip().splitlines() or [""])[-1]  # a traceback's last line
+            why = last if RAISED.match(last) else f"exit code {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            why = "timed out"
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            stop_leftovers(user)
+            proc.kill()
+            proc.wait()
     return why
 
 

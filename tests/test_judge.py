@@ -105,6 +105,58 @@ def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
     assert json.loads((copy / "walked.json").read_text()) == [[], []]  # nothing to write into
 
 
+HANGING = {
+    # a sleeper in a session of its own, holding the student's process's stdout and stderr
+    "pearson": [
+        "    import subprocess, sys\n",
+        '    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)\n',
+        "    return 0.5\n",
+    ],
+    # the fork stops itself: a stopped process is not waited on to its deadline
+    "auc": ["    import os, signal\n", "    os.kill(os.getpid(), signal.SIGSTOP)\n"],
+}
+
+
+def test_grading_ends_whatever_the_students_code_leaves_waiting(tmp_path):
+    """A body that leaves a process holding the pipes, one that stops its own process
+    (SIGSTOP): the grade ends in seconds, each charged to its exercise, the others graded."""
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, [*HANGING, "mean_pool"], ta)
+    for name, body in HANGING.items():
+        write_body(copy, name, body)
+    write_body(copy, "mean_pool", exercises_solution("mean_pool"))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert time.monotonic() - started < 60, done.stdout
+    assert " fail " in rows["pearson"] and " error " in rows["auc"], done.stdout
+    assert " pass " in rows["mean_pool"], done.stdout
+
+
+def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch, tmp_path):
+    """processes.DEADLINE bounds the student's side of a whole grade: the exercises it did
+    not reach are charged, 'timed out', and the judge still writes every row."""
+    monkeypatch.setattr(processes, "DEADLINE", 0)
+    names = ["pearson", "auc"]
+    files = {n: ["evaluation.py"] for n in names}
+    records = processes.student_side(REPO, REPO / "grader", names, files, None)
+    assert records == {
+        n: [{"raised": {"result": "error", "detail": processes.LATE}}] for n in names
+    }
+
+
+def exercises_solution(name: str) -> list[str]:
+    """The solution's body of the exercise's last region."""
+    region = exercises.exercises(REPO)[name][-1]
+    return (REPO / region.file).read_text().splitlines(keepends=True)[region.begin + 1 : region.end]
+
+
 def test_what_the_student_hands_back_is_data():
     """Values through JSON and back: every dtype, a meta tensor's shape, requires_grad,
     lists and dicts; a record the grader cannot read is the student's error, never the
