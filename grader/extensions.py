@@ -403,7 +403,7 @@ def pcgrad():
         yield part(f"the projected sum (generator seed {seed})", out, expected)
     yield part("the task gradients after the call", after, lambda: vectors, tol=0.0)
     yield part("in float64: a float64 sum", in_float64.dtype == f64, True)
-    yield part("in float64", in_float64, lambda: got[0], tol=1e-5)
+    yield part("in float64", in_float64, lambda: got[0], tol=1e-5, dtype=f64)
 
 
 @check(1e-9)

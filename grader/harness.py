@@ -65,12 +65,15 @@ class Part:
     expected: dict[str, Callable[[], object]]
     tol: float | None = None  # None: the check's own
     note: str = ""  # said where the public references miss and the TA's decide
+    dtype: torch.dtype | None = None  # the run's: None, its reference's
     matched: str = field(default="", init=False)
 
 
-def part(label: str, got, expected, tol: float | None = None) -> Part:
-    """A part with one reference: a function that computes it, or a value the check has."""
-    return Part(label, got, {"": expected if callable(expected) else lambda: expected}, tol)
+def part(label: str, got, expected, tol: float | None = None, dtype=None) -> Part:
+    """A part with one reference: a function that computes it, or a value the check has;
+    dtype: the run's, where it is not the reference's."""
+    reference = expected if callable(expected) else lambda: expected
+    return Part(label, got, {"": reference}, tol, dtype=dtype)
 
 
 def check(tol: float, stands_in: tuple[str, ...] = ()):
@@ -265,20 +268,34 @@ def difference(got, expected) -> tuple[float, str]:
 def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     """(passed, the difference, a one-line account, held) of one part. held: its verdict
     rests on references.py, the TA's: it passed only against them, or failed with one of
-    them among its references. passed is None where they are absent and nothing else matched."""
-    tol = rounding(p.got, p.tol if p.tol is not None else tol)
-    best, hidden, ta_only = None, 0, False
+    them among its references. passed is None where they are absent and nothing else
+    matched. The dtype is part of the check: a floating output must have its run's dtype
+    (the part's, else its reference's), and the tolerance is the run's, never the one the
+    output's dtype would give."""
+    best, hidden, ta_only, run = None, 0, False, p.dtype
     for name, expected in p.expected.items():
         before = CALLS[0]
         try:
-            diff, where = difference(p.got, expected())
+            value = expected()
         except Hidden:
             hidden += 1
             continue
+        run = run or floating(value)
+        diff, where = difference(p.got, value)
         held = CALLS[0] > before
         ta_only |= held
         if best is None or diff < best[0] or math.isnan(best[0]):
             best = (diff, where, name, held)
+    got = floating(p.got)
+    run = run or (got if got in (torch.float32, torch.float64) else torch.float64)
+    if got is not None and got != run:
+        return (
+            False,
+            math.inf,
+            f"{p.label}: a {got} output, where this run computes in {run}",
+            ta_only,
+        )
+    tol = rounding(p.got, p.tol if p.tol is not None else tol, run)
     if best is not None and best[0] <= tol:
         p.matched = best[2]
         return True, best[0], "", best[3]
@@ -293,16 +310,22 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     return False, diff, account, ta_only
 
 
-def rounding(got, tol: float) -> float:
-    """The tolerance a part's arithmetic allows: its own, or where the piece computed in a
-    lower precision than float64 (a float32 output), 64 of that precision's epsilons
-    times the output's scale: any correct float32 solution passes."""
-    if not (torch.is_tensor(got) and got.is_floating_point() and got.dtype != torch.float64):
+def floating(x) -> torch.dtype | None:
+    """x's dtype where x is a floating tensor; None for anything else."""
+    return x.dtype if torch.is_tensor(x) and x.is_floating_point() else None
+
+
+def rounding(got, tol: float, run: torch.dtype) -> float:
+    """The tolerance a part's arithmetic allows: its own, or where its run computes in a
+    lower precision than float64 (a float32 run), 64 of that precision's epsilons times
+    the output's scale: any correct float32 solution passes. The run's dtype decides, not
+    the dtype the student's code handed back."""
+    if run == torch.float64 or not torch.is_tensor(got):
         return tol
     values = np.abs(array(got)) if got.device.type != "meta" else np.ones(1)
     scale = float(values.max()) if values.size else 1.0
     scale = scale if math.isfinite(scale) else 1.0
-    return max(tol, 64 * torch.finfo(got.dtype).eps * max(1.0, scale))
+    return max(tol, 64 * torch.finfo(run).eps * max(1.0, scale))
 
 
 def run_student(name: str) -> list[dict]:

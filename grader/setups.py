@@ -87,15 +87,15 @@ def grads(y, inputs, w):
     return flat.to(y.dtype) if low else flat
 
 
-def dropout_parts(what: str, got, clean):
+def dropout_parts(what: str, got, clean, run=torch.float64):
     """Inverted dropout at p = P_DROP: each element of `got` is 0 or KEPT times its `clean`
-    value, and about P_DROP of them are 0."""
+    value, and about P_DROP of them are 0 (`run`: the dtype the run computes in)."""
     kept = clean.abs() > 1e-6
     ratio = got[kept] / clean[kept]
     yield part(
         f"{what}: each value dropped (0) or kept and scaled by 1 / (1 - p) ({KEPT:g}x)",
         torch.minimum(ratio.abs(), (ratio - KEPT).abs()),
-        lambda: torch.zeros(len(ratio)),
+        lambda: torch.zeros(len(ratio), dtype=run),
         tol=1e-5,
     )
     share = (ratio.abs() < 1e-6).double().mean()
@@ -127,7 +127,9 @@ def as_run(what: str, run, reference):
     out, device = student(on_devices, run)
     yield part(f"{what} in float32: a float32 output", out.dtype == torch.float32, True)
     if reference is not None:  # None: float32 draws other random numbers than float64
-        yield part(f"{what} in float32", out, lambda: reference.detach(), tol=1e-4)
+        yield part(
+            f"{what} in float32", out, lambda: reference.detach(), tol=1e-4, dtype=torch.float32
+        )
     if device is not None:
         yield part(f"{what} with its inputs on another device: {device}", device == "meta", True)
 
