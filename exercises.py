@@ -274,13 +274,14 @@ def assignment(chosen: list[str], year: str) -> str:
             *course,
             "",
             *extra,
-            *how_to_check(h),
+            *how_to_check(h, sorted({r.file for n in chosen for r in exercises(HERE)[n]})),
         ]
     )
 
 
-def how_to_check(h: Handout) -> list[str]:
-    """ASSIGNMENT.md's commands: set up, check, and the handout's own, with its flag."""
+def how_to_check(h: Handout, files: list[str]) -> list[str]:
+    """ASSIGNMENT.md's commands: set up, check, and the handout's own, with its flag; the
+    files to upload, those the open exercises are written in."""
     return [
         "## Set up once, then check as you go",
         "",
@@ -308,8 +309,8 @@ def how_to_check(h: Handout) -> list[str]:
         "python prepare_submit.py          # the code and predictions/, zipped for Gradescope",
         "```",
         "",
-        "Upload the files Gradescope asks for (the TA says which); the autograder grades",
-        "the exercises above.",
+        f"Upload to Gradescope the files your exercises are written in: {', '.join(files)}",
+        "(anything else is not graded; a file left out is graded as given, its exercises open).",
         "",
     ]
 
