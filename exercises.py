@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import gradescope, leaderboard, processes
+from grader.assignment import COURSE, HANDOUTS, assignment_page
 from grader.scorecard import CHECKS, check_docs, score, scorecard_total, shown
 
 HERE = Path(__file__).resolve().parent
@@ -55,32 +56,6 @@ NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_ca
 TA_ONLY = ("tests", "docs/scripts", "docs/archive", "docs/teaching.md", ".ci", *map(str, ANSWERS))
 # in tests/, what a student's copy keeps: sanity_check.py's expected outputs, its own tests
 STUDENTS_TESTS = ("tests/reference/", "tests/test_assignment.py")
-
-
-@dataclass(frozen=True)
-class Handout:
-    """A CS224n handout a copy follows: where it is, and its flag for a frozen or a
-    fine-tuned BERT on classifier.py and multitask_classifier.py, with its two words."""
-
-    repo: str
-    flag: str
-    frozen: str
-    full: str
-
-
-HANDOUTS = {
-    "2023": Handout("gpoesia/minbert-default-final-project", "--option", "pretrain", "finetune"),
-    "2024": Handout(
-        "amahankali10/CS224N-Spring2024-DFP-Student-Handout",
-        "--fine-tune-mode",
-        "last-linear-layer",
-        "full-model",
-    ),
-}
-# The handouts' TODOs (the same in both years), by the exercises that hold them: bert.py's
-# attention, add_norm and forward, embed; AdamW.step; BertSentimentClassifier.forward;
-# MultitaskBERT's predict_* and what they call. The others are this project's.
-COURSE = ("attention", "layer", "embeddings", "adamw", "classifier", "multitask")
 
 
 @dataclass(frozen=True)
@@ -238,81 +213,11 @@ def assignment_rows(chosen: list[str]) -> tuple[list[str], list[str], int, int]:
     return course, project, points[True], points[False]
 
 
-TABLE = ["| # | exercise | points | where | what it asks |", "| ---: | --- | ---: | --- | --- |"]
-
-
 def assignment(chosen: list[str], year: str) -> str:
-    """ASSIGNMENT.md of a student's copy: the open exercises in the grader's order, the
-    course's (the handout's TODOs) apart from the project's; how to set up and check them,
-    and the handout's own commands."""
-    course, project, course_points, project_points = assignment_rows(chosen)
-    h = HANDOUTS[year]
-    extra = (
-        [
-            f"## This project's exercises ({project_points} points, beyond the handout)",
-            "",
-            *TABLE,
-            *project,
-            "",
-        ]
-        if project
-        else []
-    )
-    return "\n".join(
-        [
-            "# Your assignment",
-            "",
-            f"This copy follows the CS224n {year} handout ({h.repo}): {len(course)} of its TODOs",
-            f"are open here ({course_points} points), at the handout's places and names, in the",
-            'order to do them. Each body raises `NotImplementedError("exercise NAME: hint")` until',
-            "you write it, between its `# BEGIN EXERCISE` and `# END EXERCISE` lines. Everything",
-            "else (the tokenizer, SMART, SimCSE, the training step) is given.",
-            "",
-            f"## The handout's exercises ({course_points} points)",
-            "",
-            *TABLE,
-            *course,
-            "",
-            *extra,
-            *how_to_check(h, sorted({r.file for n in chosen for r in exercises(HERE)[n]})),
-        ]
-    )
-
-
-def how_to_check(h: Handout, files: list[str]) -> list[str]:
-    """ASSIGNMENT.md's commands: set up, check, and the handout's own, with its flag; the
-    files to upload, those the open exercises are written in."""
-    return [
-        "## Set up once, then check as you go",
-        "",
-        "```bash",
-        "make venv && . .venv/bin/activate  # a .venv with torch; or prefix each line with make",
-        "make check                         # every exercise's check, then sanity_check.py",
-        "python exercises.py check          # the scorecard; it names the exercise to write next",
-        "python exercises.py check -v NAME  # one exercise, every failing part",
-        "python exercises.py list           # the order, and what each one calls",
-        "make test                          # this copy's tests: open exercises skip",
-        "python sanity_check.py             # the handout's check of bert.py",
-        "python optimizer_test.py           # the handout's check of AdamW",
-        "```",
-        "",
-        "Each exercise is graded alone: where it calls another, a stand-in answers.",
-        "Parts judged against references only the TA holds are left to the TA's grader:",
-        "the scorecard shows their points apart, as `+N?` (provisional), never counted.",
-        "",
-        "## The handout's commands, once the exercises pass",
-        "",
-        "```bash",
-        f"python classifier.py {h.flag} {h.frozen}   # Part 1, BERT frozen: predictions/{h.frozen}-sst-dev-out.csv, ...",
-        f"python classifier.py {h.flag} {h.full} --lr 1e-5   # Part 1, fine-tuned",
-        f"python multitask_classifier.py {h.flag} {h.full} --lr 1e-5   # Part 2: the handout's run",
-        "python prepare_submit.py          # the code and predictions/, zipped for Gradescope",
-        "```",
-        "",
-        f"Upload to Gradescope the files your exercises are written in: {', '.join(files)}",
-        "(anything else is not graded; a file left out is graded as given, its exercises open).",
-        "",
-    ]
+    """ASSIGNMENT.md of a student's copy (grader/assignment.py writes it): its rows, and the
+    files the open exercises are written in."""
+    files = sorted({r.file for n in chosen for r in exercises(HERE)[n]})
+    return assignment_page(*assignment_rows(chosen), year, files)
 
 
 HONOR = "**If you take CS224n"  # the README's paragraph for readers of the solution

@@ -20,9 +20,6 @@ LINES = {
     "datasets.py": 810,
     "lab/bench.py": 540,
     "presets.py": 640,
-    "grader/checks.py": 700,  # the handout's seven checks, one concept: split by exercise, not by size
-    "exercises.py": 640,
-    "tests/slips_checks.py": 560,  # the handout's exercises' slips: one table, by exercise  # the teaching tool's verbs, and the copy's assignment page they write
 }
 LINES_DEFAULT = 585
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000
@@ -159,7 +156,7 @@ def problems(root: Path) -> list[str]:
         out += module_problems(p, f"grader/{p.name}", ast.parse(p.read_text(), str(p)))
     for p in sorted((root / "tests").glob("*.py")):  # the tests: the same budgets, 500 lines
         tree = ast.parse(p.read_text(), str(p))
-        out += module_problems(p, f"tests/{p.name}", tree, LINES.get(f"tests/{p.name}", TEST_LINES))
+        out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += import_problems(trees) + house_problems(root, sorted(modules))

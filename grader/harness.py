@@ -479,8 +479,9 @@ def student_main(names: list[str]) -> None:
     files = json.loads(sys.stdin.readline() or "{}")
     sys.stdin.close()
     ON_STUDENTS_SIDE[0] = True
-    import checks  # noqa: F401  (they register; neither imports an exercise's module)
+    import checks  # noqa: F401  (they register; none imports an exercise's module)
     import extensions  # noqa: F401
+    import multitask_checks  # noqa: F401
 
     broken = broken_modules()
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
@@ -567,6 +568,7 @@ def judge_main(names: list[str]) -> None:
     sys.stdin.close()
     import checks  # noqa: F401
     import extensions  # noqa: F401
+    import multitask_checks  # noqa: F401
 
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, on_alarm)

@@ -7,7 +7,12 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-CHECKS = (Path("grader/checks.py"), Path("grader/extensions.py"))  # the handout's, the project's
+# the handout's Part 1 and Part 2, then the project's: the order exercises are done in
+CHECKS = (
+    Path("grader/checks.py"),
+    Path("grader/multitask_checks.py"),
+    Path("grader/extensions.py"),
+)
 POINTS = Path("grader/points.py")  # each exercise's points: the TA edits them there
 
 

@@ -403,3 +403,24 @@ def second_tensor_first_step(opt_class, **options) -> torch.Tensor:
     )
     opt.step()
     return second.detach().clone()
+
+
+def logits_in_training(draws, head, z, n: int, what: str = "training"):
+    """The mean and variance of n draws of the logits in training against dropout's before
+    the head: E[W dropout(z) + b] = W z + b, and its variance."""
+    draws = draws.double().view(n, 3, -1)  # (n * B, C) -> (n, B, C)
+    expected = head(z).detach().double()  # (B, C)
+    var = P_DROP / (1 - P_DROP) * (head.weight.double() ** 2) @ (z.double() ** 2).T  # (C, B)
+    se = (var.T / n).sqrt()
+    yield part(
+        f"{what}: the mean of the logits, in standard errors",
+        (draws.mean(0) - expected) / se,
+        lambda: torch.zeros_like(expected),
+        tol=5.0,
+    )
+    yield part(
+        f"{what}: the logits' variance / dropout's before the head",
+        draws.var(0) / var.T,
+        lambda: torch.ones_like(expected),
+        tol=0.15,
+    )

@@ -24,15 +24,17 @@ import checks  # they register the checks; grader/ is on pytest's path
 import exercises
 import extensions
 import harness
+import multitask_checks
 import scorecard
 import slips_checks
 import slips_extensions
+import slips_multitask
 
 REPO = exercises.HERE
 WEIGHTS = scorecard.check_docs(REPO)
 
 # exercise -> [(what the slip is, edits)]: the handout's exercises, then the project's
-SLIPS = slips_checks.SLIPS | slips_extensions.SLIPS
+SLIPS = slips_checks.SLIPS | slips_multitask.SLIPS | slips_extensions.SLIPS
 HANDOUT_ADAMW = (  # the CS224n handout's AdamW: Kingma & Ba's efficient bias correction,
     # eps on sqrt(v), the decay after the update with the lr
     "            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)\n"
@@ -317,11 +319,11 @@ def changes_graded(tmp: Path):
             (folder / file).write_text(text)
         sys.path.insert(0, str(folder))
         references = checks.R
-        checks.R = extensions.R = harness.Absent() if student else references
+        checks.R = multitask_checks.R = extensions.R = harness.Absent() if student else references
         try:
             return grade_here(name)
         finally:
-            checks.R = extensions.R = references
+            checks.R = multitask_checks.R = extensions.R = references
             sys.path.remove(str(folder))
             for n in PROJECT:
                 sys.modules.pop(n, None)
