@@ -81,6 +81,19 @@ def test_the_judge_runs_no_exercise_body(tmp_path):
 
 
 @pytest.mark.slow
+def graded(copy: Path, ta: Path, timeout: int):
+    """`python exercises.py check` in the copy with the TA's grader: (the process, its
+    scorecard's rows by exercise)."""
+    done = subprocess.run(
+        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done, {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+
+
 def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
     """A body that replaces torch's and the harness's functions (the one that writes a
     later exercise's records too), one that walks the stack and the heap for a token and a
@@ -91,14 +104,7 @@ def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
     exercises.make(copy, [*FORGING, "auc"], ta)
     for name, body in FORGING.items():
         write_body(copy, name, body)
-    done = subprocess.run(
-        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    done, rows = graded(copy, ta, timeout=300)
     assert " fail " in rows["attention"] and " fail " in rows["mean_pool"], done.stdout
     assert " error " in rows["pearson"] and "stopped: exit code 0" in rows["pearson"]
     assert " open " in rows["auc"] and "0 / 8 points" in done.stdout
@@ -126,14 +132,7 @@ def test_grading_ends_whatever_the_students_code_leaves_waiting(tmp_path):
         write_body(copy, name, body)
     write_body(copy, "mean_pool", exercises_solution("mean_pool"))
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    done, rows = graded(copy, ta, timeout=200)
     assert time.monotonic() - started < 60, done.stdout
     assert " fail " in rows["pearson"] and " error " in rows["auc"], done.stdout
     assert " pass " in rows["mean_pool"], done.stdout
