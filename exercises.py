@@ -312,11 +312,12 @@ def make(
     (out / "ASSIGNMENT.md").write_text(assignment(chosen, year))
     point_readme(out / "README.md", len(chosen))
     unlink_removed(out)
+    if ta:
+        copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
     if quiet:
         return chosen
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")
     if ta:
-        copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
         print(f"{ta}: the TA's grader (keep it): python exercises.py check --grader {ta}")
     print(f"grade it: cd {out} && python exercises.py check")
     return chosen

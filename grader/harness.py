@@ -26,14 +26,12 @@ next one's. Results go, one JSON line each with the token read on stdin, to the 
 there: nothing the student's code prints is read.
 """
 
+import contextlib
 import json
 import math
-import os
-import select
 import signal
 import sys
 import sysconfig
-import time
 import traceback
 import types
 from collections.abc import Callable
@@ -44,8 +42,8 @@ import numpy as np
 import torch
 
 from handed import decode, encode
+from processes import SECONDS, forked, records_of
 
-SECONDS = 60  # one check's time limit: a loop that never ends fails alone
 REFERENCES = ("transformers", "scipy", "sklearn")  # requirements-dev.txt's
 CHECKS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {}  # name -> (check, tol, stands in)
 CALLS = [0]  # how many times a check has reached into references.py: which parts are the TA's
@@ -479,6 +477,8 @@ def student_main(names: list[str]) -> None:
     files = json.loads(sys.stdin.readline() or "{}")
     sys.stdin.close()
     ON_STUDENTS_SIDE[0] = True
+    with contextlib.suppress(OSError):  # where memory runs out, the student's process goes first
+        Path("/proc/self/oom_score_adj").write_text("1000")
     import checks  # noqa: F401  (they register; none imports an exercise's module)
     import extensions  # noqa: F401
     import multitask_checks  # noqa: F401
@@ -499,7 +499,7 @@ def student_main(names: list[str]) -> None:
             if own:
                 records = [{"raised": {"result": "error", "detail": own[0]}}]
             else:
-                records = forked(name, fd)
+                records = forked(name, fd, run_student)
             for record in records:
                 out.write(json.dumps({"name": name} | record) + "\n")
             out.write(json.dumps({"name": name, "end": True}) + "\n")
@@ -514,57 +514,12 @@ LIBRARIES_FIRST = (
 )
 
 
-def forked(name: str, fd: int) -> list[dict]:
-    """run_student(name) in a fork of this process, its records back through a pipe; the
-    fork holds neither `fd` nor anything of the exercises before it. A fork that exits,
-    is killed or runs past SECONDS + 30 s is charged to the exercise."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the fork: the student's code runs here, and dies with it
-        os.close(read), os.close(fd)
-        try:
-            with open(write, "w") as pipe:
-                pipe.write(json.dumps(run_student(name)))
-        finally:
-            os._exit(0)
-    os.close(write)
-    try:
-        text, status = drained(read, pid, time.monotonic() + SECONDS + 30)
-    finally:
-        os.close(read)
-    try:
-        return json.loads(text)
-    except ValueError:
-        why = "timed out" if status is None else f"exit code {status}"
-        return [{"raised": {"result": "error", "detail": f"stopped: {why}"}}]
-
-
-def drained(read: int, pid: int, deadline: float) -> tuple[bytes, int | None]:
-    """(what the fork wrote to the pipe, its exit code; None: killed at the deadline).
-    It ends when the fork does: a process the fork left holding the pipe is not waited on."""
-    chunks = []
-    while time.monotonic() < deadline:
-        if select.select([read], [], [], 0.05)[0] and (chunk := os.read(read, 1 << 20)):
-            chunks.append(chunk)
-            continue
-        ended, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
-        if ended and os.WIFSTOPPED(status):  # a stopped fork would only wait out the deadline
-            break
-        if ended:
-            while select.select([read], [], [], 0)[0] and (chunk := os.read(read, 1 << 20)):
-                chunks.append(chunk)
-            return b"".join(chunks), os.waitstatus_to_exitcode(status)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return b"".join(chunks), None
-
-
 def judge_main(names: list[str]) -> None:
     """The judge's process: read `TOKEN PATH` and then the student's records' file on
     stdin; judge each name on its records and append its line, with the token, to PATH.
     No student code runs here: what it imports is the handout's."""
     token, path = sys.stdin.readline().split(maxsplit=1)
-    records = json.loads(Path(sys.stdin.readline().strip()).read_text())
+    held = Path(sys.stdin.readline().strip())
     sys.stdin.close()
     import checks  # noqa: F401
     import extensions  # noqa: F401
@@ -574,7 +529,7 @@ def judge_main(names: list[str]) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
-            row = judged(name, records.get(name, []))
+            row = judged(name, records_of(held, name))  # one exercise's records at a time
             out.write(json.dumps({"token": token} | row) + "\n")
 
 

@@ -2,9 +2,10 @@
 what runs inside):
 
 - the student's: in the copy (the submission), with the grader's checks but not the TA's
-  references; each exercise's check runs in a fork of it, which runs the student's code on
-  the checks' inputs and hands back what that code returns; the process writes it down, to
-  a file it was handed open. It holds no reference, no token and no result file. Where the
+  references; each exercise's check runs in a fork of it (`forked`), which runs the
+  student's code on the checks' inputs and hands back what that code returns, its address
+  space and what it hands back bounded (FORK_MB, RECORDS_MB); the process writes it down,
+  to a file it was handed open. It holds no reference, no token and no result file. Where the
   grader runs as root (Gradescope), it runs as an unprivileged user, and every process of
   that user is stopped once it ends.
 - the judge's: in the handout (the given code, no submitted file), with the TA's grader;
@@ -20,7 +21,9 @@ import contextlib
 import json
 import os
 import re
+import resource
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -28,12 +31,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
 DEADLINE = 420  # the student's side of a whole grade, in seconds: below Gradescope's 10 min
+RECORDS_MB = 24  # what one exercise's code may hand back, as JSON (the layer's: 12 MB)
+FORK_MB = 256  # address space one exercise's fork may add to the student's process (the
+# layer's: 96 MB, with LEAN's settings)
 LATE = "timed out: the grade's deadline passed before this exercise ran"
 ANSWERS = ("references.py", "mtdnn_smart.py")  # the TA's: never where the student's code runs
 HARNESS = "harness.py"
+# the student's process: no address space reserved for threads it does not need (FORK_MB)
+LEAN = {"MALLOC_ARENA_MAX": "2", "TOKENIZERS_PARALLELISM": "false"}
 RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
@@ -41,27 +50,38 @@ def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None,
     """{name: row}: the student's process in root, then the judge's in `handout` (default
     root), with the grader of the folder `grader`; `user`: who runs the student's process
     (None: this process's user). files: {exercise: the files it is written in}."""
-    records = student_side(root, grader, names, files, user)
-    return judge_side(handout or root, grader, names, records)
+    with tempfile.TemporaryDirectory() as held:  # each exercise's records, a file each
+        student_side(root, grader, names, files, user, Path(held))
+        return judge_side(handout or root, grader, names, Path(held))
 
 
-def student_side(root: Path, grader: Path, names, files: dict, user: str | None) -> dict:
-    """{name: its records} from the student's process (grader/harness.py --student) run in
-    root, again for the exercises left when one stops it."""
-    records, left, end = {}, list(names), time.monotonic() + DEADLINE
+def student_side(root: Path, grader: Path, names, files: dict, user: str | None, out: Path):
+    """Each exercise's records from the student's process (grader/harness.py --student) run
+    in root, again for the exercises left when one stops it, in out/NAME.json."""
+    left, end = list(names), time.monotonic() + DEADLINE
     with tempfile.TemporaryDirectory() as tmp:
         code = Path(tmp) / "grader"  # the checks without the TA's references
         shutil.copytree(grader, code, ignore=shutil.ignore_patterns(*ANSWERS, "__pycache__"))
         os.chmod(tmp, 0o755)  # readable by the unprivileged user
         while left and time.monotonic() < end:
             written = Path(tmp) / "records.jsonl"
-            with open(written, "w+") as out:
-                why = run_student(root, code, left, files, out.fileno(), user, end)
-            done = read_records(written.read_text(), left, records, why)
+            with open(written, "w+") as out_file:
+                why = run_student(root, code, left, files, out_file.fileno(), user, end)
+            with open(written) as lines:
+                done = read_records(lines, left, out, why)
             left = [n for n in left if n not in done]
     for name in left:  # past the deadline: charged, and results.json is still written
-        records[name] = [{"raised": {"result": "error", "detail": LATE}}]
-    return records
+        save(out, name, [{"raised": {"result": "error", "detail": LATE}}])
+
+
+def save(out: Path, name: str, records: list) -> None:
+    out.joinpath(f"{name}.json").write_text(json.dumps(records))
+
+
+def records_of(out: Path, name: str) -> list:
+    """What student_side wrote down for one exercise ([]: nothing)."""
+    path = out / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: float) -> str:
@@ -69,7 +89,7 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
     (time.monotonic()) at most; then every process it left (its group; where `user` is
     given, every process of that user) is stopped. Its stderr goes to a file, so a process
     it left holding that file keeps nothing waiting. Returns why it ended, in a few words."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(code), str(root)])}
+    env = os.environ | LEAN | {"PYTHONPATH": os.pathsep.join([str(code), str(root)])}
     env |= {"HOME": tempfile.gettempdir()} if user else {}  # the grader's home is not its
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
@@ -134,58 +154,121 @@ def owner(proc: Path) -> int | None:
         return None
 
 
-def read_records(text: str, names: list[str], records: dict, why: str) -> set[str]:
-    """The exercises of `names` the student's process finished, their records added to
-    `records`; the one it was in when it stopped is charged with `why`. A line it did not
+def read_records(lines: IO[str], names: list[str], out: Path, why: str) -> set[str]:
+    """The exercises of `names` the student's process finished, their records written to
+    out (`save`); the one it was in when it stopped is charged with `why`. A line it did not
     write as JSON for one of these exercises is skipped; an exercise whose records were
-    begun twice (another exercise's code wrote into them) is an error."""
-    done, current, begun = set(), None, set()
-    for line in text.splitlines():
+    begun twice (another exercise's code wrote into them), or run past RECORDS_MB, is an
+    error. At most one exercise's records are held at a time."""
+    done, current, begun, kept, size = set(), None, set(), [], 0
+    while line := lines.readline(LINE):
+        if not line.endswith("\n") and len(line) == LINE:  # past any record's size
+            while (rest := lines.readline(LINE)) and not rest.endswith("\n"):
+                pass
+            size += LINE  # charged to the exercise it is in
+            continue
         try:
             r = json.loads(line)
         except ValueError:
             continue
         if not isinstance(r, dict) or r.get("name") not in names:
             continue
-        name = r.pop("name")
+        name, size = r.pop("name"), size + len(line)
         if r.get("start") is True:
-            records[name], current = [], name
+            current, kept, size = name, [], 0
             if name in begun:
-                records[name] = [{"raised": {"result": "error", "detail": TWICE}}]
+                save(out, name, [{"raised": {"result": "error", "detail": TWICE}}])
                 current = None  # what follows is not its own
             begun.add(name)
-        elif r.get("end") is True:
+        elif r.get("end") is True and name == current:
+            save(out, name, kept if size <= LINE else [OVER])
             done.add(name)
-            current = None if current == name else current
+            current = None
         elif set(r) in ({"value"}, {"raised"}) and name == current:
-            records[name].append(r)
+            kept += [r] * (size <= LINE)
     if current is None:  # it stopped before its first check, or between two
-        current = next((n for n in names if n not in done), None)
+        current, kept = next((n for n in names if n not in done), None), []
     if current is not None and current not in done:
-        stopped = {"result": "error", "detail": f"stopped: {why}"}
-        records.setdefault(current, []).append({"raised": stopped})
+        save(out, current, [*kept, {"raised": {"result": "error", "detail": f"stopped: {why}"}}])
         done.add(current)
     return done
 
 
 TWICE = "its records were begun twice: code of another exercise wrote into them"
+OVER = {"raised": {"result": "error", "detail": f"handed back over {RECORDS_MB} MB"}}
+LINE = (RECORDS_MB + 1) << 20  # the longest line read: one exercise's records, framed
 
 
-def judge_side(handout: Path, grader: Path, names, records: dict) -> dict:
+def forked(name: str, fd: int, run_student) -> list[dict]:
+    """run_student(name) in a fork of this process, its records back through a pipe; the
+    fork holds neither `fd` nor anything of the exercises before it, and may add FORK_MB to
+    its address space. A fork that exits, is killed, runs past SECONDS + 30 s or hands back
+    over RECORDS_MB is charged to the exercise."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the fork: the student's code runs here, and dies with it
+        os.close(read), os.close(fd)
+        try:
+            limit = (address_space() + FORK_MB) << 20  # past it, an allocation fails
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            with open(write, "w") as pipe:
+                pipe.write(json.dumps(run_student(name)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        text, why = drained(read, pid, time.monotonic() + SECONDS + 30)
+    finally:
+        os.close(read)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return [{"raised": {"result": "error", "detail": f"stopped: {why}"}}]
+
+
+def address_space() -> int:
+    """This process's address space (VmSize), MB."""
+    return int(Path("/proc/self/status").read_text().split("VmSize:")[1].split()[0]) >> 10
+
+
+def drained(read: int, pid: int, deadline: float) -> tuple[bytes, str]:
+    """(what the fork wrote to the pipe, why it ended: its exit code, or killed at the
+    deadline or past RECORDS_MB). It ends when the fork does: a process the fork left
+    holding the pipe is not waited on."""
+    chunks, size, why = [], 0, "timed out"
+    while time.monotonic() < deadline:
+        if select.select([read], [], [], 0.05)[0] and (chunk := os.read(read, 1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > RECORDS_MB << 20:
+                chunks, why = [], f"handed back over {RECORDS_MB} MB"
+                break
+            continue
+        ended, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if ended and os.WIFSTOPPED(status):  # a stopped fork would only wait out the deadline
+            break
+        if ended:
+            while select.select([read], [], [], 0)[0] and (chunk := os.read(read, 1 << 20)):
+                chunks.append(chunk)  # the fork is gone: at most a pipe's buffer more
+            return b"".join(chunks), f"exit code {os.waitstatus_to_exitcode(status)}"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return b"".join(chunks), why
+
+
+def judge_side(handout: Path, grader: Path, names, held: Path) -> dict:
     """{name: row} from the judge's process (grader/harness.py --judge) run in the handout,
-    on the student's records."""
+    on the student's records (student_side's folder `held`)."""
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
-        handed = Path(tmp) / "records.json"
-        handed.write_text(json.dumps(records))
         env = os.environ | {"PYTHONPATH": os.pathsep.join([str(grader), str(handout)])}
         try:
             done = subprocess.run(
                 [sys.executable, str(grader / HARNESS), "--judge", *names],
                 cwd=handout,
                 env=env,
-                input=f"{token} {results}\n{handed}\n",
+                input=f"{token} {results}\n{held}\n",
                 capture_output=True,
                 text=True,
                 timeout=SECONDS * len(names) + 60,

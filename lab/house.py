@@ -71,6 +71,7 @@ HOUSE = {
             ("lab/reports.py", "the reports' tables"),
             ("lab/bench.py", "speed and memory"),
             ("lab/timing.py", "bench's timings and table"),
+            ("lab/grade_bench.py", "a grade's time, memory"),
             ("lab/gpu_check.py", "what a GPU runs"),
             ("lab/house.py", "this picture"),
         ],

@@ -4,6 +4,7 @@ back only what it returns; the judge runs where no student code ever ran. Replac
 functions, walking the stack or exiting early changes only what the student's code hands
 back."""
 
+import io
 import json
 import os
 import pwd
@@ -144,10 +145,10 @@ def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch,
     monkeypatch.setattr(processes, "DEADLINE", 0)
     names = ["pearson", "auc"]
     files = {n: ["evaluation.py"] for n in names}
-    records = processes.student_side(REPO, REPO / "grader", names, files, None)
-    assert records == {
-        n: [{"raised": {"result": "error", "detail": processes.LATE}}] for n in names
-    }
+    processes.student_side(REPO, REPO / "grader", names, files, None, tmp_path)
+    for n in names:
+        late = [{"raised": {"result": "error", "detail": processes.LATE}}]
+        assert processes.records_of(tmp_path, n) == late
 
 
 def exercises_solution(name: str) -> list[str]:
@@ -159,7 +160,7 @@ def exercises_solution(name: str) -> list[str]:
 def test_what_the_student_hands_back_is_data():
     """Values through JSON and back: every dtype, a meta tensor's shape, requires_grad,
     lists and dicts; a record the grader cannot read is the student's error, never the
-    grader's; a process that stops is charged to the exercise it was in."""
+    grader's."""
     values = {
         "f": torch.randn(2, 3, dtype=torch.float64).requires_grad_(),
         "h": torch.randn(3, dtype=torch.bfloat16),
@@ -184,6 +185,11 @@ def test_what_the_student_hands_back_is_data():
     with pytest.raises(harness.StudentError, match="dtype manual_seed"):
         replay(None, (), {})
 
+
+def test_each_exercises_records_are_its_own_and_bounded(tmp_path):
+    """The student's process's lines, read back: a line that is not JSON is skipped, an
+    exercise that stops is charged, one whose records were begun twice (forged before or
+    after) is an error, and one past RECORDS_MB (one huge line, or many) is charged alone."""
     lines = [
         '{"name": "a", "start": true}',
         '{"name": "a", "value": 1}',
@@ -192,10 +198,13 @@ def test_what_the_student_hands_back_is_data():
         '{"name": "b", "start": true}',
         '{"name": "b", "value": 2, "extra": 3}',
     ]
-    records = {}
-    done = processes.read_records("\n".join(lines), ["a", "b", "c"], records, "exit code 9")
-    assert done == {"a", "b"} and records["a"] == [{"value": 1}]
-    assert records["b"] == [{"raised": {"result": "error", "detail": "stopped: exit code 9"}}]
+    out = tmp_path
+    done = processes.read_records(
+        io.StringIO("\n".join(lines)), ["a", "b", "c"], out, "exit code 9"
+    )
+    assert done == {"a", "b"} and processes.records_of(out, "a") == [{"value": 1}]
+    stopped = [{"raised": {"result": "error", "detail": "stopped: exit code 9"}}]
+    assert processes.records_of(out, "b") == stopped
     block = [
         '{"name": "c", "start": true}',
         '{"name": "c", "value": 0.5}',
@@ -203,9 +212,15 @@ def test_what_the_student_hands_back_is_data():
     ]
     twice = [{"raised": {"result": "error", "detail": processes.TWICE}}]
     for text in (block + lines[:4] + block, lines[:4] + block + block):  # forged before, after
-        records = {}
-        processes.read_records("\n".join(text), ["a", "c"], records, "exit code 0")
-        assert records["c"] == twice and records["a"] == [{"value": 1}]
+        processes.read_records(io.StringIO("\n".join(text)), ["a", "c"], out, "exit code 0")
+        assert processes.records_of(out, "c") == twice
+        assert processes.records_of(out, "a") == [{"value": 1}]
+    huge = '{"name": "a", "value": "' + "x" * processes.LINE + '"}'  # past any record's size
+    for extra in ([huge], ['{"name": "a", "value": 1}'] * (processes.LINE // 24)):
+        text = "\n".join(lines[:2] + extra + lines[3:4] + block)
+        processes.read_records(io.StringIO(text), ["a", "c"], out, "exit code 0")
+        assert processes.records_of(out, "a") == [processes.OVER]
+        assert processes.records_of(out, "c") == [{"value": 0.5}]  # the next one is its own
 
 
 def test_a_forged_record_is_charged_to_its_exercise_and_scoring_goes_on():
