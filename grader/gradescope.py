@@ -26,6 +26,7 @@ PYTHON = "3.11"  # the version the grader is tested with (tests/test_gradescope.
 BASE_IMAGE = "Ubuntu 22.04"  # Gradescope's base image to choose in the autograder's settings
 REQUIREMENTS = "requirements-grader.txt"  # what grading imports, nothing more
 STUDENT = "minbert-student"  # who runs the student's code where the grader is root (setup.sh)
+LOCAL = "AUTOGRADER_LOCAL"  # =1: a TA's own run, where the student's code runs as the TA
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for each submission: the student's files are in $ROOT/submission,
@@ -159,34 +160,48 @@ def run(root: Path) -> None:
         import exercises  # the handout's, which imports nothing of the student's
 
         names = (source / "names.txt").read_text().split()
-        graded, user = "\n".join(lines), student_user(root)
+        user = student_user(root)
+        local = f"graded as the grader's own user ({LOCAL}=1): a TA's own run\n" * (user is None)
+        graded = local + "\n".join(lines)
         handout = source / "handout"
         exercises.check(work, names, source / "ta", results, graded, handout, user)
     except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
         why = str(e).replace(str(root), "") or type(e).__name__
-        write_results(
-            results, [], f"the autograder stopped: {why} (tell the TA)", time.monotonic() - started
-        )
+        said = why if isinstance(e, Refused) else f"the autograder stopped: {why}"
+        write_results(results, [], f"{said} (tell the TA)", time.monotonic() - started)
 
 
 def student_user(root: Path) -> str | None:
     """STUDENT where the grader runs as root and setup.sh made the user: the TA's folder
-    closed to it, the work folder its to read, results/ its to read only; None elsewhere
-    (the student's code then runs as the grader's own user)."""
+    closed to it, the work folder its to read, results/ its to read only. Elsewhere the
+    grade is refused (it would run the student's code with the grader's rights), unless
+    LOCAL=1 says it is a TA's own run: None (the grader's own user), and results.json
+    says so."""
     import pwd
 
-    if os.geteuid() != 0:
-        return None
     try:
         pwd.getpwnam(STUDENT)
+        made = True
     except KeyError:
-        return None
+        made = False
+    if os.geteuid() != 0 or not made:
+        if os.environ.get(LOCAL) == "1":
+            return None
+        why = "not as root" if os.geteuid() != 0 else f"as root without the user {STUDENT}"
+        raise Refused(
+            f"the autograder refuses to grade: it runs {why} (setup.sh makes it), so the "
+            f"student's code would run with the grader's rights; a TA's own run sets {LOCAL}=1"
+        )
     os.chmod(root / "source" / "ta", 0o700)
     (root / "results").mkdir(parents=True, exist_ok=True)
     for folder in (root / "results", root / "work"):
         os.chmod(folder, 0o755)
     os.chmod(root, root.stat().st_mode | 0o001)  # to reach work/
     return STUDENT
+
+
+class Refused(Exception):
+    """A grade the autograder will not run; results.json says why."""
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +16,7 @@ from packaging.requirements import Requirement
 
 import exercises
 from grader import gradescope, scorecard
+from grading import run_autograder, unpacked
 
 REPO = exercises.HERE
 ASSIGNED = ["attention", "adamw", "pearson"]
@@ -72,31 +72,6 @@ def clean_python(tmp: Path) -> Path:
     ).stdout.strip()
     (Path(purelib) / "grader-site.pth").write_text(f"{site}\n")
     return python
-
-
-def unpacked(archive: Path, root: Path) -> Path:
-    """The archive laid out as Gradescope does: its files in root/source, an empty
-    submission folder."""
-    with zipfile.ZipFile(archive) as z:
-        z.extractall(root / "source")
-        modes = {i.filename: i.external_attr >> 16 for i in z.infolist()}
-    assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
-    (root / "submission").mkdir()
-    return root
-
-
-def run_autograder(root: Path, python: Path) -> dict:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "AUTOGRADER_ROOT": str(root)}
-    env["AUTOGRADER_PYTHON"] = str(python)
-    done = subprocess.run(
-        ["bash", str(root / "source" / "run_autograder")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads((root / "results" / "results.json").read_text())
 
 
 @pytest.mark.slow
@@ -190,6 +165,33 @@ def test_what_the_autograder_refuses(tmp_path):
     with pytest.raises(SystemExit, match="an autograder is a .zip file"):
         exercises.main(["autograder", str(tmp_path / "a.tar")])
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("root_user", [True, False])
+def test_the_archive_fails_closed_without_its_user(tmp_path, monkeypatch, root_user):
+    """As root without the student's user, or not as root, a grade would run the student's
+    code with the grader's rights: refused, and results.json says why; AUTOGRADER_LOCAL=1
+    (a TA's own run) grades, and its output says as whom."""
+    root = tmp_path / "autograder"
+    (root / "source" / "handout").mkdir(parents=True)
+    (root / "submission").mkdir()
+    (root / "source" / "files.txt").write_text("")
+    (root / "source" / "names.txt").write_text("")
+    monkeypatch.setattr(gradescope, "STUDENT", "minbert-nobody")  # a user no machine has
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root_user else 1000)
+    monkeypatch.delenv(gradescope.LOCAL, raising=False)
+    gradescope.run(root)
+    results = json.loads((root / "results" / "results.json").read_text())
+    why = "as root without the user minbert-nobody" if root_user else "not as root"
+    assert results["score"] == 0 and results["tests"] == [], results
+    assert results["output"].startswith(f"the autograder refuses to grade: it runs {why}")
+    assert "AUTOGRADER_LOCAL=1" in results["output"]
+    monkeypatch.setenv(gradescope.LOCAL, "1")
+    graded = []
+    monkeypatch.setattr(exercises, "check", lambda *a: graded.append(a))
+    gradescope.run(root)
+    assert graded and graded[0][-1] is None  # the student's code as the grader's user
+    assert graded[0][4].startswith("graded as the grader's own user (AUTOGRADER_LOCAL=1)")
 
 
 def test_results_json_follows_gradescopes_fields(tmp_path):

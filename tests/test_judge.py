@@ -18,6 +18,13 @@ import torch
 
 import exercises
 from grader import gradescope, handed, harness, processes
+from grading import (
+    as_the_students_user,
+    exercises_solution,
+    graded,
+    unpacked,
+    write_body,
+)
 
 REPO = exercises.HERE
 FORGING = {
@@ -59,18 +66,6 @@ FORGING = {
 }
 
 
-def write_body(copy: Path, name: str, body: list[str]) -> None:
-    """The exercise's last region written with `body`, the others with the solution's."""
-    regions = exercises.exercises(copy)[name]
-    for i, region in enumerate(regions):
-        region = exercises.exercises(copy)[name][i]  # read again: lines moved
-        lines = (copy / region.file).read_text().splitlines(keepends=True)
-        ours = exercises.exercises(REPO)[name][i]
-        solved = (REPO / ours.file).read_text().splitlines(keepends=True)[ours.begin + 1 : ours.end]
-        lines[region.begin + 1 : region.end] = body if i == len(regions) - 1 else solved
-        (copy / region.file).write_text("".join(lines))
-
-
 def test_the_judge_runs_no_exercise_body(tmp_path):
     """The solution graded with the judge in a handout whose every exercise is open: all
     pass, so no check reached an exercise's body from the judge's side."""
@@ -79,20 +74,6 @@ def test_the_judge_runs_no_exercise_body(tmp_path):
     names = list(exercises.exercises(REPO))
     rows = exercises.run_checks(REPO, REPO, names, handout)
     assert {n: rows[n]["result"] for n in names} == dict.fromkeys(names, "pass")
-
-
-@pytest.mark.slow
-def graded(copy: Path, ta: Path, timeout: int):
-    """`python exercises.py check` in the copy with the TA's grader: (the process, its
-    scorecard's rows by exercise)."""
-    done = subprocess.run(
-        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return done, {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
 
 
 def test_forging_attempts_are_graded_as_the_code_they_are(tmp_path):
@@ -149,12 +130,6 @@ def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch,
     for n in names:
         late = [{"raised": {"result": "error", "detail": processes.LATE}}]
         assert processes.records_of(tmp_path, n) == late
-
-
-def exercises_solution(name: str) -> list[str]:
-    """The solution's body of the exercise's last region."""
-    region = exercises.exercises(REPO)[name][-1]
-    return (REPO / region.file).read_text().splitlines(keepends=True)[region.begin + 1 : region.end]
 
 
 def test_what_the_student_hands_back_is_data():
@@ -243,60 +218,78 @@ def test_a_forged_record_is_charged_to_its_exercise_and_scoring_goes_on():
     assert exercises.score(fake, docs["embeddings"]).here == 0
 
 
-def student_can_run_python() -> bool:
-    """Whether gradescope.STUDENT exists and can run this Python (on this machine the
-    interpreter lives under /root, which other users cannot enter)."""
-    try:
-        pwd.getpwnam(gradescope.STUDENT)
-    except KeyError:
-        return False
-    if os.geteuid() != 0:
-        return False
-    try:
-        ran = subprocess.run([sys.executable, "-c", ""], user=gradescope.STUDENT)
-    except OSError:
-        return False
-    return ran.returncode == 0
+REACHING = [
+    "    import json, os, pathlib\n",
+    "    root = pathlib.Path(os.getcwd()).parent\n",
+    "    tried = {}\n",
+    "    for path, mode in [('source/ta/grader/references.py', 'r'),\n",
+    "                       ('source/ta/grader/extensions.py', 'a'),\n",
+    "                       ('source/handout/grader/extensions.py', 'a'),\n",
+    "                       ('source/handout/evaluation.py', 'a'),\n",
+    "                       ('results/results.json', 'w')]:\n",
+    "        try:\n",
+    "            with open(root / path, mode) as f:\n",
+    "                f.read(10) if mode == 'r' else f.write('\\n# forged\\n')\n",
+    "            tried[path] = 'done'\n",
+    "        except OSError as e:\n",
+    "            tried[path] = type(e).__name__\n",
+    "    open(TRIED, 'w').write(json.dumps(tried))\n",
+    "    return 0.0\n",
+]
 
 
-@pytest.mark.skipif(not student_can_run_python(), reason="needs root and the student's user")
-def test_a_detached_process_cannot_rewrite_the_results(tmp_path):
-    """Where the grader is root (Gradescope), the student's code runs as STUDENT: a body that
-    detaches a process (a double fork and a new session) to rewrite results.json once the
-    grade is written can neither write it nor outlive the student's process."""
+# a process detached (a double fork, a new session) that rewrites results.json for a minute
+DETACHING = [
+    "    import os, time\n",
+    "    if os.fork() == 0:\n",
+    "        os.setsid()\n",
+    "        os.closerange(0, 4096)  # no pipe the grader waits on\n",
+    "        if os.fork() == 0:\n",
+    "            for _ in range(600):\n",
+    "                time.sleep(0.1)\n",
+    "                try:\n",
+    "                    open(RESULTS, 'w').write(FORGED)\n",
+    "                except OSError:\n",
+    "                    pass\n",
+    "        os._exit(0)\n",
+    "    return 0.0\n",
+]
+
+
+def test_the_students_user_can_neither_outlive_nor_reach_the_grader(tmp_path):
+    """Where the grader is root (Gradescope; .ci/run), the student's code runs as STUDENT:
+    a body that detaches a process (a double fork and a new session) to rewrite
+    results.json once the grade is written can neither write it nor outlive the grade,
+    and one that reads the TA's references and writes the TA's or the judge's files (or
+    results.json) is refused each, the files unchanged."""
+    as_the_students_user()
     root = Path(os.path.realpath(tmp_path)) / "autograder"
     copy, ta = tmp_path / "copy", tmp_path / "ta"
-    exercises.make(copy, ["auc"], ta)
+    exercises.make(copy, ["auc", "pearson"], ta)
     archive = tmp_path / "autograder.zip"
     exercises.main(["autograder", str(archive), "--copy", str(copy), "--grader", str(ta)])
-    root.mkdir()
-    subprocess.run(["unzip", "-q", str(archive), "-d", str(root / "source")], check=True)
-    (root / "submission").mkdir()
+    unpacked(archive, root)
     forged = json.dumps({"score": 100, "tests": []})
-    daemon = [
-        "    import os, time\n",
-        "    if os.fork() == 0:\n",
-        "        os.setsid()\n",
-        "        os.closerange(0, 4096)  # no pipe the grader waits on\n",
-        "        if os.fork() == 0:\n",
-        "            for _ in range(600):  # a minute\n",
-        "                time.sleep(0.1)\n",
-        "                try:\n",
-        f"                    open({str(root / 'results' / 'results.json')!r}, 'w').write({forged!r})\n",
-        "                except OSError:\n",
-        "                    pass\n",
-        "        os._exit(0)\n",
-        "    return 0.0\n",
-    ]
-    write_body(copy, "auc", daemon)
+    daemon = "".join(DETACHING).replace("RESULTS", repr(str(root / "results" / "results.json")))
+    write_body(copy, "auc", daemon.replace("FORGED", repr(forged)).splitlines(keepends=True))
+    drop = tmp_path / "drop"  # where the student's code says what it reached
+    drop.mkdir(mode=0o777)
+    os.chmod(drop, 0o777)
+    reaching = "".join(REACHING).replace("TRIED", repr(str(drop / "tried.json")))
+    write_body(copy, "pearson", reaching.splitlines(keepends=True))
     (root / "submission" / "evaluation.py").write_text((copy / "evaluation.py").read_text())
     for folder in (tmp_path, *tmp_path.parents):  # pytest's folders: 0700
         os.chmod(folder, folder.stat().st_mode | 0o005)
+    source = {p: p.read_bytes() for p in (root / "source").rglob("*") if p.is_file()}
     env = os.environ | {"AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, timeout=300)
     assert done.returncode == 0
     time.sleep(3)  # the daemon's time to write, were it alive
     results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == 0 and [t["name"] for t in results["tests"]] == ["auc"]
+    assert sorted(t["name"] for t in results["tests"]) == ["auc", "pearson"], results
+    assert results["score"] == 0, results  # neither returns what it should
+    tried = json.loads((drop / "tried.json").read_text())
+    assert len(tried) == 5 and set(tried.values()) == {"PermissionError"}, tried
+    assert {p: p.read_bytes() for p in source} == source  # the judge's caches aside
     uid = pwd.getpwnam(gradescope.STUDENT).pw_uid
     assert not [p for p in Path("/proc").iterdir() if processes.owner(p) == uid]
