@@ -29,6 +29,7 @@ there: nothing the student's code prints is read.
 import contextlib
 import json
 import math
+import resource
 import signal
 import sys
 import sysconfig
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 
 from handed import decode, encode
-from processes import SECONDS, forked, records_of
+from processes import PROCESSES, SECONDS, forked, records_of
 
 REFERENCES = ("transformers", "scipy", "sklearn")  # requirements-dev.txt's
 CHECKS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {}  # name -> (check, tol, stands in)
@@ -479,6 +480,7 @@ def student_main(names: list[str]) -> None:
     ON_STUDENTS_SIDE[0] = True
     with contextlib.suppress(OSError):  # where memory runs out, the student's process goes first
         Path("/proc/self/oom_score_adj").write_text("1000")
+    resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))  # root: not bound
     import checks  # noqa: F401  (they register; none imports an exercise's module)
     import extensions  # noqa: F401
     import multitask_checks  # noqa: F401

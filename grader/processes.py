@@ -18,6 +18,7 @@ a new one.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -33,16 +34,21 @@ import time
 from pathlib import Path
 from typing import IO
 
-SECONDS = 60  # one check's time limit: grader/harness.py stops a longer one
+# one check's time limit: grader/harness.py stops a longer one (a TA may set it)
+SECONDS = int(os.environ.get("MINBERT_CHECK_SECONDS", "60"))
 DEADLINE = 420  # the student's side of a whole grade, in seconds: below Gradescope's 10 min
 RECORDS_MB = 24  # what one exercise's code may hand back, as JSON (the layer's: 12 MB)
+FILE_MB = 64  # the largest file one exercise's fork may write (its stderr's included)
+PROCESSES = 256  # processes and threads of the student's user at once (where it has one)
 FORK_MB = 256  # address space one exercise's fork may add to the student's process (the
 # layer's: 96 MB, with LEAN's settings)
 LATE = "timed out: the grade's deadline passed before this exercise ran"
 ANSWERS = ("references.py", "mtdnn_smart.py")  # the TA's: never where the student's code runs
 HARNESS = "harness.py"
-# the student's process: no address space reserved for threads it does not need (FORK_MB)
-LEAN = {"MALLOC_ARENA_MAX": "2", "TOKENIZERS_PARALLELISM": "false"}
+# the student's process: no address space reserved for threads it does not need (FORK_MB),
+# no user site (a usercustomize.py left by an earlier grade's code)
+LEAN = {"MALLOC_ARENA_MAX": "2", "TOKENIZERS_PARALLELISM": "false", "PYTHONNOUSERSITE": "1"}
+LOCK = Path(tempfile.gettempdir()) / "minbert-grader.lock"  # alone()'s
 RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
@@ -58,11 +64,12 @@ def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None,
 def student_side(root: Path, grader: Path, names, files: dict, user: str | None, out: Path):
     """Each exercise's records from the student's process (grader/harness.py --student) run
     in root, again for the exercises left when one stops it, in out/NAME.json."""
-    left, end = list(names), time.monotonic() + DEADLINE
-    with tempfile.TemporaryDirectory() as tmp:
+    left = list(names)
+    with tempfile.TemporaryDirectory() as tmp, alone(user):
         code = Path(tmp) / "grader"  # the checks without the TA's references
         shutil.copytree(grader, code, ignore=shutil.ignore_patterns(*ANSWERS, "__pycache__"))
         os.chmod(tmp, 0o755)  # readable by the unprivileged user
+        end = time.monotonic() + DEADLINE
         while left and time.monotonic() < end:
             written = Path(tmp) / "records.jsonl"
             with open(written, "w+") as out_file:
@@ -72,6 +79,21 @@ def student_side(root: Path, grader: Path, names, files: dict, user: str | None,
             left = [n for n in left if n not in done]
     for name in left:  # past the deadline: charged, and results.json is still written
         save(out, name, [{"raised": {"result": "error", "detail": LATE}}])
+
+
+@contextlib.contextmanager
+def alone(user: str | None):
+    """Where the student's code runs as `user`, one grade's student side at a time on this
+    machine: each ends by stopping every process of that user (stop_leftovers)."""
+    if user is None:
+        yield
+        return
+    fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)  # not the student's to open
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def save(out: Path, name: str, records: list) -> None:
@@ -90,7 +112,7 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
     given, every process of that user) is stopped. Its stderr goes to a file, so a process
     it left holding that file keeps nothing waiting. Returns why it ended, in a few words."""
     env = os.environ | LEAN | {"PYTHONPATH": os.pathsep.join([str(code), str(root)])}
-    env |= {"HOME": tempfile.gettempdir()} if user else {}  # the grader's home is not its
+    env |= {"HOME": str(code.parent)}  # a home of its own per grade, not its to write
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             [sys.executable, str(code / HARNESS), "--student", *names],
@@ -111,12 +133,10 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.write(f"{fd}\n{json.dumps(files)}\n")
                 proc.stdin.close()
-            proc.wait(limit)
+            why = waited(proc, limit)
             err.seek(max(0, os.fstat(err.fileno()).st_size - 4000))  # a flood's tail only
             last = (err.read().strip().splitlines() or [""])[-1]  # a traceback's last line
-            why = last if RAISED.match(last) else f"exit code {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            why = "timed out"
+            why = last if why.startswith("exit") and RAISED.match(last) else why
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -124,6 +144,21 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
             proc.kill()
             proc.wait()
     return why
+
+
+def waited(proc: subprocess.Popen, seconds: float) -> str:
+    """Why the student's process ended, waited on for `seconds` at most: its exit code,
+    stopped (by a signal: it would only wait out the limit) or timed out."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
+        if pid and os.WIFSTOPPED(status):
+            return "stopped by a signal"
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return f"exit code {proc.returncode}"
+        time.sleep(0.05)
+    return "timed out"
 
 
 def stop_leftovers(user: str | None) -> None:
@@ -134,22 +169,22 @@ def stop_leftovers(user: str | None) -> None:
         return
     import pwd
 
-    uid = pwd.getpwnam(user).pw_uid
-    for _ in range(20):  # a process may fork while the others are stopped
+    uid, until = pwd.getpwnam(user).pw_uid, time.monotonic() + 10
+    while time.monotonic() < until:  # a process may fork while the others are stopped
         found = [p for p in Path("/proc").iterdir() if p.name.isdigit() and owner(p) == uid]
-        for p in found:
-            try:
-                os.kill(int(p.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if not found:
             return
+        for p in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(p.name), signal.SIGKILL)
+        time.sleep(0.02)  # a killed process takes a moment to go
 
 
 def owner(proc: Path) -> int | None:
-    """The real uid of /proc/PID, or None once it is gone."""
+    """The real uid of /proc/PID, or None once it is gone (a zombie runs nothing)."""
     try:
-        return int(proc.joinpath("status").read_text().split("\nUid:")[1].split()[0])
+        status = proc.joinpath("status").read_text()
+        return None if "\nState:\tZ" in status else int(status.split("\nUid:")[1].split()[0])
     except (OSError, IndexError):
         return None
 
@@ -211,6 +246,7 @@ def forked(name: str, fd: int, run_student) -> list[dict]:
         try:
             limit = (address_space() + FORK_MB) << 20  # past it, an allocation fails
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
             with open(write, "w") as pipe:
                 pipe.write(json.dumps(run_student(name)))
         finally:

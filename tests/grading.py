@@ -7,13 +7,14 @@ import os
 import pwd
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
 
 import exercises
-from grader import gradescope
+from grader import gradescope, processes
 
 REPO = exercises.HERE
 
@@ -30,23 +31,14 @@ def write_body(copy: Path, name: str, body: list[str]) -> None:
         (copy / region.file).write_text("".join(lines))
 
 
-def exercises_solution(name: str) -> list[str]:
-    """The solution's body of the exercise's last region."""
-    region = exercises.exercises(REPO)[name][-1]
-    return (REPO / region.file).read_text().splitlines(keepends=True)[region.begin + 1 : region.end]
-
-
-def graded(copy: Path, ta: Path, timeout: int):
-    """`python exercises.py check` in the copy with the TA's grader: (the process, its
-    scorecard's rows by exercise)."""
-    done = subprocess.run(
-        [sys.executable, "exercises.py", "check", "--grader", str(ta)],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return done, {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+def write_code(copy: Path, name: str, code: str) -> None:
+    """write_body with `code`, dedented, indented as the exercise's last region."""
+    region = exercises.exercises(copy)[name][-1]
+    first = (copy / region.file).read_text().splitlines()[region.begin]
+    indent = first[: len(first) - len(first.lstrip())]
+    lines = textwrap.dedent(code).strip("\n").splitlines(keepends=False)
+    lines = [x + "\n" for x in lines]
+    write_body(copy, name, [indent + x if x.strip() else x for x in lines])
 
 
 def unpacked(archive: Path, root: Path) -> Path:
@@ -60,18 +52,17 @@ def unpacked(archive: Path, root: Path) -> Path:
     return root
 
 
-def run_autograder(root: Path, python: Path) -> dict:
+def run_autograder(root: Path, python: Path, **env: str) -> dict:
     """run_autograder as Gradescope runs it: as root, where there is the student's user,
     the student's code runs as that user (pytest's folders opened to it), else as this
     user (AUTOGRADER_LOCAL)."""
     for folder in (root.parent, *root.parent.parents):  # pytest's folders: 0700
         os.chmod(folder, folder.stat().st_mode | 0o005)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "AUTOGRADER_ROOT": str(root)}
-    env["AUTOGRADER_PYTHON"] = str(python)
-    env[gradescope.LOCAL] = "1"
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(root), "AUTOGRADER_ROOT": str(root)}
+    base |= {"AUTOGRADER_PYTHON": str(python), gradescope.LOCAL: "1"}
     done = subprocess.run(
         ["bash", str(root / "source" / "run_autograder")],
-        env=env,
+        env=base | env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -115,3 +106,11 @@ def as_the_students_user() -> None:
 
 
 # the TA's folder read and written, the handout's grader written, results.json forged
+
+
+def leftovers() -> list[Path]:
+    """The student's user's processes, read where no grade's student side runs (its lock
+    held): a process a grade left."""
+    uid = pwd.getpwnam(gradescope.STUDENT).pw_uid
+    with processes.alone(gradescope.STUDENT):
+        return [p for p in Path("/proc").iterdir() if processes.owner(p) == uid]
