@@ -10,21 +10,50 @@ import torch
 from harness import part, student
 from setups import f64, finite_differences, gen, grads
 
+KINDS = ("classification", "binary", "regression")  # smart.KINDS
+
+
+def outputs_checked(p, q, kind):
+    """(p, q) as smart's divergences read them, refused where they refuse (the grader's own
+    copy of smart._check_outputs, which a submission may have changed; tests/test_grader.py
+    keeps the two the same): an unknown kind, outputs of two shapes, class logits that are
+    not (B, C), other outputs that are not (B,) or (B, 1), read as (B,)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if p.shape != q.shape:
+        raise ValueError(
+            f"divergence: outputs differ in shape, {tuple(p.shape)} vs {tuple(q.shape)}"
+        )
+    if kind == "classification":
+        if p.dim() != 2:
+            raise ValueError(f"classification logits must be (B, C), got {tuple(p.shape)}")
+        return p, q
+    if p.dim() == 2 and p.size(1) == 1:
+        p, q = p.squeeze(1), q.squeeze(1)  # (B, 1) -> (B,)
+    if p.dim() != 1:
+        raise ValueError(f"{kind} outputs must be (B,) or (B, 1), got {tuple(p.shape)}")
+    return p, q
+
 
 def stand_in_divergence(p, q, kind):
     """A squared distance of the two outputs as `kind` reads them (class logits by their
     softmax, a binary logit by its sigmoid, a regression output as it is): the
     symmetric_kl exercise's stand-in while the ascent is graded (any smooth divergence
     tells a right ascent from a wrong one, and a wrong kind from the right one). It refuses
-    what smart.divergence refuses: class logits that are not (B, C), other outputs that
-    are not (B,)."""
-    if p.shape != q.shape or p.dim() != (2 if kind == "classification" else 1):
-        raise ValueError(f"divergence: a {kind} output of shape {tuple(p.shape)}")
+    what smart.divergence refuses (outputs_checked)."""
+    p, q = outputs_checked(p, q, kind)
     if kind == "classification":
         return ((p.softmax(-1) - q.softmax(-1)) ** 2).sum(-1).mean()
     if kind == "binary":
         return ((p.sigmoid() - q.sigmoid()) ** 2).mean()
     return (p - q).square().mean()
+
+
+def stand_in_reference(clean, adv, kind):
+    """The perturbed output itself: smart.reference_divergence's stand-in (the ascent's
+    R_s is read through it), refusing what it refuses (outputs_checked)."""
+    outputs_checked(clean, adv, kind)
+    return adv
 
 
 def smart_runs(heads: dict, embeds, mask, cfg: dict, both):
@@ -34,7 +63,7 @@ def smart_runs(heads: dict, embeds, mask, cfg: dict, both):
 
     config = smart.SmartConfig(**cfg)
     saved = smart.divergence, smart.reference_divergence
-    smart.divergence, smart.reference_divergence = stand_in_divergence, lambda c, a, k: a
+    smart.divergence, smart.reference_divergence = stand_in_divergence, stand_in_reference
     got = {}
     try:
         for kind, head in heads.items():
@@ -113,7 +142,7 @@ def smart_properties(g, embeds, mask, both) -> dict:
         return smart.adversarial_regularizer(g, embeds, clean, "regression", mask, config)
 
     saved = smart.divergence, smart.reference_divergence
-    smart.divergence, smart.reference_divergence = stand_in_divergence, lambda c, a, k: a
+    smart.divergence, smart.reference_divergence = stand_in_divergence, stand_in_reference
     try:
         out = {"raised": bool(r_s(3) > r_s(3, steps=0))}
         small = [r_s(4, sigma=s, epsilon=1.0, steps=0).item() for s in (1e-3, 2e-3)]

@@ -166,9 +166,9 @@ PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
 )
 def multitask_step():
     """One update of trainer.train_step over SST, Quora and STS together (random loss
-    weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler): its loss,
-    detached, and the gradient it hands the optimizer, against the weighted sum of the
-    tasks' losses, differentiated once."""
+    weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler as float16's,
+    then none, as float32's and bfloat16's): its loss, detached, and the gradient it hands
+    the optimizer, against the weighted sum of the tasks' losses, differentiated once."""
     model = StandInModel()
     reference = copy.deepcopy(model)
     with torch.no_grad():
@@ -183,9 +183,11 @@ def multitask_step():
         stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=multitask)
         loss, got = stepped(model, stage, step_context(reference), gen(5))
         heads = [model.heads[t].weight.grad is not None for t in STEP]
-        return loss, got, heads
+        model.zero_grad(set_to_none=True)  # again, as float32 and bfloat16 runs: no scaler
+        plain = stepped(model, stage, step_context(reference, scaled=False), gen(5))
+        return loss, got, heads, plain
 
-    loss, got, heads = student(mine)
+    loss, got, heads, (plain_loss, plain) = student(mine)
     yield part("every task's head has a gradient", heads, [True] * 3)
     yield part("the step's loss keeps no graph", loss.requires_grad, False)
 
@@ -204,21 +206,25 @@ def multitask_step():
         pairs = zip(model.bert.parameters(), reference.bert.parameters(), strict=True)
         return total + L2SP * sum((p - p0).pow(2).sum() for p, p0 in pairs) / 2  # L2-SP
 
+    gradient = cached(lambda: grads(expected(), list(model.parameters()), 1.0))
     yield part("the step's loss", loss, expected)
-    yield part("the gradient", got, lambda: grads(expected(), list(model.parameters()), 1.0))
+    yield part("the gradient", got, gradient)
+    yield part("the step's loss without a loss scaler (float32, bfloat16)", plain_loss, expected)
+    yield part("the gradient without a loss scaler (float32, bfloat16)", plain, gradient)
 
 
 L2SP = 0.5  # the step's --l2sp: its pull toward the reference encoder
 
 
-def step_context(reference):
-    """trainer.StepContext of the step's check: fp32 on the CPU, a loss scaler of 8, two
-    micro-batches, an L2-SP pull of 0.5 toward `reference`."""
+def step_context(reference, scaled: bool = True):
+    """trainer.StepContext of the step's check: fp32 on the CPU, a loss scaler of 8 (not
+    scaled: none, as float32 and bfloat16 runs have), two micro-batches, an L2-SP pull of
+    0.5 toward `reference`."""
     from dataclasses import replace
 
     import trainer
     from engine.flags import OptimConfig
     from engine.runtime import make_runtime
 
-    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8())
+    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8() if scaled else None)
     return trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=L2SP), reference=reference)

@@ -165,6 +165,8 @@ def hf_attention_in(ours, hf, i: int = 0):
     theirs = hf.encoder.layer[i].attention.self
 
     def forward(x, mask, probs=None):
+        if not torch.is_tensor(mask):  # Hugging Face's reads None as no mask; bert.py's raises
+            raise TypeError(f"the attention's mask must be a tensor, got {type(mask).__name__}")
         if probs is not None:
             probs.append(torch.zeros(()))
         return theirs(x, attention_mask=mask)[0]
@@ -189,16 +191,24 @@ class StandInBert(nn.Module):
     """What a sentiment classifier calls of BertModel (forward, or embed then encode),
     answered by `table`: the hidden states are the ids' rows (0 where padded) but at [CLS],
     which holds the sum of the rows the mask keeps; the pooled output is that [CLS] vector,
-    so a [CLS] read from either is the same, and a mask left out changes it."""
+    so a [CLS] read from either is the same, and a mask left out changes it. It refuses
+    what BertModel refuses (ids_checked, encode's shapes)."""
 
     def __init__(self, table):
         super().__init__()
         self.table = table  # the grader's leaf itself (gradients reach it), no parameter
 
     def embed(self, input_ids, token_type_ids=None):
-        return self.table[input_ids]  # (B, T, H)
+        ids_checked(input_ids, len(self.table))
+        x = F.embedding(input_ids, self.table)  # (B, T, H)
+        if token_type_ids is None:
+            return x
+        return x + F.embedding(token_type_ids, self.table.new_zeros(2, self.table.size(1)))
 
-    def encode(self, embeds, attention_mask):
+    def encode(self, embeds, attention_mask, output_attentions=False):
+        if attention_mask.dim() != 2 or embeds.shape[:2] != attention_mask.shape:
+            shapes = f"{tuple(embeds.shape)} and {tuple(attention_mask.shape)}"
+            raise ValueError(f"encode: embeddings (B, T, H) and a mask (B, T), got {shapes}")
         h = embeds * attention_mask[..., None].to(embeds.dtype)  # (B, T, H): padding zeroed
         cls = h.sum(1, keepdim=True)  # (B, 1, H): [CLS] sees what the mask keeps
         h = torch.cat([cls, h[:, 1:]], 1)  # (B, T, H)
@@ -207,7 +217,18 @@ class StandInBert(nn.Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        return self.encode(self.embed(input_ids), attention_mask)
+        return self.encode(self.embed(input_ids, token_type_ids), attention_mask)
+
+
+def ids_checked(ids, rows: int) -> None:
+    """BertModel's refusals of token ids (bert.py: BertModel._check_ids, the tiny config's
+    sizes): not (B, T), longer than its 64 positions, outside [0, rows) on the CPU."""
+    if ids.dim() != 2:
+        raise ValueError(f"token ids must be (B, T), got {tuple(ids.shape)}")
+    if ids.size(1) > tiny_config().max_position_embeddings:
+        raise ValueError(f"sequence length {ids.size(1)} is longer than the position table")
+    if ids.device.type == "cpu" and ids.numel() and (ids.min() < 0 or ids.max() >= rows):
+        raise ValueError(f"token ids must lie in [0, {rows})")
 
 
 def stand_in_classifier(head, table):
@@ -241,8 +262,10 @@ def seeded_heads(tasks) -> dict:
 
 
 def flat(batch):
-    """(ids, mask, types), K sentences per example (K, B, T) -> (K * B, T)."""
-    return (batch[k].flatten(0, -2) for k in ("input_ids", "attention_mask", "token_type_ids"))
+    """(ids, mask, types), K sentences per example (K, B, T) -> (K * B, T), viewed as
+    MultitaskBERT.flat_inputs views them (a tensor that cannot be viewed so is refused)."""
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    return (batch[k].view(-1, batch[k].size(-1)) for k in keys)
 
 
 def stand_in_table():
@@ -256,7 +279,9 @@ def stand_in_sentences(batch, table, position):
     """A sum of `table`'s vectors per id, position and token type over the tokens each
     mask keeps, (N, H): the encoder's stand-in while predict_* is graded."""
     ids, mask, types = flat(batch)
-    x = table[ids] + position[: ids.size(1)] + types[..., None] * table[0]  # (N, T, H)
+    ids_checked(ids, len(table))
+    by_type = torch.stack([torch.zeros_like(table[0]), table[0]])  # (2, H): as BERT's types
+    x = F.embedding(ids, table) + position[: ids.size(1)] + F.embedding(types, by_type)
     return (x * mask[..., None]).sum(1)  # (N, H)
 
 
@@ -264,6 +289,8 @@ def stand_in_readout(task, batch, z, heads):
     """Fixed functions that are not the exercises' (the classifier's, pair_head's and the
     STS score's stand-ins): a head on tanh(z) for one sentence, on [u, v, u * v] for a
     Quora pair, the dot product for STS."""
+    if task not in ("sst", "cfimdb", "para", "sts"):  # evaluation.TASKS': others raise
+        raise KeyError(task)
     if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
         return heads[task](torch.tanh(z))  # (B, C)
     u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
@@ -319,9 +346,12 @@ def step_batches():
 
 
 class ScaleBy8:
-    """A loss scaler's one call a step makes before its backward: times 8."""
+    """A loss scaler's one call a step makes before its backward: times 8 (float16's
+    GradScaler, which refuses what is not a tensor)."""
 
     def scale(self, loss):
+        if not torch.is_tensor(loss):
+            raise ValueError("outputs must be a Tensor or an iterable of Tensors")
         return loss * 8
 
 
@@ -330,10 +360,10 @@ def stepped(model, stage, ctx, generator):
     the optimizer's step itself left out."""
     import trainer
 
-    seen = {}
+    seen, scale = {}, 8 if ctx.rt.scaler is not None else 1
 
     def capture(optimizer, scaler, max_norm):
-        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / 8
+        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / scale
         return torch.tensor(0.0)
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)

@@ -248,6 +248,15 @@ SLIPS = {
         ),
     ],
     "classifier": [
+        (
+            "float token types handed to BERT",
+            [
+                (
+                    "self.bert(input_ids, attention_mask)",
+                    "self.bert(input_ids, attention_mask, torch.zeros(input_ids.shape, device=input_ids.device))",
+                )
+            ],
+        ),
         ("no dropout", [("self.classifier(self.dropout(cls))", "self.classifier(cls)")]),
         (
             "dropout on the logits",

@@ -166,6 +166,15 @@ SLIPS = {
     ],
     "smart_ascent": [
         (
+            "the reference code's divergence read as class logits (mt-dnn's SymKlCriterion)",
+            [
+                (
+                    "return reference_divergence(clean, f(embeds + noise), kind)",
+                    'return reference_divergence(clean, f(embeds + noise), "classification")',
+                )
+            ],
+        ),
+        (
             "the noise drawn in float64",
             [
                 (

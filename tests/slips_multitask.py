@@ -6,6 +6,46 @@ tests/slips_checks.py holds Part 1's."""
 SLIPS = {
     "multitask": [
         (
+            "predict_sentiment's token types in float",
+            [
+                (
+                    "types = torch.zeros_like(input_ids)",
+                    "types = torch.zeros_like(input_ids, dtype=torch.float)",
+                )
+            ],
+        ),
+        (
+            "the pairs' token types in float",
+            [
+                (
+                    '"token_type_ids": torch.zeros_like(ids)}',
+                    '"token_type_ids": torch.zeros_like(ids, dtype=torch.float)}',
+                )
+            ],
+        ),
+        (
+            "the shorter side padded with id -1",
+            [
+                (
+                    "F.pad(ids_1, (0, T - ids_1.size(1)))",
+                    "F.pad(ids_1, (0, T - ids_1.size(1)), value=-1)",
+                ),
+                (
+                    "F.pad(ids_2, (0, T - ids_2.size(1)))",
+                    "F.pad(ids_2, (0, T - ids_2.size(1)), value=-1)",
+                ),
+            ],
+        ),
+        (
+            "the sides stacked as (B, 2, T), then transposed: not contiguous",
+            [
+                (
+                    "        )\n        mask = torch.stack(",
+                    "        , 1).transpose(0, 1)\n        mask = torch.stack(",
+                )
+            ],
+        ),
+        (
             "STS as 5 * relu(cosine)",
             [
                 (
@@ -197,6 +237,10 @@ SLIPS = {
         ),
     ],
     "multitask_step": [
+        (
+            "the loss scaler called as if there always were one",
+            [("backward(part, rt.scaler)", "rt.scaler.scale(part).backward()")],
+        ),
         (
             "part shares left out",
             [("weights[task] * share * part", "weights[task] * part")],

@@ -1,0 +1,122 @@
+"""The grader's stand-ins (grader/setups.py, grader/ascent.py) refuse what the functions
+they stand for refuse: a body that crashes a real run never passes because a stand-in let
+it through. Each pair is called on the same hostile inputs; both raise, or neither does.
+tests/slips_*.py holds a slip that only this strictness catches, for each one a body can
+reach."""
+
+import copy
+
+import torch
+
+import ascent  # grader/ is on pytest's path
+import setups
+import smart
+from bert import BertModel, BertSelfAttention
+from multitask_classifier import MultitaskBERT
+
+
+def raises(fn, *args) -> bool:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001  (any refusal counts)
+        return False
+    return True
+
+
+def same_refusals(stand_in, real, cases) -> None:
+    for case in cases:
+        assert raises(stand_in, *case) == raises(real, *case), case
+
+
+B2, B1, B = torch.zeros(4, 3), torch.zeros(4, 1), torch.zeros(4)
+OUTPUTS = [
+    (p, q, kind)
+    for kind in ("classification", "binary", "regression", "mse")
+    for p, q in ((B2, B2), (B1, B1), (B, B), (B, B1), (B2, B), (torch.zeros(4, 3, 2),) * 2)
+]
+
+
+def test_the_divergences_stand_ins_refuse_what_smarts_divergences_refuse():
+    same_refusals(ascent.outputs_checked, smart._check_outputs, OUTPUTS)
+    same_refusals(ascent.stand_in_divergence, smart.divergence, OUTPUTS)
+    same_refusals(ascent.stand_in_reference, smart.reference_divergence, OUTPUTS)
+
+
+def ids(*shape, low=0, high=100, dtype=torch.long):
+    return torch.randint(low, high, shape).to(dtype)
+
+
+BAD_IDS = [
+    (ids(2, 5), None),
+    (ids(2, 5), torch.zeros(2, 5, dtype=torch.long)),
+    (ids(2, 3, 5), None),  # not (B, T)
+    (ids(2, 65), None),  # past the 64 positions
+    (ids(2, 5, low=-1, high=0), None),
+    (ids(2, 5, low=100, high=101), None),
+    (ids(2, 5, dtype=torch.float32), None),
+    (ids(2, 5), torch.zeros(2, 5)),  # float token types
+    (ids(2, 5), torch.full((2, 5), 2)),  # a third segment
+]
+
+
+def test_the_encoders_stand_in_refuses_what_bert_model_refuses():
+    table = torch.randn(100, 32)
+    real, stand_in = BertModel(setups.tiny_config()).eval(), setups.StandInBert(table)
+    same_refusals(stand_in.embed, real.embed, BAD_IDS)
+    embeds, mask = torch.randn(2, 5, 32), torch.ones(2, 5)
+    for bad in ((embeds, torch.ones(10)), (embeds, torch.ones(2, 6)), (embeds, mask)):
+        assert raises(stand_in.encode, *bad) == raises(real.encode, *bad), bad[1].shape
+    assert raises(stand_in.encode, embeds, mask, False)  # output_attentions, as BertModel
+
+
+def pair(ids_, types=None, contiguous=True):
+    """A siamese batch (2, B, T) of ids, its types zero unless given."""
+    both = (
+        torch.stack([ids_, ids_], 1).transpose(0, 1) if not contiguous else torch.stack([ids_] * 2)
+    )
+    mask = torch.ones(both.shape, dtype=torch.long)
+    return {
+        "input_ids": both,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(both) if types is None else types,
+    }
+
+
+def test_the_sentences_stand_in_refuses_what_multitask_bert_refuses():
+    table, position = setups.stand_in_table()
+    model = MultitaskBERT(BertModel(setups.tiny_config()), tasks=("sst", "para", "sts")).eval()
+    cases = [
+        (pair(ids(2, 5)),),
+        (pair(ids(2, 5), contiguous=False),),
+        (pair(ids(2, 5), types=torch.zeros(2, 2, 5)),),
+        (pair(ids(2, 5, low=-1, high=0)),),
+        (pair(ids(2, 5), types=torch.full((2, 2, 5), 2)),),
+    ]
+    with torch.no_grad():
+        same_refusals(
+            lambda b: setups.stand_in_sentences(b, table, position), model.sentences, cases
+        )
+    heads = setups.seeded_heads(("sst", "para"))
+
+    def readout(task, batch, z):
+        return setups.stand_in_readout(task, batch, z, heads)
+
+    z, batch = torch.randn(4, 32), pair(ids(2, 5))
+    same_refusals(readout, model.readout, [(task, batch, z) for task in ("para", "sts", "qqp")])
+
+
+def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():
+    scaler = torch.amp.GradScaler("cpu")
+    for loss in (torch.tensor(2.0, requires_grad=True), 2.0):
+        assert raises(setups.ScaleBy8().scale, loss) == raises(scaler.scale, loss), loss
+    hf = setups.tiny_hf()
+    ours = copy.deepcopy(BertModel(setups.tiny_config())).double()
+    setups.hf_attention_in(ours, hf.double())
+    stand_in = ours.encoder["layer"][0].attention["self"]
+    real = BertSelfAttention(setups.tiny_config()).double().eval()
+    x, mask = (
+        torch.randn(2, 5, 32, dtype=torch.float64),
+        torch.zeros(2, 1, 1, 5, dtype=torch.float64),
+    )
+    for case in ((x, mask), (x, None)):
+        assert raises(stand_in, *case) == raises(real, *case), case[1]
