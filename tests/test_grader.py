@@ -158,6 +158,41 @@ VARIANTS = {
                 )
             ],
         ),
+        (
+            "zero token types given, in int32",
+            [
+                (
+                    "self.bert(input_ids, attention_mask)",
+                    "self.bert(input_ids, attention_mask, torch.zeros_like(input_ids, dtype=torch.int32))",
+                )
+            ],
+        ),
+    ],
+    "multitask": [
+        (
+            "token types by new_zeros, in int32",
+            [
+                (
+                    "types = torch.zeros_like(input_ids)",
+                    "types = input_ids.new_zeros(input_ids.shape, dtype=torch.int32)",
+                ),
+                (
+                    '"token_type_ids": torch.zeros_like(ids)}',
+                    '"token_type_ids": ids.new_zeros(ids.shape)}',
+                ),
+            ],
+        )
+    ],
+    "multitask_step": [
+        (
+            "the scaler asked for when there is one",
+            [
+                (
+                    "backward(part, rt.scaler)",
+                    "(rt.scaler.scale(part) if rt.scaler is not None else part).backward()",
+                )
+            ],
+        )
     ],
     "momentum_teacher": [
         (
