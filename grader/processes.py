@@ -36,7 +36,8 @@ from typing import IO
 
 # one check's time limit: grader/harness.py stops a longer one (a TA may set it)
 SECONDS = int(os.environ.get("MINBERT_CHECK_SECONDS", "60"))
-DEADLINE = 420  # the student's side of a whole grade, in seconds: below Gradescope's 10 min
+DEADLINE = 540  # a whole grade, in seconds: below Gradescope's default of 10 minutes
+JUDGING = 120  # of DEADLINE, kept for the judge's side: the student's stops at 420 s
 RECORDS_MB = 24  # what one exercise's code may hand back, as JSON (the layer's: 12 MB)
 FILE_MB = 64  # the largest file one exercise's fork may write (its stderr's included)
 PROCESSES = 256  # processes and threads of the student's user at once (where it has one)
@@ -55,22 +56,24 @@ RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None, user=None):
     """{name: row}: the student's process in root, then the judge's in `handout` (default
     root), with the grader of the folder `grader`; `user`: who runs the student's process
-    (None: this process's user). files: {exercise: the files it is written in}."""
+    (None: this process's user). files: {exercise: the files it is written in}. It ends
+    within DEADLINE, a row for every exercise."""
+    end = time.monotonic() + DEADLINE
     with tempfile.TemporaryDirectory() as held:  # each exercise's records, a file each
-        student_side(root, grader, names, files, user, Path(held))
-        return judge_side(handout or root, grader, names, Path(held))
+        student_side(root, grader, names, files, user, Path(held), end - JUDGING)
+        return judge_side(handout or root, grader, names, Path(held), end)
 
 
-def student_side(root: Path, grader: Path, names, files: dict, user: str | None, out: Path):
+def student_side(root: Path, grader: Path, names, files: dict, user, out: Path, end: float):
     """Each exercise's records from the student's process (grader/harness.py --student) run
-    in root, again for the exercises left when one stops it, in out/NAME.json."""
+    in root, again for the exercises left when one stops it, in out/NAME.json; those not
+    reached by `end` (time.monotonic()) are charged."""
     left = list(names)
-    with tempfile.TemporaryDirectory() as tmp, alone(user):
+    with tempfile.TemporaryDirectory() as tmp, alone(user, end) as turn:
         code = Path(tmp) / "grader"  # the checks without the TA's references
         shutil.copytree(grader, code, ignore=shutil.ignore_patterns(*ANSWERS, "__pycache__"))
         os.chmod(tmp, 0o755)  # readable by the unprivileged user
-        end = time.monotonic() + DEADLINE
-        while left and time.monotonic() < end:
+        while turn and left and time.monotonic() < end:
             written = Path(tmp) / "records.jsonl"
             with open(written, "w+") as out_file:
                 why = run_student(root, code, left, files, out_file.fileno(), user, end)
@@ -82,16 +85,25 @@ def student_side(root: Path, grader: Path, names, files: dict, user: str | None,
 
 
 @contextlib.contextmanager
-def alone(user: str | None):
+def alone(user: str | None, end: float):
     """Where the student's code runs as `user`, one grade's student side at a time on this
-    machine: each ends by stopping every process of that user (stop_leftovers)."""
+    machine, as each ends by stopping every process of that user (stop_leftovers): whether
+    this grade's turn came before `end`."""
     if user is None:
-        yield
+        yield True
         return
     fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)  # not the student's to open
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    yield False
+                    return
+                time.sleep(0.1)
+        yield True
     finally:
         os.close(fd)
 
@@ -134,16 +146,15 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
                 proc.stdin.write(f"{fd}\n{json.dumps(files)}\n")
                 proc.stdin.close()
             why = waited(proc, limit)
-            err.seek(max(0, os.fstat(err.fileno()).st_size - 4000))  # a flood's tail only
-            last = (err.read().strip().splitlines() or [""])[-1]  # a traceback's last line
-            why = last if why.startswith("exit") and RAISED.match(last) else why
-        finally:
+        finally:  # everything it left stopped before anything it wrote is read
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             stop_leftovers(user)
             proc.kill()
             proc.wait()
-    return why
+        err.seek(max(0, os.fstat(err.fileno()).st_size - 4000))  # a flood's tail only
+        last = (err.read().strip().splitlines() or [""])[-1]  # a traceback's last line
+    return last if why.startswith("exit") and RAISED.match(last) else why
 
 
 def waited(proc: subprocess.Popen, seconds: float) -> str:
@@ -292,9 +303,9 @@ def drained(read: int, pid: int, deadline: float) -> tuple[bytes, str]:
     return b"".join(chunks), why
 
 
-def judge_side(handout: Path, grader: Path, names, held: Path) -> dict:
+def judge_side(handout: Path, grader: Path, names, held: Path, end: float) -> dict:
     """{name: row} from the judge's process (grader/harness.py --judge) run in the handout,
-    on the student's records (student_side's folder `held`)."""
+    on the student's records (student_side's folder `held`), until `end` at most."""
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
@@ -307,7 +318,7 @@ def judge_side(handout: Path, grader: Path, names, held: Path) -> dict:
                 input=f"{token} {results}\n{held}\n",
                 capture_output=True,
                 text=True,
-                timeout=SECONDS * len(names) + 60,
+                timeout=max(1.0, end - time.monotonic()),
             )
             why = (done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"])[0]
         except subprocess.TimeoutExpired:

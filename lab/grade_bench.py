@@ -7,7 +7,7 @@ size, so a fork's pages shared with its parent count once), sampled every 20 ms.
     python -m lab.grade_bench --only solution
 
 Targets: a grade's peak at most Gradescope's default memory (768 MB), its time at most the
-student's side's deadline (grader/processes.py DEADLINE).
+whole grade's deadline (grader/processes.py DEADLINE).
 """
 
 import argparse
@@ -22,6 +22,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import exercises
+from engine.flags import prog
 from grader.processes import DEADLINE
 
 MEMORY_MB = 768  # Gradescope's default memory for an autograder
@@ -83,7 +84,7 @@ def flooded(copy: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("solution", "flood"), help="one grade of the two")
     args = parser.parse_args(argv)
     check = [sys.executable, "exercises.py", "check"]

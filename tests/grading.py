@@ -8,6 +8,7 @@ import pwd
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -112,5 +113,6 @@ def leftovers() -> list[Path]:
     """The student's user's processes, read where no grade's student side runs (its lock
     held): a process a grade left."""
     uid = pwd.getpwnam(gradescope.STUDENT).pw_uid
-    with processes.alone(gradescope.STUDENT):
+    with processes.alone(gradescope.STUDENT, time.monotonic() + processes.DEADLINE) as turn:
+        assert turn, "no grade's student side ended within a grade's deadline"
         return [p for p in Path("/proc").iterdir() if processes.owner(p) == uid]

@@ -32,16 +32,18 @@ def test_the_judge_runs_no_exercise_body(tmp_path):
     assert {n: rows[n]["result"] for n in names} == dict.fromkeys(names, "pass")
 
 
-def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch, tmp_path):
-    """processes.DEADLINE bounds the student's side of a whole grade: the exercises it did
-    not reach are charged, 'timed out', and the judge still writes every row."""
-    monkeypatch.setattr(processes, "DEADLINE", 0)
+def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch):
+    """processes.DEADLINE bounds a whole grade: the exercises the student's side did not
+    reach by its share are charged, 'timed out', and the judge still writes every row,
+    within what is left (here nothing: the judge's side cannot run, and says so)."""
+    monkeypatch.setattr(processes, "DEADLINE", processes.JUDGING)  # no time for the student
     names = ["pearson", "auc"]
     files = {n: ["evaluation.py"] for n in names}
-    processes.student_side(REPO, REPO / "grader", names, files, None, tmp_path)
-    for n in names:
-        late = [{"raised": {"result": "error", "detail": processes.LATE}}]
-        assert processes.records_of(tmp_path, n) == late
+    rows = processes.grade(REPO, REPO / "grader", names, files)
+    assert {n: rows[n]["detail"] for n in names} == dict.fromkeys(names, processes.LATE)
+    monkeypatch.setattr(processes, "DEADLINE", 0)  # nor for the judge
+    rows = processes.grade(REPO, REPO / "grader", names, files)
+    assert {n: rows[n]["result"] for n in names} == dict.fromkeys(names, "grader")
 
 
 def test_what_the_student_hands_back_is_data():
