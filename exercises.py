@@ -11,6 +11,8 @@
     python exercises.py leaderboard OUT.zip --gold GOLD_DIR
                                                       Gradescope's leaderboard: test
                                                       predictions against the TA's labels
+    python exercises.py gradescope ROOT               what the autograder's run_autograder
+                                                      runs, in its handout/ (ROOT: /autograder)
 
 A solution body is marked in the source by two comment lines: above it
 `# BEGIN EXERCISE <name>: <hint>`, below it `# END EXERCISE <name>` (an exercise may mark
@@ -479,6 +481,12 @@ def parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "-v", "--verbose", action="store_true", help="every failing part, not the first only"
     )
+    gradescope_commands(commands)
+    return parser
+
+
+def gradescope_commands(commands) -> None:
+    """autograder, gradescope and leaderboard: Gradescope's archives and run."""
     zipped = commands.add_parser("autograder", help="write a Gradescope autograder .zip")
     zipped.add_argument("out", type=Path, help="the .zip to write")
     zipped.add_argument(
@@ -486,6 +494,10 @@ def parser() -> argparse.ArgumentParser:
     )
     zipped.add_argument("--copy", type=Path, help="the student's copy it grades (from make)")
     zipped.add_argument("--grader", type=Path, help="the TA's grader folder (from make --grader)")
+    run = commands.add_parser(
+        "gradescope", help="grade a submission as the autograder's run_autograder does"
+    )
+    run.add_argument("root", type=Path, help="the autograder's folder (/autograder)")
     board = commands.add_parser(
         "leaderboard", help="write a Gradescope leaderboard .zip (grader/leaderboard.py)"
     )
@@ -496,7 +508,6 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="the TA's labeled test sets: ids-sst-test.csv, quora-test.csv, sts-test.csv",
     )
-    return parser
 
 
 def main(argv=None) -> int:
@@ -510,6 +521,9 @@ def main(argv=None) -> int:
         return autograder(args.out, args.names, args.grader, args.copy)
     if args.command == "leaderboard":
         return leaderboard.build(args.out, args.gold)
+    if args.command == "gradescope":
+        gradescope.run(args.root, check)
+        return 0
     return check(args.dir.resolve(), args.names, args.grader, args.results, verbose=args.verbose)
 
 

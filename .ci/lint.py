@@ -1,8 +1,8 @@
 """The house's budgets, checked by `make lint` on the source itself (ast), not by `make test`:
 file and function sizes (tests' too: a test file at most 500 lines), parameters, module
 docstrings, formatter escapes, the README's size, the number of modules at the top level
-(the lesson; the engine and the lab's tools are packages), imports (no cycle; the course
-never reaches into the lab), lab/house.py's list of every module and the README's of the
+(the lesson; the engine and the lab's tools are packages), imports (no cycle, the grader's
+included; the course never reaches into the lab), lab/house.py's list of every module and the README's of the
 lesson's. A student's new module or long function keeps `make test` green; the developers
 keep this green.
 
@@ -70,10 +70,18 @@ def module_problems(path: Path, name: str, tree: ast.AST, limit: int = 0) -> lis
     return out
 
 
-def import_problems(trees: dict[str, ast.AST]) -> list[str]:
+def import_problems(trees: dict[str, ast.AST], grader: dict[str, ast.AST]) -> list[str]:
     """The lesson and the engine never import the lab; no module imports itself through
-    others (a cycle, named once from its first module)."""
-    deps = {name: project_imports(tree, set(trees)) - {name} for name, tree in trees.items()}
+    others (a cycle, named once from its first module), the TA's grader's included (its
+    modules import each other by their bare names: grader/ is on their path)."""
+    deps = {
+        name: project_imports(tree, set(trees) | set(grader)) - {name}
+        for name, tree in trees.items()
+    }
+    stems = {name.removeprefix("grader."): name for name in grader}
+    for name, tree in grader.items():
+        found = project_imports(tree, set(trees) | set(stems))
+        deps[name] = {stems.get(d, d) for d in found} - {name}
     out = [
         f"{path(name)} imports {dep}: the course never reaches into the lab"
         for name in sorted(deps)
@@ -152,14 +160,18 @@ def problems(root: Path) -> list[str]:
         for name, p in sorted(modules.items())
         for line in module_problems(p, path(name), trees[name])
     ]
-    for p in sorted((root / "grader").glob("*.py")):  # the TA's grader: sizes, not layers
-        out += module_problems(p, f"grader/{p.name}", ast.parse(p.read_text(), str(p)))
+    grader = {
+        f"grader.{p.stem}": ast.parse(p.read_text(), str(p))
+        for p in sorted((root / "grader").glob("*.py"))
+    }
+    for name, tree in grader.items():  # the TA's grader: sizes and cycles, not layers
+        out += module_problems(root / path(name), path(name), tree)
     for p in sorted((root / "tests").glob("*.py")):  # the tests: the same budgets, 500 lines
         tree = ast.parse(p.read_text(), str(p))
         out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
-    out += import_problems(trees) + house_problems(root, sorted(modules))
+    out += import_problems(trees, grader) + house_problems(root, sorted(modules))
     out += readme_problems(root, [p.name for p in top])
     sources = [*modules.values(), *sorted((root / "tests").glob("*.py"))]
     if (n := sum(p.read_text().count("# fmt: skip") for p in sources)) > FMT_SKIPS:

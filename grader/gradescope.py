@@ -2,8 +2,8 @@
 
     python exercises.py autograder OUT.zip [--copy STUDENT_COPY] [--grader TA_DIR]
                                            builds the archive (exercises.py calls archive())
-    python grader/gradescope.py ROOT       what the archive's run_autograder runs on
-                                           Gradescope (ROOT: /autograder)
+    python exercises.py gradescope ROOT    what the archive's run_autograder runs on
+                                           Gradescope, in its handout (calls run(ROOT, check))
 
 The archive holds setup.sh, run_autograder and source/: the student's copy (handout/), the
 TA's grader (ta/), the files a submission may replace (files.txt) and the exercises graded
@@ -17,7 +17,6 @@ references), shown after the due date.
 import json
 import os
 import shutil
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -34,7 +33,7 @@ RUN_AUTOGRADER = """#!/usr/bin/env bash
 set -euo pipefail
 ROOT=${AUTOGRADER_ROOT:-/autograder}
 PY=${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}  # setup.sh's Python
-exec "$PY" "$ROOT/source/ta/grader/gradescope.py" "$ROOT"
+exec "$PY" "$ROOT/source/handout/exercises.py" gradescope "$ROOT"
 """
 
 SETUP = f"""#!/usr/bin/env bash
@@ -143,10 +142,10 @@ def test(name: str, got: float, worth: int, output: str, visibility: str) -> dic
     }
 
 
-def run(root: Path) -> None:
+def run(root: Path, check) -> None:
     """run_autograder's work: the handout in root/work with the submitted files over it,
-    graded by the TA's grader into root/results/results.json; whatever stops it, a
-    results.json that says why."""
+    graded by the TA's grader (`check`: exercises.check, the handout's) into
+    root/results/results.json; whatever stops it, a results.json that says why."""
     source, work, results = root / "source", root / "work", root / "results" / "results.json"
     started = time.monotonic()
     try:
@@ -156,15 +155,12 @@ def run(root: Path) -> None:
         chosen, lines = pick(root / "submission", files)
         for name, found in chosen.items():
             shutil.copyfile(found, work / name)
-        sys.path.insert(0, str(source / "handout"))
-        import exercises  # the handout's, which imports nothing of the student's
-
         names = (source / "names.txt").read_text().split()
         user = student_user(root)
         local = f"graded as the grader's own user ({LOCAL}=1): a TA's own run\n" * (user is None)
         graded = local + "\n".join(lines)
         handout = source / "handout"
-        exercises.check(work, names, source / "ta", results, graded, handout, user)
+        check(work, names, source / "ta", results, graded, handout, user)
     except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
         why = str(e).replace(str(root), "") or type(e).__name__
         said = why if isinstance(e, Refused) else f"the autograder stopped: {why}"
@@ -202,7 +198,3 @@ def student_user(root: Path) -> str | None:
 
 class Refused(Exception):
     """A grade the autograder will not run; results.json says why."""
-
-
-if __name__ == "__main__":
-    run(Path(sys.argv[1]))

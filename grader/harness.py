@@ -1,8 +1,8 @@
 """The grader's harness: each exercise's check, run part by part, in two processes.
 
-    python grader/harness.py --student NAME ...   runs the student's code (exercises.py check
-                                                  starts it; reads where to write on stdin)
-    python grader/harness.py --judge NAME ...     judges what it handed back (reads a token)
+    python grader/sides.py --student NAME ...   runs the student's code (exercises.py check
+                                                starts it; reads where to write on stdin)
+    python grader/sides.py --judge NAME ...     judges what it handed back (reads a token)
 
 A check (grader/checks.py) is a generator that builds its inputs from seeds, runs one
 exercise's piece on them and yields `Part`s: what the piece gave, beside a function that
@@ -481,10 +481,6 @@ def student_main(names: list[str]) -> None:
     with contextlib.suppress(OSError):  # where memory runs out, the student's process goes first
         Path("/proc/self/oom_score_adj").write_text("1000")
     resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))  # root: not bound
-    import checks  # noqa: F401  (they register; none imports an exercise's module)
-    import extensions  # noqa: F401
-    import multitask_checks  # noqa: F401
-
     broken = broken_modules()
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
@@ -523,20 +519,9 @@ def judge_main(names: list[str]) -> None:
     token, path = sys.stdin.readline().split(maxsplit=1)
     held = Path(sys.stdin.readline().strip())
     sys.stdin.close()
-    import checks  # noqa: F401
-    import extensions  # noqa: F401
-    import multitask_checks  # noqa: F401
-
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, on_alarm)
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
             row = judged(name, records_of(held, name))  # one exercise's records at a time
             out.write(json.dumps({"token": token} | row) + "\n")
-
-
-if __name__ == "__main__":  # as the module checks.py registers with, not a second copy
-    import harness
-
-    side, *names = sys.argv[1:]
-    {"--student": harness.student_main, "--judge": harness.judge_main}[side](names)

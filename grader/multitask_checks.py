@@ -227,4 +227,5 @@ def step_context(reference, scaled: bool = True):
     from engine.runtime import make_runtime
 
     rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8() if scaled else None)
-    return trainer.StepContext(rt, OptimConfig(accumulate=2, l2sp=L2SP), reference=reference)
+    optim = OptimConfig(accumulate=2, l2sp=L2SP, max_grad_norm=0.0)  # the gradient unclipped
+    return trainer.StepContext(rt, optim, reference=reference)

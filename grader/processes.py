@@ -1,5 +1,5 @@
-"""The two processes a grade runs in (exercises.py check starts them; grader/harness.py is
-what runs inside):
+"""The two processes a grade runs in (exercises.py check starts them; grader/sides.py is
+their entry, grader/harness.py what runs inside):
 
 - the student's: in the copy (the submission), with the grader's checks but not the TA's
   references; each exercise's check runs in a fork of it (`forked`), which runs the
@@ -45,7 +45,7 @@ FORK_MB = 256  # address space one exercise's fork may add to the student's proc
 # layer's: 96 MB, with LEAN's settings)
 LATE = "timed out: the grade's deadline passed before this exercise ran"
 ANSWERS = ("references.py", "mtdnn_smart.py")  # the TA's: never where the student's code runs
-HARNESS = "harness.py"
+SIDES = "sides.py"  # the entry of both processes
 # the student's process: no address space reserved for threads it does not need (FORK_MB),
 # no user site (a usercustomize.py left by an earlier grade's code)
 LEAN = {"MALLOC_ARENA_MAX": "2", "TOKENIZERS_PARALLELISM": "false", "PYTHONNOUSERSITE": "1"}
@@ -65,7 +65,7 @@ def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None,
 
 
 def student_side(root: Path, grader: Path, names, files: dict, user, out: Path, end: float):
-    """Each exercise's records from the student's process (grader/harness.py --student) run
+    """Each exercise's records from the student's process (grader/sides.py --student) run
     in root, again for the exercises left when one stops it, in out/NAME.json; those not
     reached by `end` (time.monotonic()) are charged."""
     left = list(names)
@@ -127,7 +127,7 @@ def run_student(root: Path, code: Path, names, files: dict, fd: int, user, end: 
     env |= {"HOME": str(code.parent)}  # a home of its own per grade, not its to write
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(code / HARNESS), "--student", *names],
+            [sys.executable, str(code / SIDES), "--student", *names],
             cwd=root,
             env=env,
             stdin=subprocess.PIPE,
@@ -304,7 +304,7 @@ def drained(read: int, pid: int, deadline: float) -> tuple[bytes, str]:
 
 
 def judge_side(handout: Path, grader: Path, names, held: Path, end: float) -> dict:
-    """{name: row} from the judge's process (grader/harness.py --judge) run in the handout,
+    """{name: row} from the judge's process (grader/sides.py --judge) run in the handout,
     on the student's records (student_side's folder `held`), until `end` at most."""
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -312,7 +312,7 @@ def judge_side(handout: Path, grader: Path, names, held: Path, end: float) -> di
         env = os.environ | {"PYTHONPATH": os.pathsep.join([str(grader), str(handout)])}
         try:
             done = subprocess.run(
-                [sys.executable, str(grader / HARNESS), "--judge", *names],
+                [sys.executable, str(grader / SIDES), "--judge", *names],
                 cwd=handout,
                 env=env,
                 input=f"{token} {results}\n{held}\n",

@@ -346,33 +346,55 @@ def step_batches():
 
 
 class ScaleBy8:
-    """A loss scaler's one call a step makes before its backward: times 8 (float16's
-    GradScaler, which refuses what is not a tensor)."""
+    """float16's GradScaler at a fixed scale of 8, as a step calls it: scale a loss (a
+    tensor only), unscale the optimizer's gradients once per step, step, update."""
+
+    def __init__(self):
+        self.unscaled = False
 
     def scale(self, loss):
         if not torch.is_tensor(loss):
             raise ValueError("outputs must be a Tensor or an iterable of Tensors")
         return loss * 8
 
+    def unscale_(self, optimizer):
+        if self.unscaled:
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update()."
+            )
+        self.unscaled = True
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.div_(8)
+
+    def step(self, optimizer):
+        optimizer.step()
+
+    def update(self):
+        self.unscaled = False
+
+
+class Recording(torch.optim.SGD):
+    """An optimizer that keeps the gradient it is handed, flat, and changes nothing."""
+
+    def __init__(self, params):
+        super().__init__(params, lr=0.0)
+        self.seen = None
+
+    def step(self, closure=None):
+        params = [p for group in self.param_groups for p in group["params"]]
+        self.seen = torch.cat([p.grad.flatten() for p in params])
+
 
 def stepped(model, stage, ctx, generator):
     """(loss, the gradient handed to the optimizer, unscaled) of one trainer.train_step,
-    the optimizer's step itself left out."""
+    watched through its optimizer (no clipping: ctx's max_grad_norm is 0)."""
     import trainer
 
-    seen, scale = {}, 8 if ctx.rt.scaler is not None else 1
-
-    def capture(optimizer, scaler, max_norm):
-        seen["grads"] = torch.cat([p.grad.flatten() for p in model.parameters()]) / scale
-        return torch.tensor(0.0)
-
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    saved, trainer.optimizer_step = trainer.optimizer_step, capture
-    try:
-        loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
-    finally:
-        trainer.optimizer_step = saved
-    return loss, seen["grads"]
+    optimizer = Recording(model.parameters())
+    loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
+    return loss, optimizer.seen
 
 
 def first_steps(opt_class, **options) -> list[torch.Tensor]:

@@ -1,10 +1,11 @@
 """Small batches, the tiny model with its data, and an end-to-end run of
 multitask_classifier.main on the tiny BERT."""
 
+import copy
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
-from unittest.mock import patch
 
 import torch
 
@@ -186,18 +187,37 @@ class NoUpdate:
         pass
 
 
+class Catching:
+    """A loss scaler that keeps each loss it is asked to scale and hands back one whose
+    backward reaches nothing: the step runs whole, and no gradient is made."""
+
+    def __init__(self):
+        self.caught = []
+
+    def scale(self, loss):
+        self.caught.append(loss)
+        return torch.zeros((), requires_grad=True)
+
+    def unscale_(self, optimizer):
+        pass
+
+    def step(self, optimizer):
+        pass
+
+    def update(self):
+        pass
+
+
 def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
     """One batch's loss as trainer.train_step computes it (the forward, the task's loss,
     SMART's and distillation's terms, the SimCSE term), its graph kept: the step itself,
-    run on that one batch with its backward, its update and SMART's teacher's caught."""
-    caught = []
-    with (
-        patch.object(trainer, "backward", lambda loss, scaler=None: caught.append(loss)),
-        patch.object(trainer, "optimizer_step", lambda *a, **k: torch.tensor(0.0)),
-        patch.object(trainer.EMATeacher, "update", lambda self, model: None),
-    ):
-        trainer.train_step(model, NoUpdate(), stage, [(task, batch)], ctx, torch.Generator())
-    (loss,) = caught
+    run on that one batch through its public seams: a scaler that catches the loss, an
+    optimizer that holds nothing, SMART's teacher a copy (its update left on the copy)."""
+    catching = Catching()
+    teacher = copy.deepcopy(ctx.teacher) if ctx.teacher else None
+    ctx = replace(ctx, rt=replace(ctx.rt, scaler=catching), teacher=teacher)
+    trainer.train_step(model, NoUpdate(), stage, [(task, batch)], ctx, torch.Generator())
+    (loss,) = catching.caught
     return loss
 
 

@@ -180,7 +180,7 @@ def test_the_archive_fails_closed_without_its_user(tmp_path, monkeypatch, root_u
     monkeypatch.setattr(gradescope, "STUDENT", "minbert-nobody")  # a user no machine has
     monkeypatch.setattr(os, "geteuid", lambda: 0 if root_user else 1000)
     monkeypatch.delenv(gradescope.LOCAL, raising=False)
-    gradescope.run(root)
+    gradescope.run(root, exercises.check)
     results = json.loads((root / "results" / "results.json").read_text())
     why = "as root without the user minbert-nobody" if root_user else "not as root"
     assert results["score"] == 0 and results["tests"] == [], results
@@ -188,8 +188,7 @@ def test_the_archive_fails_closed_without_its_user(tmp_path, monkeypatch, root_u
     assert "AUTOGRADER_LOCAL=1" in results["output"]
     monkeypatch.setenv(gradescope.LOCAL, "1")
     graded = []
-    monkeypatch.setattr(exercises, "check", lambda *a: graded.append(a))
-    gradescope.run(root)
+    gradescope.run(root, lambda *a: graded.append(a))
     assert graded and graded[0][-1] is None  # the student's code as the grader's user
     assert graded[0][4].startswith("graded as the grader's own user (AUTOGRADER_LOCAL=1)")
 

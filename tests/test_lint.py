@@ -64,3 +64,22 @@ def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
         *(f"README.md: no `{f}`; add it to the lesson's table" for f in sorted([*top, "bert.py"])),
         "README.md: 12,001 bytes, over 12,000",
     ]
+
+
+def test_lint_names_a_cycle_through_the_graders_modules(tmp_path):
+    """The grader's modules import each other by their bare names (grader/ is on their
+    path) and the course's by theirs: a cycle through either is named; none passes."""
+    (tmp_path / "README.md").write_text("`exercises.py`\n")
+    (tmp_path / "exercises.py").write_text('"""The tool."""\n\nfrom grader import gradescope\n')
+    (tmp_path / "grader").mkdir()
+    (tmp_path / "grader" / "gradescope.py").write_text('"""Its run."""\n')
+    (tmp_path / "grader" / "harness.py").write_text('"""Runs checks."""\n')
+    (tmp_path / "grader" / "checks.py").write_text('"""Checks."""\n\nimport harness\n')
+    assert lint(tmp_path) == (0, [])
+    (tmp_path / "grader" / "harness.py").write_text('"""Runs checks."""\n\nimport checks\n')
+    (tmp_path / "grader" / "gradescope.py").write_text('"""Its run."""\n\nimport exercises\n')
+    code, lines = lint(tmp_path)
+    assert code == 1 and sorted(lines) == [
+        "import cycle: exercises.py -> grader/gradescope.py -> exercises.py",
+        "import cycle: grader/checks.py -> grader/harness.py -> grader/checks.py",
+    ]

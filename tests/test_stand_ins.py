@@ -15,7 +15,8 @@ from bert import BertModel, BertSelfAttention
 from multitask_classifier import MultitaskBERT
 
 
-def raises(fn, *args) -> bool:
+def runs(fn, *args) -> bool:
+    """Whether the call returns, not raising."""
     try:
         fn(*args)
     except Exception:  # noqa: BLE001  (any refusal counts)
@@ -25,7 +26,7 @@ def raises(fn, *args) -> bool:
 
 def same_refusals(stand_in, real, cases) -> None:
     for case in cases:
-        assert raises(stand_in, *case) == raises(real, *case), case
+        assert runs(stand_in, *case) == runs(real, *case), case
 
 
 B2, B1, B = torch.zeros(4, 3), torch.zeros(4, 1), torch.zeros(4)
@@ -65,8 +66,8 @@ def test_the_encoders_stand_in_refuses_what_bert_model_refuses():
     same_refusals(stand_in.embed, real.embed, BAD_IDS)
     embeds, mask = torch.randn(2, 5, 32), torch.ones(2, 5)
     for bad in ((embeds, torch.ones(10)), (embeds, torch.ones(2, 6)), (embeds, mask)):
-        assert raises(stand_in.encode, *bad) == raises(real.encode, *bad), bad[1].shape
-    assert raises(stand_in.encode, embeds, mask, False)  # output_attentions, as BertModel
+        assert runs(stand_in.encode, *bad) == runs(real.encode, *bad), bad[1].shape
+    assert runs(stand_in.encode, embeds, mask, False)  # output_attentions, as BertModel
 
 
 def pair(ids_, types=None, contiguous=True):
@@ -108,7 +109,15 @@ def test_the_sentences_stand_in_refuses_what_multitask_bert_refuses():
 def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():
     scaler = torch.amp.GradScaler("cpu")
     for loss in (torch.tensor(2.0, requires_grad=True), 2.0):
-        assert raises(setups.ScaleBy8().scale, loss) == raises(scaler.scale, loss), loss
+        assert runs(setups.ScaleBy8().scale, loss) == runs(scaler.scale, loss), loss
+    for scaling in (setups.ScaleBy8(), scaler):  # unscale_ once a step, as GradScaler
+        p = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.SGD([p], lr=0.0)
+        scaling.scale(p.sum()).backward()
+        scaling.unscale_(optimizer)
+        assert not runs(scaling.unscale_, optimizer)
+        scaling.step(optimizer), scaling.update()
+        assert runs(scaling.unscale_, optimizer)  # a new step
     hf = setups.tiny_hf()
     ours = copy.deepcopy(BertModel(setups.tiny_config())).double()
     setups.hf_attention_in(ours, hf.double())
@@ -119,4 +128,4 @@ def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():
         torch.zeros(2, 1, 1, 5, dtype=torch.float64),
     )
     for case in ((x, mask), (x, None)):
-        assert raises(stand_in, *case) == raises(real, *case), case[1]
+        assert runs(stand_in, *case) == runs(real, *case), case[1]
