@@ -25,7 +25,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
-import torch.distributed as dist
 from tqdm.auto import tqdm
 
 import datasets as data
@@ -40,6 +39,7 @@ from engine.runtime import (
     from_main,
     gather_rows,
     own_generators,
+    same_start,
     shares,
     sum_gradients,
     sum_over_processes,
@@ -526,9 +526,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     reference = frozen_copy(model) if optim.l2sp or optim.distill else None
     ctx = StepContext(run.rt, optim, reference=reference)
     progress = runfolder.start(model, optimizer, task_data, run)
-    if run.rt.world > 1:  # the same starting weights everywhere, as DDP makes sure too
-        for tensor in model.state_dict().values():
-            dist.broadcast(tensor, src=0)
+    same_start(model, run.rt)  # the main process's weights on every process
     own_generators(run.rt)  # each process its own dropout masks from here on
     for k in range(progress.next_stage, len(plan)):
         at_start = progress.at_stage(k)  # with a resumed run's place inside its first stage

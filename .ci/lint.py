@@ -2,7 +2,7 @@
 file and function sizes (tests' too: a test file at most 500 lines), parameters, module
 docstrings, formatter escapes, the README's size, the number of modules at the top level
 (the lesson; the engine and the lab's tools are packages), imports (no cycle, the grader's
-included; the course never reaches into the lab), lab/house.py's list of every module and the README's of the
+included; the course never reaches into the lab; torch.distributed only in the engine), lab/house.py's list of every module and the README's of the
 lesson's. A student's new module or long function keeps `make test` green; the developers
 keep this green.
 
@@ -67,6 +67,24 @@ def module_problems(path: Path, name: str, tree: ast.AST, limit: int = 0) -> lis
             out.append(f"{where}: {n} lines, over {FUNCTION_LINES}")
         if (n := len(parameters(f))) > PARAMETERS:
             out.append(f"{where}: {n} parameters, over {PARAMETERS}")
+    return out
+
+
+def distributed_problems(trees: dict[str, ast.AST]) -> list[str]:
+    """No module of the lesson (the top level) speaks to other processes itself: the
+    engine's runtime does (torch.distributed)."""
+    out = []
+    for name, tree in sorted(trees.items()):
+        if "." in name or name in PACKAGES:
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if any(n == "torch.distributed" or n.startswith("torch.distributed.") for n in names):
+                out.append(
+                    f"{path(name)}:{node.lineno} imports torch.distributed: the engine's (engine/runtime.py)"
+                )
     return out
 
 
@@ -171,7 +189,8 @@ def problems(root: Path) -> list[str]:
         out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
-    out += import_problems(trees, grader) + house_problems(root, sorted(modules))
+    out += import_problems(trees, grader) + distributed_problems(trees)
+    out += house_problems(root, sorted(modules))
     out += readme_problems(root, [p.name for p in top])
     sources = [*modules.values(), *sorted((root / "tests").glob("*.py"))]
     if (n := sum(p.read_text().count("# fmt: skip") for p in sources)) > FMT_SKIPS:

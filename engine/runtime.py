@@ -299,6 +299,13 @@ def gather_rows(tensors: list[torch.Tensor], rt: Runtime) -> tuple[list[torch.Te
     return out, sum(sizes) / (rt.world * n)
 
 
+def same_start(model: nn.Module, rt: Runtime) -> None:
+    """The main process's weights on every process, as DDP makes sure too."""
+    if rt.world > 1:
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
+
+
 def own_generators(rt: Runtime) -> None:
     """Give every process but the main one global generators of its own, so that dropout
     masks and SMART's noise differ between the processes' shards as they would between a

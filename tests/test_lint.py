@@ -83,3 +83,18 @@ def test_lint_names_a_cycle_through_the_graders_modules(tmp_path):
         "import cycle: exercises.py -> grader/gradescope.py -> exercises.py",
         "import cycle: grader/checks.py -> grader/harness.py -> grader/checks.py",
     ]
+
+
+def test_lint_keeps_torch_distributed_in_the_engine(tmp_path):
+    (tmp_path / "README.md").write_text("`trainer.py`, `smart.py`\n")
+    (tmp_path / "trainer.py").write_text('"""The loop."""\n\nimport torch.distributed as dist\n')
+    (tmp_path / "smart.py").write_text('"""SMART."""\n\nfrom torch import distributed\n')
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "runtime.py").write_text(
+        '"""Processes."""\n\nimport torch.distributed\n'
+    )
+    code, lines = lint(tmp_path)
+    assert code == 1 and lines == [
+        f"{f}:3 imports torch.distributed: the engine's (engine/runtime.py)"
+        for f in ("smart.py", "trainer.py")
+    ]
