@@ -296,7 +296,7 @@ def passes_in_float32(cfg: SmartConfig, dtype: torch.dtype | None) -> bool:
     return overflow or (shared and below_resolution(min(cfg.sigma, cfg.epsilon), dtype))
 
 
-class SameDropout:
+class RngSnapshot:
     """The random generators as they are now, to be replayed: every forward run under
     `replay()` draws the dropout masks of the first forward made after this was created
     (same shapes, same order of draws); the global generators then go on as if untouched.

@@ -48,7 +48,7 @@ from evaluation import TASKS
 from losses import loss_of
 from optimizer import backward, l2_sp, loss_weights, lr_factor, optimizer_step, pcgrad_backward
 from presets import Stage
-from smart import EMATeacher, SameDropout, SmartConfig, passes_in_float32, smart_loss
+from smart import EMATeacher, RngSnapshot, SmartConfig, passes_in_float32, smart_loss
 
 # ---------------------------------------------------------------------------------------
 # A stage's batches
@@ -101,7 +101,7 @@ class StepContext:
     optim: OptimConfig = field(default_factory=OptimConfig)  # the update's tools and weights
     teacher: EMATeacher | None = None  # SMART's momentum teacher of the current stage
     reference: torch.nn.Module | None = None  # the untouched model: L2-SP and distillation
-    gather: bool = False  # in-batch objectives see every process's rows (set by each step)
+    gather: bool = False  # in-batch objectives see every process's rows (each step's own)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -112,26 +112,28 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     """One update from [(task, global batch), ...]: for each part this process trains on, the
     forward, the task's loss and SMART's term, backward; then clip and step. Returns the
     step's loss and the gradient's L2 norm before clipping (the module's docstring has more)."""
-    rt, pcgrad, by_task, loss = ctx.rt, stage.weighting == "pcgrad", {}, 0.0
+    rt, by_task, loss = ctx.rt, {}, 0.0
     set_lr(optimizer, stage, schedule)  # the stage's lr times its schedule at this step
     optimizer.zero_grad(set_to_none=True)
     weights = task_weights(stage, step_batches, generator)  # {task: its weight in the sum}
-    parts, ctx.gather = shares(step_batches, rt, ctx.optim.accumulate)  # this process's
-    for k, (task, batch, share) in enumerate(parts):
+    pcgrad = stage.weighting == "pcgrad" and len(weights) > 1  # each task's loss taken whole
+    pieces, gather = shares(step_batches, rt, ctx.optim.accumulate)  # this process's batches
+    ctx = replace(ctx, gather=gather)  # in-batch objectives: every process's rows, or these
+    for k, (task, batch, share) in enumerate(pieces):
         loss_fn = loss_of(task, stage.losses.get(task)) if task in TASKS else None
         with step_autocast(rt, stage, loss_fn):  # SMART's passes may ask for float32
             if loss_fn is None or loss_fn.pair:  # no head: SimCSE's objectives, pair losses
                 part = embedding_loss(model, stage, task, batch, ctx)
             else:
-                draws = SameDropout(rt.device)  # dropout's state, for passes that replay it
+                rng = replayed_by(stage, ctx, rt)  # for the passes that replay its dropout
                 embeds = model.embed(batch)  # (N, T, H) embedding output, kept for SMART
                 z = model.sentences(batch, embeds)  # (N, H) pooled sentences
                 out = model.readout(task, batch, z)  # the task's output
                 part = loss_fn.fn(out.float(), batch["labels"])  # the task's loss
-                part = part + smart_term(model, stage, task, batch, (embeds, out), draws, ctx)
-                part = part + distillation_term(model, stage, batch, z, draws, ctx)
+                part = part + smart_term(model, stage, task, batch, (embeds, out), rng, ctx)
+                part = part + distillation_term(model, stage, batch, z, rng, ctx)
         part = part + simcse_term(model, stage, batch, ctx)  # Sicurello's added SimCSE
-        if pcgrad and len(weights) > 1:  # PCGrad takes each task's loss whole, below
+        if pcgrad:  # PCGrad's backward, below, takes each task's loss whole
             by_task[task] = by_task.get(task, 0.0) + share * part
             continue
         # BEGIN EXERCISE multitask_step: weight * share * part, + l2sp_pull on the first part only; backward each part; loss sums them, detached
@@ -139,7 +141,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
         backward(part, rt.scaler)  # scaled first under float16
         loss = loss + part.detach()
         # END EXERCISE multitask_step
-    if pcgrad and len(weights) > 1:  # every process, with or without a part of its own
+    if pcgrad:  # every process, with or without a piece of its own
         loss = pcgrad_update(model, by_task, weights, ctx, generator)  # PCGrad's backward
     else:
         sum_gradients(list(model.parameters()), rt)  # over the processes, as DDP does
@@ -193,14 +195,14 @@ def embedding_loss(model, stage: Stage, task, batch, ctx) -> torch.Tensor:
     the distillation term."""
     if stage.kind == CONTRASTIVE:
         return contrastive_loss(model, stage.contrastive, batch, ctx)
-    draws = SameDropout(ctx.rt.device)
+    rng = replayed_by(stage, ctx, ctx.rt, smart=False)
     z = model.sentences(batch)  # (2B, H)
     u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
     loss_fn, labels, weight = loss_of(task, stage.losses.get(task)), batch["labels"], 1.0
     if loss_fn.in_batch:  # the other examples are the negatives: the whole batch's
         (u, v, labels), weight = in_batch(ctx, u, v, labels)
     loss = weight * loss_fn.fn(u, v, labels, TASKS[task].kind)
-    return loss + distillation_term(model, stage, batch, z, draws, ctx)
+    return loss + distillation_term(model, stage, batch, z, rng, ctx)
 
 
 def in_batch(ctx, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
@@ -209,12 +211,21 @@ def in_batch(ctx, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
     return gather_rows(list(tensors), ctx.rt) if ctx.gather else (list(tensors), 1.0)
 
 
-def smart_term(model, stage: Stage, task, batch, clean: tuple, draws, ctx):
+def replayed_by(stage: Stage, ctx, rt, smart: bool = True) -> RngSnapshot | None:
+    """The random generators' state before a batch's clean pass, where a later pass replays
+    its dropout masks: SMART's with --smart_dropout shared (smart: the batch has a head),
+    distillation's reference pass; None where none does."""
+    shared = smart and stage.smart.active and stage.smart.dropout == "shared"
+    distilled = not stage.freeze_encoder and ctx.optim.distill != 0
+    return RngSnapshot(rt.device) if shared or distilled else None
+
+
+def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
     """SMART's lambda_s * R_s + mu * D_Breg for this batch (Jiang et al., 2020), the same code
     for every task; 0 when the stage has no SMART.
 
     clean: the clean pass's embedding output and task output, whose graphs R_s and D_Breg
-    share with the task loss. draws: the dropout state before that pass: with
+    share with the task loss. rng: the generators' state before that pass: with
     --smart_dropout shared the perturbed and the teacher's passes replay its masks (the
     state after the embedding is found by replaying the embedding); else masks of their
     own. The reference variant perturbs an embedding output of its own, as mt-dnn's
@@ -226,10 +237,10 @@ def smart_term(model, stage: Stage, task, batch, clean: tuple, draws, ctx):
         return 0.0
     same_embed = same = None
     if smart.dropout == "shared":
-        with torch.no_grad(), draws.replay():
+        with torch.no_grad(), rng.replay():
             model.embed(batch)  # the clean pass's embedding draws: the encoder's come next
-            same = SameDropout(ctx.rt.device)
-        same_embed = draws
+            same = RngSnapshot(ctx.rt.device)
+        same_embed = rng
 
     def replayed(state):
         return state.replay() if state else nullcontext()
@@ -249,13 +260,13 @@ def smart_term(model, stage: Stage, task, batch, clean: tuple, draws, ctx):
     return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
 
 
-def distillation_term(model, stage: Stage, batch, z, draws, ctx):
+def distillation_term(model, stage: Stage, batch, z, rng, ctx):
     """--distill times the gap between the cosines of the examples' first sentences, z's
     first B rows, and those the untouched model (ctx.reference) gives them; a pair's own
     cosine stays free. 0 when the stage does not train the encoder.
 
     The reference runs the whole batch in the model's mode with the dropout masks of the
-    pass that made z (`draws` replays them), in the same precision: at the loaded weights
+    pass that made z (`rng` replays them), in the same precision: at the loaded weights
     both passes are one computation, so the gap and its gradient are exactly 0 and the term
     pulls only once the encoder has moved. (An eval-mode reference differs from the
     dropped-out model at step 0 and pushes the encoder from its first step.)
@@ -264,7 +275,7 @@ def distillation_term(model, stage: Stage, batch, z, draws, ctx):
     if weight == 0:
         return 0.0
     B = batch["input_ids"].size(-2)  # (B, T) or (2, B, T): the examples, first sentences first
-    with torch.no_grad(), draws.replay():
+    with torch.no_grad(), rng.replay():
         z0 = ctx.reference.train(model.training).sentences(batch)[:B]  # (B, H)
     (z, z0), share = in_batch(ctx, z[:B].float(), z0.float())
     return weight * share * simcse.similarity_distillation(z, z0)

@@ -259,14 +259,14 @@ SLIPS = {
             [
                 (
                     "backward(part, rt.scaler)",
-                    "if k == len(parts) - 1:\n            backward(part, rt.scaler)",
+                    "if k == len(pieces) - 1:\n            backward(part, rt.scaler)",
                 )
             ],
         ),
         ("the loss scaler bypassed", [("backward(part, rt.scaler)", "part.backward()")]),
         (
             "1 / parts for the share",
-            [("weights[task] * share * part", "weights[task] / len(parts) * part")],
+            [("weights[task] * share * part", "weights[task] / len(pieces) * part")],
         ),
         (
             "the returned loss keeps its graph",

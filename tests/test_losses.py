@@ -20,7 +20,7 @@ from engine import flags, runtime
 from engine.flags import OptimConfig, SimCSEConfig
 from helpers import batch_loss, first_batch, sentence_batch, tiny_model_and_data, two_sets
 from presets import Stage
-from smart import EMATeacher, SameDropout, SmartConfig
+from smart import EMATeacher, RngSnapshot, SmartConfig
 from trainer import StepContext
 
 
@@ -29,7 +29,7 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
     torch.manual_seed(0)
     stage = Stage((task,), 1e-5, 8, smart=cfg)
     with trainer.step_autocast(rt, stage, losses.loss_of(task, None)):
-        draws = SameDropout(rt.device)
+        draws = RngSnapshot(rt.device)
         embeds = model.embed(batch)
         out = model(task, batch, embeds)
         ctx = StepContext(rt, teacher=teacher)

@@ -12,7 +12,7 @@ import mtdnn_smart
 from evaluation import TASKS
 from smart import (
     EMATeacher,
-    SameDropout,
+    RngSnapshot,
     SmartConfig,
     adversarial_regularizer,
     beta_schedule,
@@ -188,7 +188,7 @@ def smoothness(eps: float, shared: bool, seed: int = 0) -> float:
     ids, mask = batch()
     torch.manual_seed(seed)
     embeds = model.bert.embed(ids)
-    same = SameDropout(torch.device("cpu"))
+    same = RngSnapshot(torch.device("cpu"))
     clean = model.head_on(embeds, mask)
 
     def f(e):
@@ -218,7 +218,7 @@ def test_independent_masks_measure_dropout_instead():
 
 def test_replay_draws_the_same_masks_and_leaves_the_generator_alone():
     torch.manual_seed(5)
-    same = SameDropout(torch.device("cpu"))
+    same = RngSnapshot(torch.device("cpu"))
     first = torch.nn.functional.dropout(torch.ones(1000), 0.5)
     after = torch.get_rng_state()
     with same.replay():
@@ -252,7 +252,7 @@ def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(t
         return torch.stack([torch.zeros_like(out), out], -1) if kind == "binary" else out
 
     def ours():
-        draws = SameDropout(ctx.rt.device)
+        draws = RngSnapshot(ctx.rt.device)
         embeds = model.embed(batch)
         out = model.readout(task, batch, model.sentences(batch, embeds))
         stage = Stage((task,), 1e-5, 4, smart=cfg)

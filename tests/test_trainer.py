@@ -340,3 +340,22 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     kept = evaluation.kept_row([{"stage": "start", "sst": {}, "para": {}, "sts": {}}, *rows])
     assert kept["stage"] != rows[1]["stage"]
     assert f"best stage: {kept['stage']}" in out
+
+
+def test_the_generators_are_kept_only_for_a_pass_that_replays_them():
+    """trainer.replayed_by: a snapshot where SMART's shared dropout or distillation's
+    reference pass replays the clean pass's masks; none for a plain step (nothing to
+    replay), nor for SMART with masks of its own or a frozen encoder's distillation."""
+    from smart import RngSnapshot, SmartConfig
+
+    rt = runtime.make_runtime("cpu", "fp32")
+
+    def kept(smart=SmartConfig.off(), distill=0.0, freeze=False, headed=True):
+        stage = Stage(("sst",), 1e-3, 1, smart=smart, freeze_encoder=freeze)
+        ctx = StepContext(rt, OptimConfig(distill=distill))
+        return isinstance(trainer.replayed_by(stage, ctx, rt, smart=headed), RngSnapshot)
+
+    shared, own = SmartConfig(lambda_s=1.0), SmartConfig(lambda_s=1.0, dropout="independent")
+    assert not kept() and not kept(own) and not kept(distill=0.5, freeze=True)
+    assert kept(shared) and kept(distill=0.5) and kept(own, distill=0.5)
+    assert not kept(shared, headed=False) and kept(shared, distill=0.5, headed=False)

@@ -26,7 +26,7 @@ import trainer  # noqa: E402
 from engine import runtime  # noqa: E402
 from engine.flags import ModelConfig, OptimConfig  # noqa: E402
 from presets import Stage  # noqa: E402
-from smart import SameDropout  # noqa: E402
+from smart import RngSnapshot  # noqa: E402
 from trainer import StepContext  # noqa: E402
 
 W = 30.0  # the defended preset's --distill
@@ -44,7 +44,7 @@ def encoder_grad_norm(model, batch, rt, term) -> float:
     """Norm of the encoder's gradient of term(z, same) for the batch's embeddings z."""
     model.zero_grad()
     torch.manual_seed(1)  # the same dropout masks for every term
-    same = SameDropout(rt.device)  # the generators before the pass, as train_step keeps them
+    same = RngSnapshot(rt.device)  # the generators before the pass, as train_step keeps them
     with rt.autocast():
         z = model.sentences(batch)  # (B, H)
         loss = term(z, same)

@@ -27,7 +27,7 @@ import trainer  # noqa: E402
 from engine import runtime  # noqa: E402
 from engine.flags import DataConfig, ModelConfig  # noqa: E402
 from presets import Stage  # noqa: E402
-from smart import SameDropout, SmartConfig  # noqa: E402
+from smart import RngSnapshot, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 from trainer import StepContext  # noqa: E402
 
@@ -54,7 +54,7 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
     try:
         torch.manual_seed(0)
         with trainer.step_autocast(rt, stage, losses.loss_of("sst", None)):  # as train_step
-            draws = SameDropout(rt.device)
+            draws = RngSnapshot(rt.device)
             embeds = model.embed(batch)  # (B, T, H)
             out = model("sst", batch, embeds)
             ctx = StepContext(rt)  # a step's context: no teacher
