@@ -350,7 +350,8 @@ def test_the_generators_are_kept_only_for_a_pass_that_replays_them():
 
     rt = runtime.make_runtime("cpu", "fp32")
 
-    def kept(smart=SmartConfig.off(), distill=0.0, freeze=False, headed=True):
+    def kept(smart=None, distill=0.0, freeze=False, headed=True):
+        smart = smart or SmartConfig.off()
         stage = Stage(("sst",), 1e-3, 1, smart=smart, freeze_encoder=freeze)
         ctx = StepContext(rt, OptimConfig(distill=distill))
         return isinstance(trainer.replayed_by(stage, ctx, rt, smart=headed), RngSnapshot)
