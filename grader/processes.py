@@ -40,7 +40,7 @@ DEADLINE = 540  # a whole grade, in seconds: below Gradescope's default of 10 mi
 JUDGING = 120  # of DEADLINE, kept for the judge's side: the student's stops at 420 s
 RECORDS_MB = 24  # what one exercise's code may hand back, as JSON (the layer's: 12 MB)
 FILE_MB = 64  # the largest file one exercise's fork may write (its stderr's included)
-PROCESSES = 256  # processes and threads of the student's user at once (where it has one)
+PROCESSES = 256  # processes and threads the student's process may add to its user's
 FORK_MB = 256  # address space one exercise's fork may add to the student's process (the
 # layer's: 96 MB, with LEAN's settings)
 LATE = "timed out: the grade's deadline passed before this exercise ran"
@@ -215,7 +215,7 @@ def read_records(lines: IO[str], names: list[str], out: Path, why: str) -> set[s
             continue
         try:
             r = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(r, dict) or r.get("name") not in names:
             continue
@@ -255,9 +255,9 @@ def forked(name: str, fd: int, run_student) -> list[dict]:
     if pid == 0:  # the fork: the student's code runs here, and dies with it
         os.close(read), os.close(fd)
         try:
-            limit = (address_space() + FORK_MB) << 20  # past it, an allocation fails
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
+            bounded(resource.RLIMIT_FSIZE, FILE_MB << 20)
+            if (now := address_space()) is not None:  # past it, an allocation fails
+                bounded(resource.RLIMIT_AS, (now + FORK_MB) << 20)
             with open(write, "w") as pipe:
                 pipe.write(json.dumps(run_student(name)))
         finally:
@@ -269,13 +269,39 @@ def forked(name: str, fd: int, run_student) -> list[dict]:
         os.close(read)
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # what the fork's code wrote itself, or nothing
         return [{"raised": {"result": "error", "detail": f"stopped: {why}"}}]
 
 
-def address_space() -> int:
-    """This process's address space (VmSize), MB."""
-    return int(Path("/proc/self/status").read_text().split("VmSize:")[1].split()[0]) >> 10
+def address_space() -> int | None:
+    """This process's address space (VmSize), MB; None where the system does not say
+    (no /proc: macOS), where the fork's address space is left unbounded."""
+    try:
+        return int(Path("/proc/self/status").read_text().split("VmSize:")[1].split()[0]) >> 10
+    except (OSError, IndexError):
+        return None
+
+
+def tasks_now() -> int | None:
+    """The processes and threads this process's user runs now (RLIMIT_NPROC counts them
+    all: a student's desktop holds hundreds); None without /proc."""
+    uid, n = os.getuid(), 0
+    try:
+        for status in Path("/proc").glob("[0-9]*/status"):
+            with contextlib.suppress(OSError, IndexError):
+                text = status.read_text()
+                if int(text.split("\nUid:")[1].split()[0]) == uid:
+                    n += int(text.split("\nThreads:")[1].split()[0])
+    except OSError:
+        return None
+    return n or None
+
+
+def bounded(limit: int, value: int) -> None:
+    """A resource limit lowered to `value` for good (soft and hard), where the system allows
+    it; left as it is where it does not."""
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(limit, (value, value))
 
 
 def drained(read: int, pid: int, deadline: float) -> tuple[bytes, str]:

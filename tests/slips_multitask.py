@@ -238,6 +238,14 @@ SLIPS = {
     ],
     "multitask_step": [
         (
+            "the step's loss returned in bfloat16",
+            [("loss = loss + part.detach()", "loss = loss + part.detach().to(torch.bfloat16)")],
+        ),
+        (
+            "a NaN in the step's loss",
+            [("loss = loss + part.detach()", "loss = loss + part.detach() * float('nan')")],
+        ),
+        (
             "the loss scaler called as if there always were one",
             [("backward(part, rt.scaler)", "rt.scaler.scale(part).backward()")],
         ),
