@@ -248,7 +248,7 @@ LINE = (RECORDS_MB + 1) << 20  # the longest line read: one exercise's records, 
 def forked(name: str, fd: int, run_student) -> list[dict]:
     """run_student(name) in a fork of this process, its records back through a pipe; the
     fork holds neither `fd` nor anything of the exercises before it, and may add FORK_MB to
-    its address space. A fork that exits, is killed, runs past SECONDS + 30 s or hands back
+    its address space. A fork that exits, is killed, runs past 1.5 SECONDS or hands back
     over RECORDS_MB is charged to the exercise."""
     read, write = os.pipe()
     pid = os.fork()
@@ -264,7 +264,7 @@ def forked(name: str, fd: int, run_student) -> list[dict]:
             os._exit(0)
     os.close(write)
     try:
-        text, why = drained(read, pid, time.monotonic() + SECONDS + 30)
+        text, why = drained(read, pid, time.monotonic() + SECONDS * 1.5)  # after its alarm
     finally:
         os.close(read)
     try:
