@@ -11,7 +11,7 @@ The other defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB
 most 8), dropout 0.3, up to 512 tokens, seed 11711; the handout trains in float32, this
 command in --precision (auto: bf16 where the device multiplies it natively, the first line
 says which). The one
-training loop (trainer.run_plan) trains it, one stage per epoch, the best dev accuracy
+training loop (engine/runner.run_plan) trains it, one stage per epoch, the best dev accuracy
 kept. As the handout's command does, one run trains SST, then CFIMDB (`--task` picks one),
 and writes predictions/{option}-{sst|cfimdb}-{dev|test}-out.csv, named by the word typed
 (2023: pretrain, finetune; 2024: last-linear-layer, full-model), into each task's run
@@ -32,7 +32,7 @@ from torch import nn
 
 import datasets as data
 from bert import BertModel
-from engine import checkpoint, flags, runtime
+from engine import checkpoint, cli, flags
 from engine.checks import check_compile
 from engine.flags import (
     DataConfig,
@@ -45,12 +45,12 @@ from engine.flags import (
 )
 from engine.handout import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
 from engine.runfolder import Run, finish
+from engine.runner import run_plan
 from engine.runtime import check_attention, compile_layers, fast_dropout, make_runtime
 from evaluation import TASKS
 from optimizer import AdamW
 from presets import Stage
 from tokenizer import BertTokenizer
-from trainer import run_plan
 
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
 
@@ -232,4 +232,4 @@ def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -1,4 +1,4 @@
-"""Multitask Sentence-BERT: the model, and the command that trains it.
+"""Multitask Sentence-BERT: the model the command `python multitask_classifier.py` trains.
 
 One shared BERT encoder, three task heads (Reimers & Gurevych, 2019, Sentence-BERT):
 - sentiment (SST-5): mean-pooled sentence -> dropout -> Linear(5), cross-entropy;
@@ -12,8 +12,8 @@ The CS224n handout's three methods are one call here, `model(task, batch)`:
     predict_similarity(ids1, m1, ids2, m2) -> model("sts", batch)   (B,) a 0-5 score
 where a pair batch holds both sentences as (2, B, T) tensors, encoded in one pass.
 
-Training is a plan: a list of stages (presets.Stage), run by one loop (trainer.run_plan)
-that `train_multitask`, the handout's driver, calls.
+Training is a plan: a list of stages (presets.Stage), each trained by trainer.train_stage;
+the command (engine/command.py: flags, run folder, --resume) runs a preset's plans.
 Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
 defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
@@ -26,48 +26,20 @@ every stage all three dev sets are scored: one row of the forgetting table.
     python multitask_classifier.py --resume runs/thesis-...
 """
 
-import json
-import random
-import sys
-import time
 from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import datasets as data
-import evaluation
 import simcse
-import trainer
 from bert import BertModel, mean_pool
-from engine import checkpoint, flags, handout, preset_flags, runtime
-from engine.checks import check_loading, check_run
-from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, OptimConfig, RunConfig
-from engine.handout import MULTITASK_HANDOUT
-from engine.plan_data import plan_data, plan_files
-from engine.runfolder import Run, finish, load_run_config, write_prediction_files
-from engine.runtime import (
-    attention_line,
-    check_attention,
-    compile_layers,
-    fast_dropout,
-    from_main,
-    make_runtime,
-    out_of_memory,
-)
-from engine.show import show
+from engine.runtime import check_attention, compile_layers, fast_dropout
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from presets import PRESETS, Stage, concat_tasks, cosine_tasks
-from tokenizer import BertTokenizer
-from trainer import run_plan
+from presets import concat_tasks, cosine_tasks
 
 
 class MultitaskBERT(nn.Module):
@@ -286,205 +258,8 @@ def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Command line
+if __name__ == "__main__":  # the command: flags, run folder, resume (engine/command.py)
+    from engine.cli import run_cli
+    from engine.command import main
 
-DESCRIPTION = "Multitask SBERT (SST-5, Quora, STS-B) with the thesis's schedules."
-RESUME = ("--resume", "continue the run in this folder from its last checkpoint")
-# settings of the machine rather than of the experiment: a resumed run may change them
-MACHINE = {"device.device", "device.precision", "device.amp", "device.compile", "data.data_dir"}
-MACHINE |= {"checkpoint_minutes", "stage_checkpoints", "device.dist_timeout", "tensorboard"}
-MACHINE |= {"optim.accumulate", "predictions_dir"}
-SCORING = {"data.dev_size", "data.test_predictions", "data.eval_batch_size"}  # --predict's own
-PREDICT = ("--predict", "score the best model of the run in this folder; rewrite its predictions")
-SHOW = (
-    "--show",
-    "print what the preset resolves to (settings, then each stage) and stop; loads nothing",
-    "switch",
-)
-SCORE = (
-    "--score",
-    "score the model as the preset loads it, untrained, on the dev sets (the forgetting "
-    "table's first row) and stop: the effect of an edit, e.g. to attention; no run folder",
-    "switch",
-)
-ESTIMATE = (
-    "--estimate",
-    "time a few real steps of each kind of stage here, print each stage's and the whole "
-    "run's expected minutes, and stop before any run folder is made",
-    "switch",
-)
-
-
-def parse_args(argv=None) -> tuple[RunConfig, dict]:
-    """(the run's config, {'resume' | 'predict': folder or None, 'show' | 'score' |
-    'estimate': True or None})."""
-    argv = sys.argv[1:] if argv is None else argv
-    argv = handout.handout_argv(argv, MULTITASK_HANDOUT, handout.MULTITASK_DEFAULTS)
-    cfg, typed, folders = flags.parse(
-        RunConfig(),
-        argv,
-        DESCRIPTION,
-        preset_flags.epilog() + "\n\n" + handout.handout_help(MULTITASK_HANDOUT, run=True),
-        preset_flags.overrides,
-        extra=[RESUME, PREDICT, SHOW, SCORE, ESTIMATE],
-    )
-    chosen = [(name, folders[name]) for name in ("resume", "predict") if folders[name]]
-    if chosen:  # the run's own config; only the machine's settings may differ
-        (name, folder), *more = chosen
-        if more:
-            raise SystemExit(f"--{name} takes no --{more[0][0]}; give one run folder flag")
-        saved = load_run_config(folder)
-        free = MACHINE | (SCORING if name == "predict" else set())  # sampling is not the model
-        cfg = flags.replace_paths(saved, {p: v for p, v in typed.items() if p in free})
-        if changed := flags.changed_flags(saved, typed, free):  # the same ones may stay
-            raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
-    check_run(cfg, PRESETS[cfg.preset].plans_of(cfg))  # before any folder is made
-    return cfg, folders
-
-
-def seeded_data(cfg: RunConfig, plans: dict) -> dict:
-    """Seed every generator, then read and check the data (before any run folder exists)."""
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    return plan_data(cfg, plans.stages(), tokenizer)
-
-
-def train_multitask(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path, resume: bool, rt):
-    """The handout's driver: each plan of the preset (one, or the individual preset's one
-    per task) trained stage by stage in its folder, its best model scored and kept."""
-    print(f"device {rt.device}, precision {rt.precision} ({rt.why}), model {cfg.model.bert}")
-    print(f"run folder {run_dir}")
-    make_model = run_model(cfg, cfg.device.compile)
-    saving = ("checkpoint_minutes", "stage_checkpoints", "tensorboard")
-    saving = {name: getattr(cfg, name) for name in saving}
-    for k, (name, plan) in enumerate(plans.items()):
-        run = sub_run(cfg, run_dir, name, rt, resume=resume, **saving)
-        t0 = time.time()
-        model = make_model()
-        if k == 0:
-            print(attention_line(model.bert, rt.device))
-        model, rows, best = run_plan(plan, model, task_data, cfg.optim, run)
-        finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
-
-
-def estimate(cfg: RunConfig, plans: dict, rt) -> float:
-    """Print each stage's expected minutes and return the whole run's, before any run
-    folder exists (--estimate; lab/sweep.py asks it through main): engine.estimate.estimate_plans
-    times a few real steps of each kind of stage, plus one dev scoring (scoring_seconds)."""
-    task_data = seeded_data(cfg, plans)
-    model = run_model(cfg, cfg.device.compile)().to(rt.device)
-    reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
-    scoring = scoring_seconds(task_data, lambda d: sub_run(cfg, Path(), "", rt).score(model, d))
-    return estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
-
-
-def score_untrained(cfg: RunConfig, rt) -> dict:
-    """--score: the model as loaded, scored on the dev sets; its row of the table."""
-    torch.manual_seed(cfg.seed)
-    cfg = replace(cfg, data=replace(cfg.data, test_predictions=False))  # dev only: no test set
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    fitted = [Stage((task,), 0.0, 1) for task in cosine_tasks(cfg)]  # thresholds: train pairs
-    data.require(plan_files(cfg, fitted))  # the dev sets (and those), no other file
-    task_data = plan_data(cfg, fitted, tokenizer)
-    model = run_model(cfg)().to(rt.device).eval()
-    print(attention_line(model.bert, rt.device))
-    run = sub_run(cfg, Path(), "", rt)
-    row = {"stage": "start (no training)"} | run.score(model, task_data)
-    print(evaluation.table_header(run.eval_tasks))
-    run.show(row)
-    return row
-
-
-def sub_run(cfg: RunConfig, run_dir: Path, name: str, rt, **settings) -> Run:
-    """The run of sub-plan `name`: the folder itself and all tasks for '', else a folder of
-    its own scored on its one task (the individual preset)."""
-    tasks = (name,) if name else MULTITASK
-    settings |= {"split_dev": cfg.data.split_dev, "patience": cfg.schedule.patience}
-    settings |= {"copy_to": Path(cfg.predictions_dir) if cfg.predictions_dir else None}
-    settings |= {"select_by": PRESETS[cfg.preset].select_by if not name else ""}
-    return Run(run_dir / name, rt, tasks, cfg.data.eval_batch_size, cfg.seed, **settings)
-
-
-def best_model(cfg: RunConfig, run_dir: Path, rt):
-    """(model, checkpoint info) of a run folder's best model, on rt.device."""
-    model = run_model(cfg)().to(rt.device).eval()
-    return model, checkpoint.load_model(model, run_dir / checkpoint.BEST)
-
-
-def one_model(cfg: RunConfig, where: str) -> None:
-    """Stops, in one line, a preset whose plans keep a model each (the individual preset's
-    one per task) where one model is needed."""
-    if list(PRESETS[cfg.preset].plans_of(cfg)) != [""]:
-        raise SystemExit(f"{where}: --preset {cfg.preset} keeps a model per task; this needs one")
-
-
-def kept_model(run_dir: Path, rt) -> tuple[RunConfig, MultitaskBERT, dict]:
-    """(config, best model, checkpoint info) of a finished run that keeps one model."""
-    cfg = load_run_config(run_dir)
-    one_model(cfg, str(run_dir))
-    return cfg, *best_model(cfg, Path(run_dir), rt)
-
-
-def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
-    """--predict: each kept model of the run scored on dev again, its prediction files
-    (the handout's format) written again."""
-    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
-    task_data = plan_data(cfg, [], tokenizer)  # every split scored, no training set
-    for name in PRESETS[cfg.preset].plans_of(cfg):
-        run = sub_run(cfg, run_dir, name, rt)
-        model, info = best_model(cfg, run.run_dir, rt)
-        print(evaluation.table_header(run.eval_tasks))
-        run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
-        out_dir = write_prediction_files(model, task_data, run, cfg.data.test_predictions)
-        print(f"predictions: {out_dir}")
-
-
-def main(argv=None):
-    cfg, folders = parse_args(argv)
-    if folders["show"]:  # loads nothing
-        return print(show(cfg, PRESETS[cfg.preset]))
-    preset = PRESETS[cfg.preset]
-    if cfg.preset == "handout-starter":  # the handout's own run; `handout` completes it
-        print(f"the handout's starter run: {preset.help} [{preset.source}]")
-    else:
-        print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
-    check_loading(cfg, rt.device)
-    run_dir = Path(
-        from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
-    )
-    if folders["predict"]:
-        return predict(cfg, run_dir, rt)
-    resume = bool(folders["resume"])
-    plans = PRESETS[cfg.preset].plans_of(cfg)
-    if folders["score"]:
-        return score_untrained(cfg, rt)
-    data.require(plan_files(cfg, plans.stages()))
-    if folders["estimate"]:
-        return estimate(cfg, plans, rt)
-    if not resume:  # a forgotten --resume stops before the data is read
-        checkpoint.refuse_held(run_dir)
-    task_data = seeded_data(cfg, plans)
-    with checkpoint.locked(run_dir) if rt.main else nullcontext():
-        if not resume:  # again, now that no other process can start one here
-            checkpoint.refuse_held(run_dir)
-        cfg = replace(cfg, run_dir=str(run_dir))
-        if not resume and rt.main:
-            checkpoint.atomic_write(
-                json.dumps(flags.to_dict(cfg), indent=1), run_dir / "config.json"
-            )
-        try:
-            with checkpoint.sigterm_stops():
-                train_multitask(cfg, plans, task_data, run_dir, resume, rt)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; the run is saved: continue it with --resume {run_dir}")
-            raise SystemExit(130) from None
-        except torch.cuda.OutOfMemoryError as e:
-            raise SystemExit(out_of_memory(e, cfg.optim.accumulate, run_dir)) from None
-
-
-if __name__ == "__main__":
-    runtime.run_cli(main)
+    run_cli(main)

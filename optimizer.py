@@ -356,31 +356,7 @@ def l2_sp(params: Iterable[torch.Tensor], anchors: Iterable[torch.Tensor]) -> to
     return sum((p - a.detach()).pow(2).sum() for p, a in pairs) / 2
 
 
-def backward(loss: torch.Tensor, scaler=None) -> None:
-    """loss.backward(); under float16 the loss is scaled first (GradScaler) so that small
-    gradients do not underflow. Gradients add up over calls (accumulation)."""
-    (scaler.scale(loss) if scaler else loss).backward()
-
-
-def optimizer_step(optimizer, scaler=None, max_grad_norm: float = 0.0) -> torch.Tensor:
-    """Step on the accumulated gradients, clipped to a global L2 norm of max_grad_norm
-    first when > 0; returns their global L2 norm before clipping (under float16 unscaled
-    first, so the norm is the true one; inf or nan on an overflow, whose step is skipped)."""
-    if scaler:
-        scaler.unscale_(optimizer)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-    if max_grad_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
-    if scaler:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    return norm
-
-
-def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None, scaler=None):
+def pcgrad_backward(shared: list, losses: list, scaler, generator=None, reduce=None):
     """Gradients of several task losses with gradient surgery (PCGrad), not yet applied.
 
     Each task's gradient on the `shared` parameters (the encoder) is taken alone (one flat
@@ -388,16 +364,17 @@ def pcgrad_backward(shared: list, losses: list, generator=None, reduce=None, sca
     outside `shared` (the per-task heads) just accumulate their own task's gradient.
     reduce(flat) -> flat: applied to each task's gradient before the surgery (data parallel:
     the sum over processes); a loss of None contributes zeros (no example of that task here).
-    scaler: float16's GradScaler. Every task's loss is scaled by the same factor s, and the
-    surgery is homogeneous (pcgrad(s * g) = s * pcgrad(g)), so the optimizer's step unscales
-    the result as it would a plain gradient; an overflow in any task skips the step.
+    scaler: the run's GradScaler (float16's scales; elsewhere a no-op). Every task's loss is
+    scaled by the same factor s, and the surgery is homogeneous (pcgrad(s * g) =
+    s * pcgrad(g)), so the step unscales the result as it would a plain gradient; an
+    overflow in any task skips the step.
     """
     grads = []
     for loss in losses:
         for p in shared:
             p.grad = None
         if loss is not None:
-            backward(loss, scaler)
+            scaler.scale(loss).backward()
         flat = flatten_grads(shared)  # (P,)
         grads.append(reduce(flat) if reduce else flat)
     write_flat_grads(shared, pcgrad(grads, generator))

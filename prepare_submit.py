@@ -36,9 +36,10 @@ from functools import partial
 from pathlib import Path
 
 import datasets as data
+from engine.cli import run_cli
+from engine.outputs import prediction_path
 from engine.runfolder import SOURCES
-from engine.runtime import run_cli
-from evaluation import MULTITASK, TASKS, prediction_path
+from evaluation import MULTITASK, TASKS
 
 ARCHIVE = "cs224n_default_final_project_submission.zip"  # the handout's name
 SPLITS = ("dev", "test")

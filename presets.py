@@ -1,7 +1,7 @@
 """The schedules: what a run trains, stage by stage, and every experiment as one named row.
 
 A `Stage` is one part of a schedule (one task, several at once, or the encoder alone on
-sentence tuples); a plan is a list of stages, run in order by trainer.run_plan and scored
+sentence tuples); a plan is a list of stages, run in order by engine/runner.run_plan and scored
 after each. The builders make the plans: the thesis's loops (`thesis_plan`), sequential,
 multitask, SimCSE first, heads on a frozen encoder. A preset (`PRESETS`) names a plan and
 the settings it overrides (typed flags win); a report's row adds the sizes `--scale`

@@ -24,7 +24,7 @@ import torch
 
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
-from engine.runtime import run_cli
+from engine.cli import run_cli
 from optimizer import AdamW
 from optimizer_test import fit, handout_folders
 from tokenizer import BertTokenizer

@@ -1,15 +1,14 @@
-"""The one training loop: a plan is a list of stages, run in order, scored after each.
+"""The one training loop: a stage's steps, and a step's forward, losses and update.
 
 Read it top down: `train_step` is one update, on one screen: for each batch, the forward,
-the task's loss (losses.py) and SMART's term (smart.py), backward; then clip and step (the
-function lab/bench.py times). The heads' exceptions are one named call each below it: a
-pair loss or a contrastive stage's objective (`embedding_loss`), distillation, the added
-SimCSE term, PCGrad. `train_stage` repeats the step over a stage's batches with its
-learning-rate schedule; `run_plan` runs every stage of a plan (presets.py), scores the dev
-sets after each (a row of the forgetting table) and keeps the best model and a resumable
-state in the run folder.
+the task's loss (losses.py) and SMART's term (smart.py), backward; then unscale, clip and
+step, with the run's GradScaler (float16's; a no-op otherwise). The heads' exceptions are
+one named call each below it: a pair loss or a contrastive stage's objective
+(`embedding_loss`), distillation, the added SimCSE term, PCGrad. `train_stage` repeats
+the step over a stage's batches with its learning-rate schedule. A plan's stages run in
+order, scored after each, in a run folder: engine/runner.py's run_plan.
 
-Each batch of a step is the global one: this process trains on its parts (the engine's
+Each batch of a step is the global one: this process trains on its pieces (the engine's
 `shares`: its share under torchrun, in pieces with --accumulate), each loss weighted by
 its task's weight and its share of the batch, and the gradients are summed over the
 processes before the update, as DistributedDataParallel would. Device, precision,
@@ -17,7 +16,6 @@ processes, the run folder and resume are the engine's (engine/).
 """
 
 import copy
-import json
 import math
 import time
 from collections.abc import Callable
@@ -30,23 +28,19 @@ from tqdm.auto import tqdm
 import datasets as data
 import simcse
 from datasets import CONTRASTIVE
-from engine import checkpoint, runfolder
+from engine import checkpoint
 from engine.flags import OptimConfig
-from engine.resume import InStage, Progress
-from engine.runfolder import Run, evaluate_split
+from engine.resume import InStage
 from engine.runtime import (
     Runtime,
-    from_main,
     gather_rows,
-    own_generators,
-    same_start,
     shares,
     sum_gradients,
     sum_over_processes,
 )
 from evaluation import TASKS
 from losses import loss_of
-from optimizer import backward, l2_sp, loss_weights, lr_factor, optimizer_step, pcgrad_backward
+from optimizer import l2_sp, loss_weights, lr_factor, pcgrad_backward
 from presets import Stage
 from smart import EMATeacher, RngSnapshot, SmartConfig, passes_in_float32, smart_loss
 
@@ -109,9 +103,10 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, schedule=1.0):
-    """One update from [(task, global batch), ...]: for each part this process trains on, the
-    forward, the task's loss and SMART's term, backward; then clip and step. Returns the
-    step's loss and the gradient's L2 norm before clipping (the module's docstring has more)."""
+    """One update from [(task, global batch), ...]: for each piece of them this process
+    trains on, the forward, the task's loss and SMART's term, backward; then clip and step.
+    Returns the step's loss and the gradient's L2 norm before clipping (the module's
+    docstring has more)."""
     rt, by_task, loss = ctx.rt, {}, 0.0
     set_lr(optimizer, stage, schedule)  # the stage's lr times its schedule at this step
     optimizer.zero_grad(set_to_none=True)
@@ -121,7 +116,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     ctx = replace(ctx, gather=gather)  # in-batch objectives: every process's rows, or these
     for k, (task, batch, share) in enumerate(pieces):
         loss_fn = loss_of(task, stage.losses.get(task)) if task in TASKS else None
-        with step_autocast(rt, stage, loss_fn):  # SMART's passes may ask for float32
+        with rt.autocast(float32=in_float32(stage, loss_fn, rt)):  # SMART's may need it
             if loss_fn is None or loss_fn.pair:  # no head: SimCSE's objectives, pair losses
                 part = embedding_loss(model, stage, task, batch, ctx)
             else:
@@ -136,9 +131,9 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
         if pcgrad:  # PCGrad's backward, below, takes each task's loss whole
             by_task[task] = by_task.get(task, 0.0) + share * part
             continue
-        # BEGIN EXERCISE multitask_step: weight * share * part, + l2sp_pull on the first part only; backward each part; loss sums them, detached
+        # BEGIN EXERCISE multitask_step: weight * share * part, + l2sp_pull on the first part only; backward each part, scaled by rt.scaler; loss sums them, detached
         part = weights[task] * share * part + (l2sp_pull(model, ctx) if k == 0 else 0.0)
-        backward(part, rt.scaler)  # scaled first under float16
+        rt.scaler.scale(part).backward()  # float16: scaled so small gradients survive
         loss = loss + part.detach()
         # END EXERCISE multitask_step
     if pcgrad:  # every process, with or without a piece of its own
@@ -146,7 +141,11 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     else:
         sum_gradients(list(model.parameters()), rt)  # over the processes, as DDP does
     loss = step_loss(loss, step_batches, rt)  # summed over the processes; stops if not finite
-    norm = optimizer_step(optimizer, rt.scaler, ctx.optim.max_grad_norm)  # clip, step
+    rt.scaler.unscale_(optimizer)  # float16: the true gradient, before its norm is taken
+    clip = ctx.optim.max_grad_norm or math.inf  # 0: never clipped
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)  # the norm before clipping
+    rt.scaler.step(optimizer)  # float16: skipped when a gradient overflowed
+    rt.scaler.update()
     if ctx.teacher:
         ctx.teacher.update(model)
     return loss, norm
@@ -176,17 +175,15 @@ def set_lr(optimizer, stage: Stage, factor: float = 1.0):
         group["lr"] = stage.lr * factor * scale
 
 
-def step_autocast(rt, stage: Stage, loss_fn):
-    """The autocast of a batch's passes: the runtime's, or none (float32) where SMART's
-    passes need it (smart.passes_in_float32); then the clean pass, whose graph R_s and D_Breg
-    share with the task loss, runs in float32 too, and no pass runs twice. A contrastive
-    stage (no loss_fn) sets its own (contrastive_loss)."""
+def in_float32(stage: Stage, loss_fn, rt) -> bool:
+    """Whether a batch's passes leave the run's autocast: where SMART's passes need float32
+    (smart.passes_in_float32), and then the clean pass, whose graph R_s and D_Breg share
+    with the task loss, too, so no pass runs twice; and a contrastive stage's (no loss_fn),
+    which sets its own (contrastive_loss)."""
     if loss_fn is None:
-        return nullcontext()
+        return True
     smart = stage.smart if not loss_fn.pair else SmartConfig.off()
-    if passes_in_float32(smart, rt.amp_dtype):
-        return torch.autocast(rt.device.type, enabled=False)
-    return rt.autocast()
+    return passes_in_float32(smart, rt.amp_dtype)
 
 
 def embedding_loss(model, stage: Stage, task, batch, ctx) -> torch.Tensor:
@@ -230,7 +227,7 @@ def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
     state after the embedding is found by replaying the embedding); else masks of their
     own. The reference variant perturbs an embedding output of its own, as mt-dnn's
     SmartPerturbation runs the embedding again. Every pass runs in the caller's precision
-    (step_autocast).
+    (in_float32).
     """
     smart, (embeds, out) = stage.smart, clean
     if not smart.active:
@@ -281,6 +278,12 @@ def distillation_term(model, stage: Stage, batch, z, rng, ctx):
     return weight * share * simcse.similarity_distillation(z, z0)
 
 
+def frozen_copy(model):
+    """A copy of the model that never learns (no gradients); distillation runs it with the
+    step's own dropout masks (trainer.distillation_term)."""
+    return copy.deepcopy(model).requires_grad_(False)
+
+
 def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
     """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
     cfg: the stage's SimCSE settings (objective and temperature)."""
@@ -325,7 +328,7 @@ def pcgrad_update(model, by_task: dict, weights: dict, ctx, generator):
     losses = [by_task.get(task) for task in weights]  # None: no example of the task here
     shared = [p for p in model.bert.parameters() if p.requires_grad]
     reduce = lambda g: sum_over_processes(g, ctx.rt)  # noqa: E731
-    pcgrad_backward(shared, losses, generator, reduce, ctx.rt.scaler)
+    pcgrad_backward(shared, losses, ctx.rt.scaler, generator, reduce)
     in_shared = {id(p) for p in shared}
     sum_gradients([p for p in model.parameters() if id(p) not in in_shared], ctx.rt)  # heads
     return sum(weights[t] * x.detach() for t, x in by_task.items())
@@ -405,7 +408,7 @@ def prepare(model, stage: Stage):
 
 def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: tuple, t0: float) -> dict:
     """One line of the step log; where: (epoch, step); norm: the gradient's before
-    clipping; cut: (--max_grad_norm, 0 for never; the fp16 loss scaler or None). A step
+    clipping; cut: (--max_grad_norm, 0 for never; the run's loss scaler). A step
     whose norm is not finite was not clipped: the scaler skipped it."""
     (cut, scaler), norm = cut, norm.item()
     examples = sum(batch["input_ids"].shape[-2] for _, batch in step_batches)
@@ -417,135 +420,6 @@ def step_record(optimizer, step_batches, where: tuple, loss, norm, cut: tuple, t
         "lr": optimizer.param_groups[0]["lr"],  # the encoder's
         "grad_norm": norm,
         "clipped": 0 < cut < norm < math.inf,
-        "skipped": scaler is not None and not math.isfinite(norm),
+        "skipped": scaler.is_enabled() and not math.isfinite(norm),
         "examples_per_s": examples / (time.perf_counter() - t0),
     }
-
-
-class BestEpoch:
-    """Score dev after each epoch of a stage and keep the best epoch's weights: by STS for
-    SimCSE (select_by_sts), else by the run's selection score, and then the stage stops
-    after run.patience epochs without a new best (--patience)."""
-
-    def __init__(self, model, task_data, run: Run, by_sts: bool):
-        self.model, self.task_data, self.run, self.by_sts = model, task_data, run, by_sts
-        self.r, self.state, self.epoch = -math.inf, None, -1
-        self.row = None  # the kept epoch's dev row (by the run's score): the stage's row
-
-    def score(self) -> tuple[float, dict | None]:
-        if self.by_sts:
-            results = evaluate_split(self.model, self.task_data, "dev", ("sts",), self.run)
-            return results["sts"].metrics["pearson"], None
-        row = self.run.score(self.model, self.task_data)
-        return self.run.select(row), row
-
-    def after_epoch(self, epoch: int) -> bool:
-        """Keep this epoch if it is the best so far; whether the stage stops here."""
-        r = row = None
-        if self.run.rt.main:  # scores once; every process keeps the same epoch
-            r, row = self.score()
-            what = "STS dev Pearson of the cosine" if self.by_sts else "dev score"
-            tqdm.write(f"  epoch {epoch + 1}: {what} {r:.4f}")
-        r = from_main(r, self.run.rt)
-        if r > self.r:
-            self.r, self.epoch, self.row = r, epoch, row
-            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        stop = not self.by_sts and runfolder.patience_ran_out(self.run.patience, epoch, self.epoch)
-        if stop and self.run.rt.main:
-            tqdm.write(
-                f"  --patience {self.run.patience}: no new best since epoch {self.epoch + 1}"
-            )
-        return stop
-
-    def restore(self):
-        if self.state is not None:
-            self.model.load_state_dict(self.state)
-
-
-# ---------------------------------------------------------------------------------------
-# A plan, run in a folder
-
-
-def frozen_copy(model):
-    """A copy of the model that never learns (no gradients); distillation runs it with the
-    step's own dropout masks (trainer.distillation_term)."""
-    return copy.deepcopy(model).requires_grad_(False)
-
-
-def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress: Progress):
-    """Train stage k = progress.next_stage; returns its row of the forgetting table.
-    progress: the run's before the stage (what a checkpoint inside it keeps), with the
-    position of such a checkpoint as `within` when the stage resumes from one."""
-    k, resume = progress.next_stage, progress.within
-    progress = replace(progress, within=None)  # a checkpoint inside the stage adds its own
-    order = torch.Generator().manual_seed(run.seed * 1000 + k)
-    steps = stage_steps(task_data, stage, order, run.seed)
-    t0 = time.time() - (resume or {}).get("seconds", 0.0)
-    per_epoch = stage.select_by_sts or (run.patience > 0 and stage.epochs > 1)
-    best_epoch = BestEpoch(model, task_data, run, by_sts=stage.select_by_sts)
-    if resume:
-        best_epoch.r, best_epoch.state = resume["best_epoch"]
-        best_epoch.epoch = resume.get("best_epoch_at", -1)
-    with open(run.file(checkpoint.STEPS), "a") as steps_log:
-
-        def log(record):
-            steps_log.write(json.dumps({"stage": k, "name": stage.name} | record) + "\n")
-            if run.board:
-                run.board.step(record)
-
-        def save(position):  # a checkpoint inside the stage, its step log on disk first
-            steps_log.flush()
-            position |= {
-                "seconds": time.time() - t0,
-                "best_epoch": (best_epoch.r, best_epoch.state),
-                "best_epoch_at": best_epoch.epoch,
-            }
-            run.save(model, optimizer, progress, position)
-
-        within = InStage(save, run.due, resume)
-        after_epoch = best_epoch.after_epoch if per_epoch else None
-        desc = f"[{k + 1}/{run.plan_length}] {stage.name}"
-        hooks = StageHooks(desc, run.seed * 1000 + k, log, after_epoch, within)
-        train_loss = train_stage(model, optimizer, stage, steps, ctx, hooks)
-        if per_epoch:
-            best_epoch.restore()
-        row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
-        row |= {"train_loss": train_loss, "seconds": time.time() - t0}
-        with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-            kept = None if run.score_train else best_epoch.row  # scored when it was kept
-            row |= kept or run.score(model, task_data, train=run.score_train)
-        if stop:
-            within.save_end()
-    return row
-
-
-def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
-    """Run every stage of `plan`, scoring `run.eval_tasks` after each; resumable.
-
-    Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
-    stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
-    best model so far) and state.safetensors (everything needed to continue after the last
-    finished stage, or from inside a stage; engine/runfolder.py). A stage whose score is not a
-    number (e.g. the Pearson r of a constant prediction) is never the best.
-    """
-    run.plan_length = len(plan)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    model = model.to(run.rt.device)
-    optimizer = model.configure_optimizers(optim)
-    # what L2-SP and distillation pull toward: the model as loaded, before a resumed run's
-    # checkpoint replaces it
-    reference = frozen_copy(model) if optim.l2sp or optim.distill else None
-    ctx = StepContext(run.rt, optim, reference=reference)
-    progress = runfolder.start(model, optimizer, task_data, run)
-    same_start(model, run.rt)  # the main process's weights on every process
-    own_generators(run.rt)  # each process its own dropout masks from here on
-    for k in range(progress.next_stage, len(plan)):
-        at_start = progress.at_stage(k)  # with a resumed run's place inside its first stage
-        try:
-            row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
-        except NonFiniteLoss as e:
-            raise SystemExit(f"stopped: {e}{runfolder.kept_best(run)}") from None
-        progress = run.record(model, optimizer, row, k, progress, plan[k].candidate)
-        if progress.stopped:
-            break
-    return model, progress.rows, progress.best

@@ -2,9 +2,10 @@
 file and function sizes (tests' too: a test file at most 500 lines), parameters, module
 docstrings, formatter escapes, the README's size, the number of modules at the top level
 (the lesson; the engine and the lab's tools are packages), imports (no cycle, the grader's
-included; the course never reaches into the lab; torch.distributed only in the engine), lab/house.py's list of every module and the README's of the
-lesson's. A student's new module or long function keeps `make test` green; the developers
-keep this green.
+and the lab's included; the course never reaches into the lab; torch.distributed only in
+the engine; the engine's core imports no lesson module, only its BUILDERS do),
+lab/house.py's list of every module and the README's of the lesson's. A student's new
+module or long function keeps `make test` green; the developers keep this green.
 
     python .ci/lint.py          # the repository this file sits in
     python .ci/lint.py PATH     # another checkout
@@ -27,6 +28,10 @@ TEST_LINES = 500  # a test file holds one concern, named after what it tests
 TOP_LEVEL = 18  # modules at the top level: the lesson; the engine and the lab are packages
 PACKAGES = ("engine", "lab")  # the engine a student never opens; the lab's tools
 HOUSE = "lab/house.py"  # its HOUSE names every module once: the one list of them
+# The engine's files that build a run from flags out of the lesson's pieces: they alone of
+# engine/ import a module of the top level (engine/__init__.py names both kinds).
+BUILDERS = ("checks", "cli", "command", "estimate", "flags", "handout", "outputs", "runfolder")
+BUILDERS += ("runner", "show")
 
 
 def functions(tree: ast.AST) -> list[ast.FunctionDef]:
@@ -40,11 +45,30 @@ def parameters(f: ast.FunctionDef) -> list[str]:
     return [n for n in names if n not in ("self", "cls")]
 
 
+def script_block(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`, whose imports are the script's (a module `__main__` of
+    its own), not the module's: `python multitask_classifier.py` imports engine.command,
+    which imports multitask_classifier, and no module imports itself."""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and getattr(test.left, "id", "") == "__name__"
+        and getattr(test.comparators[0], "value", "") == "__main__"
+    )
+
+
+def module_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of a module but those of its script block."""
+    top = [n for n in getattr(tree, "body", []) if not script_block(n)]
+    return [node for n in top for node in ast.walk(n)]
+
+
 def project_imports(tree: ast.AST, known: set[str]) -> set[str]:
     """The project's modules a module imports: `bert`, or `lab.plots` for `from lab import
     plots`, `from lab.plots import x` and `import lab.plots`."""
     found = set()
-    for node in ast.walk(tree):
+    for node in module_nodes(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names} | {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -68,6 +92,19 @@ def module_problems(path: Path, name: str, tree: ast.AST, limit: int = 0) -> lis
         if (n := len(parameters(f))) > PARAMETERS:
             out.append(f"{where}: {n} parameters, over {PARAMETERS}")
     return out
+
+
+def direction_problems(trees: dict[str, ast.AST]) -> list[str]:
+    """One direction: the lesson may use the engine, and the engine's core (device and
+    precision, checkpoints, the file reader) imports no lesson module; only its BUILDERS do."""
+    lesson = {name for name in trees if "." not in name and name not in PACKAGES}
+    return [
+        f"{path(name)} imports {dep}.py: the engine's core imports no lesson module (or name "
+        f"it in .ci/lint.py's BUILDERS, a file that builds a run from flags)"
+        for name, tree in sorted(trees.items())
+        if name.startswith("engine.") and name.removeprefix("engine.") not in BUILDERS
+        for dep in sorted(project_imports(tree, set(trees)) & lesson)
+    ]
 
 
 def distributed_problems(trees: dict[str, ast.AST]) -> list[str]:
@@ -189,7 +226,7 @@ def problems(root: Path) -> list[str]:
         out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
-    out += import_problems(trees, grader) + distributed_problems(trees)
+    out += import_problems(trees, grader) + distributed_problems(trees) + direction_problems(trees)
     out += house_problems(root, sorted(modules))
     out += readme_problems(root, [p.name for p in top])
     sources = [*modules.values(), *sorted((root / "tests").glob("*.py"))]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from datasets import task_file
 from engine.flags import refuse
-from evaluation import MULTITASK, prediction_path
+from engine.outputs import prediction_path
+from evaluation import MULTITASK
 
 # The handouts' two options, each with its 2024 name: True where BERT is frozen.
 MODES = {"pretrain": True, "last-linear-layer": True, "finetune": False, "full-model": False}

@@ -2,12 +2,12 @@
 
 `Run` holds the folder, the device and the tasks a plan is scored on; `start` begins a
 run (the untouched model scored as the first row) or resumes the one in the folder;
-after each stage trainer.run_plan asks it to score the model, write the row, keep the best
+after each stage runner.run_plan asks it to score the model, write the row, keep the best
 model and save the state; `finish` prints the forgetting table, reloads the best model and
 writes its predictions. Only the main process (rt.main) scores and writes: the others
 train alongside.
 
-    run_dir/config.json        the run's settings (load_run_config: --resume reads them)
+    run_dir/config.json        the run's settings (command.load_run_config: --resume reads them)
     run_dir/metrics.jsonl      one row of dev scores per stage, the untouched model first
     run_dir/steps.jsonl        one line per step: loss, lr, gradient norm (clipped, or skipped by the fp16 scaler), examples/s
     run_dir/best.safetensors   the best model so far; state.safetensors: how to go on
@@ -23,17 +23,12 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 import datasets as data
 import evaluation
-from base_bert import read_json_object
-from engine import checkpoint
-from engine.flags import RunConfig, from_dict
-from engine.preset_flags import overrides
+from engine import checkpoint, outputs
 from engine.resume import Progress
 from engine.runtime import Runtime, from_main
 
@@ -81,13 +76,13 @@ class Run:
     stage_checkpoints: bool = True  # also one after every stage (off: see `due`)
     resume: bool = False  # continue the run found in run_dir
     score_train: bool = False  # also score the whole training split after each stage
-    split_dev: bool = False  # also score each half of dev (evaluation.selection_gap)
+    split_dev: bool = False  # also score each half of dev (outputs.selection_gap)
     patience: int = 0  # stop after this many stages (or a stage's epochs) without a new best
     tensorboard: bool = False  # live curves in run_dir/tensorboard (TensorBoard below)
     board: TensorBoard | None = None
     # (folder, task, split) -> a prediction file: the handout's multitask names, unless the
     # command has others (classifier.py: Part 1's)
-    prediction_file: Callable[[Path, str, str], Path] = evaluation.prediction_path
+    prediction_file: Callable[[Path, str, str], Path] = outputs.prediction_path
     copy_to: Path | None = None  # a copy of each prediction file here (--predictions_dir)
     select_by: str = ""  # a task whose dev metric keeps the best model ("": the overall score)
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
@@ -107,7 +102,7 @@ class Run:
         return row
 
     def show(self, row, mark=False):
-        print(evaluation.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
+        print(outputs.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
         if self.board:
             names = [t for t in (*self.eval_tasks, "overall", "heldout") if t in row]
             self.board.scores({t: evaluation.main_score(row, t) for t in names})
@@ -202,20 +197,6 @@ class Run:
             self.unsaved_best = None
 
 
-def load_run_config(run_dir: str) -> RunConfig:
-    """The config a run folder keeps, over today's defaults for settings added since."""
-    saved = Path(run_dir) / "config.json"
-    if not saved.is_file():
-        raise SystemExit(f"{run_dir}: no config.json there; is it a run folder?")
-    text = read_json_object(saved)
-    cfg = from_dict(RunConfig, text, str(saved))
-    overrides({"preset": cfg.preset})  # a preset that no longer exists stops here
-    if "precision" not in text.get("device", {}):  # saved before --precision: float32 on CPUs
-        old = "auto" if cfg.device.amp and torch.cuda.is_available() else "fp32"
-        cfg = replace(cfg, device=replace(cfg.device, precision=old))
-    return replace(cfg, run_dir=str(run_dir))
-
-
 def patience_ran_out(patience: int, k: int, best_index: int | None) -> bool:
     """Whether stage k is the patience-th in a row without a new best (never at 0)."""
     return patience > 0 and k - (-1 if best_index is None else best_index) >= patience
@@ -248,7 +229,7 @@ def start(model, optimizer, task_data, run: Run) -> Progress:
         print(f"resuming {run.run_dir} {where}")
     run.keep_steps(progress)  # the step log and the table of what the state holds
     run.write_rows(progress.rows)
-    print(evaluation.format_table(progress.rows, run.eval_tasks))
+    print(outputs.format_table(progress.rows, run.eval_tasks))
     if not progress.rows:  # the starting point: what training has to beat
         row = {"stage": "start (no training)", "index": -1} | run.score(model, task_data)
         progress.rows.append(row)
@@ -285,7 +266,7 @@ def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
         results = evaluate_split(model, task_data, split, run.eval_tasks, run)
         for task, res in results.items():
             path = run.prediction_file(out_dir, task, split)
-            evaluation.write_predictions(path, task, res.ids, res.preds)
+            outputs.write_predictions(path, task, res.ids, res.preds)
             if run.copy_to is not None:  # where the handout's commands write it
                 copy_prediction(path, Path(run.copy_to), run.run_dir)
     if run.copy_to is not None:
@@ -313,12 +294,12 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
         return
     several = len(run.eval_tasks) > 1  # one task (classifier.py): nothing else to forget
     print(f"\n{'forgetting table' if several else 'scores'} ({run.run_dir}, {wall / 60:.1f} min):")
-    print(evaluation.format_table(rows, run.eval_tasks, best["index"]))
+    print(outputs.format_table(rows, run.eval_tasks, best["index"]))
     if len(rows) > 1 and several:
         measures = evaluation.forgetting(rows, run.eval_tasks)
-        print(evaluation.format_forgetting(measures))
+        print(outputs.format_forgetting(measures))
         if "halves" in rows[0]:
-            gap = measures["selection"] = evaluation.selection_gap(rows)
+            gap = measures["selection"] = outputs.selection_gap(rows)
             print(
                 f"the kept stage chosen on one half of dev scores {gap['held']:.4f} on the "
                 f"other; the best stage of a half scores {gap['chosen']:.4f} on it: choosing "

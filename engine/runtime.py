@@ -10,12 +10,9 @@ the CPU than F.dropout's.
 """
 
 import atexit
-import errno
 import math
 import os
 import sys
-import traceback
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -24,12 +21,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.nn.functional import all_gather  # autograd-aware, unlike dist's
-
-from base_bert import ModelError
-from datasets import DataError
-from engine.checkpoint import CheckpointError
-from evaluation import to_device
-from optimizer import flatten_grads, write_flat_grads
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -122,7 +113,7 @@ AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 class Runtime:
     device: torch.device
     amp_dtype: torch.dtype | None  # autocast dtype, None for float32
-    scaler: torch.amp.GradScaler | None  # only for float16
+    scaler: torch.amp.GradScaler  # enabled for float16 only: elsewhere each call is a no-op
     rank: int = 0  # this process among `world` data-parallel ones (torchrun)
     world: int = 1
     why: str = ""  # how the precision was chosen, as the run prints it
@@ -132,9 +123,10 @@ class Runtime:
         """'fp32', 'bf16' or 'fp16'."""
         return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
 
-    def autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
+    def autocast(self, float32: bool = False):
+        """The run's autocast; float32: none for these passes (smart.passes_in_float32)."""
+        if self.amp_dtype is None or float32:
+            return torch.autocast(self.device.type, enabled=False)
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     @property
@@ -215,7 +207,7 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process
     # float16's narrow range needs the loss scaled so small gradients do not underflow
-    scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+    scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
     return Runtime(device, AUTOCAST[name], scaler, rank, world, why)
 
 
@@ -334,8 +326,14 @@ def sum_gradients(params: list, rt: Runtime) -> None:
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=rt.device)
     has = sum_over_processes(has, rt)
     used = [p for p, n in zip(params, has.tolist(), strict=True) if n > 0]
-    if used:
-        write_flat_grads(used, sum_over_processes(flatten_grads(used), rt))
+    if not used:
+        return
+    flat = torch.cat(
+        [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in used]
+    )  # (P,)
+    flat = sum_over_processes(flat, rt)
+    for p, g in zip(used, flat.split([p.numel() for p in used]), strict=True):
+        p.grad = g.view_as(p).clone()  # (P,) -> each parameter's shape
 
 
 def from_main(value, rt: Runtime):
@@ -378,78 +376,17 @@ def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[
     return micro, rt.world > 1 and even
 
 
+def to_device(batch: dict, device: torch.device | str) -> dict:
+    """Move every tensor of a batch to device; other values (ids) stay as they are."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 def shares(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[tuple], bool]:
     """This process's parts of a step's global batches, each on the device: [(task, batch,
     its share of the task's global batch)], micro-batch k of every task before k + 1; and
     whether in-batch objectives gather the whole batch (micro_batches)."""
+    if rt.world == 1 and accumulate == 1:  # one process, no accumulation: each batch whole
+        return [(task, to_device(batch, rt.device), 1.0) for task, batch in step_batches], False
     micro, gather = micro_batches(step_batches, rt, accumulate)
     parts = [(p.task, to_device(p.batch, rt.device), p.share) for part in micro for p in part]
     return parts, gather
-
-
-def out_of_memory(e: torch.cuda.OutOfMemoryError, accumulate: int, run_dir) -> str:
-    """One line for a GPU that ran out of memory in a run (`run_dir`, trained with
-    --accumulate `accumulate`): what to lower, and how to go on."""
-    _, found, rest = str(e).partition("Tried to allocate ")
-    tried = found + " ".join(rest.split()[:2]).rstrip(".") if found else "no detail given"
-    more = 2 * accumulate
-    return (
-        f"error: the GPU ran out of memory ({tried}); continue from the last checkpoint "
-        f"with --resume {run_dir} --accumulate {more} (each batch in {more} pieces, the same "
-        f"gradient), or start again with a smaller --batch_size, --max_length or "
-        f"--eval_batch_size (scoring)"
-    )
-
-
-USER_ERRORS = (DataError, ModelError, CheckpointError, FileNotFoundError)
-
-
-def run_cli(main, argv=None):
-    """Run a command's main(argv): a mistake in the user's files or flags prints one line
-    (what, where, what was expected) and exits 1; --debug shows the traceback instead."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return main(argv)
-    except USER_ERRORS as e:
-        if "--debug" in argv:
-            raise
-        raise SystemExit(f"error: {e}") from None
-    except NotImplementedError as e:  # an exercise of a student's copy, still open
-        if not str(e).startswith("exercise ") or "--debug" in argv:
-            raise
-        raise SystemExit(open_exercise(e)) from None
-    except BrokenPipeError:  # the reader stopped early (| head): quietly, as cat does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(1) from None
-    except OSError as e:  # a full disk is the machine's state, not a bug: say what to do
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or "--debug" in argv:
-            raise
-        where = f" writing {e.filename}" if e.filename else ""
-        raise SystemExit(
-            f"error: the disk is full{where}; free space and run it again (a training run: "
-            "--resume its folder, whose last checkpoint is intact)"
-        ) from None
-    except KeyboardInterrupt:
-        raise SystemExit("interrupted") from None
-
-
-# An open exercise a run can step around, and the flag that does (exercises.py names them).
-AVOIDED_BY = {
-    "attention": "--attention sdpa (torch's fused attention)",
-    "adamw": "--foreach_adamw (the exercise adamw_foreach's loop-free AdamW)",
-    "adamw_foreach": "no --foreach_adamw",
-}
-
-
-def open_exercise(e: NotImplementedError) -> str:
-    """One line for a run that reached an exercise left open: which, where, how to go on."""
-    name = str(e).removeprefix("exercise ").partition(":")[0]
-    frame = traceback.extract_tb(e.__traceback__)[-1]
-    where = f"{os.path.relpath(frame.filename)}:{frame.lineno}"
-    avoid = (
-        f"; or run with {AVOIDED_BY[name]}, which does not call it" if name in AVOIDED_BY else ""
-    )
-    return (
-        f"error: exercise {name} is still open ({where}): write it, then `python exercises.py "
-        f"check {name}`{avoid}"
-    )

@@ -167,7 +167,7 @@ PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
 def multitask_step():
     """One update of trainer.train_step over SST, Quora and STS together (random loss
     weights, two micro-batches of unequal size, an L2-SP pull, a loss scaler as float16's,
-    then none, as float32's and bfloat16's): its loss, detached, and the gradient it hands
+    then the no-op one of float32 and bfloat16): its loss, detached, and the gradient it hands
     the optimizer, against the weighted sum of the tasks' losses, differentiated once."""
     model = StandInModel()
     reference = copy.deepcopy(model)
@@ -183,7 +183,7 @@ def multitask_step():
         stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=multitask)
         loss, got = stepped(model, stage, step_context(reference), gen(5))
         heads = [model.heads[t].weight.grad is not None for t in STEP]
-        model.zero_grad(set_to_none=True)  # again, as float32 and bfloat16 runs: no scaler
+        model.zero_grad(set_to_none=True)  # again, as float32 and bfloat16 runs: a no-op scaler
         plain = stepped(model, stage, step_context(reference, scaled=False), gen(5))
         return loss, got, heads, plain
 
@@ -209,8 +209,8 @@ def multitask_step():
     gradient = cached(lambda: grads(expected(), list(model.parameters()), 1.0))
     yield part("the step's loss", loss, expected)
     yield part("the gradient", got, gradient)
-    yield part("the step's loss without a loss scaler (float32, bfloat16)", plain_loss, expected)
-    yield part("the gradient without a loss scaler (float32, bfloat16)", plain, gradient)
+    yield part("the step's loss with a no-op scaler (float32, bfloat16)", plain_loss, expected)
+    yield part("the gradient with a no-op scaler (float32, bfloat16)", plain, gradient)
 
 
 L2SP = 0.5  # the step's --l2sp: its pull toward the reference encoder
@@ -218,7 +218,7 @@ L2SP = 0.5  # the step's --l2sp: its pull toward the reference encoder
 
 def step_context(reference, scaled: bool = True):
     """trainer.StepContext of the step's check: fp32 on the CPU, a loss scaler of 8 (not
-    scaled: none, as float32 and bfloat16 runs have), two micro-batches, an L2-SP pull of
+    scaled: the disabled GradScaler of float32 and bfloat16 runs), two micro-batches, an L2-SP pull of
     0.5 toward `reference`."""
     from dataclasses import replace
 
@@ -226,6 +226,7 @@ def step_context(reference, scaled: bool = True):
     from engine.flags import OptimConfig
     from engine.runtime import make_runtime
 
-    rt = replace(make_runtime("cpu", "fp32"), scaler=ScaleBy8() if scaled else None)
+    scaler = ScaleBy8() if scaled else torch.amp.GradScaler("cpu", enabled=False)
+    rt = replace(make_runtime("cpu", "fp32"), scaler=scaler)
     optim = OptimConfig(accumulate=2, l2sp=L2SP, max_grad_norm=0.0)  # the gradient unclipped
     return trainer.StepContext(rt, optim, reference=reference)

@@ -352,6 +352,9 @@ class ScaleBy8:
     def __init__(self):
         self.unscaled = False
 
+    def is_enabled(self):
+        return True
+
     def scale(self, loss):
         if not torch.is_tensor(loss):
             raise ValueError("outputs must be a Tensor or an iterable of Tensors")

@@ -36,7 +36,7 @@ from torch import nn
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
-from engine import flags, runtime
+from engine import cli, flags, runtime
 from engine.flags import OptimConfig, option
 from engine.runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
 from lab.timing import (
@@ -51,7 +51,7 @@ from lab.timing import (
     timed_row,
 )
 from multitask_classifier import MultitaskBERT
-from optimizer import AdamW, backward, optimizer_step
+from optimizer import AdamW
 from presets import Stage
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
@@ -142,8 +142,10 @@ def reference_step(model: nn.ModuleDict, optimizer, batch, rt: Runtime) -> None:
         pooled = F.dropout(mean_pool(hidden, batch["attention_mask"]), 0.1)  # (B, H)
         loss = F.cross_entropy(model["head"](pooled).float(), batch["labels"])
     optimizer.zero_grad(set_to_none=True)
-    backward(loss, rt.scaler)
-    optimizer_step(optimizer, rt.scaler)
+    rt.scaler.scale(loss).backward()  # train_step's update, unclipped
+    rt.scaler.unscale_(optimizer)
+    rt.scaler.step(optimizer)
+    rt.scaler.update()
 
 
 def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, Callable]:
@@ -175,7 +177,7 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
         bert = runtime.compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
         model = runtime.fast_dropout(MultitaskBERT(bert)).to(ctx.rt.device).train()  # as a run's
     batch = random_batch(ctx, B, model.bert.config.vocab_size)
-    scaler = torch.amp.GradScaler(ctx.rt.device.type) if precision == "fp16" else None
+    scaler = torch.amp.GradScaler(ctx.rt.device.type, enabled=precision == "fp16")
     teacher = EMATeacher(model, smart) if smart else None
     step = StepContext(Runtime(ctx.rt.device, AUTOCAST[precision], scaler), teacher=teacher)
     stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
@@ -290,7 +292,10 @@ def bench_adamw(ctx: Context) -> list[Row]:
 
 def eval_forward(bert: BertModel, args: list, device: torch.device, precision: str) -> None:
     """Our BERT's forward in eval mode, without gradients, under `precision`'s autocast."""
-    with torch.no_grad(), Runtime(device, AUTOCAST[precision], None).autocast():
+    with (
+        torch.no_grad(),
+        Runtime(device, AUTOCAST[precision], torch.amp.GradScaler(enabled=False)).autocast(),
+    ):
         bert.eval()(*args)
 
 
@@ -462,4 +467,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runtime.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -22,10 +22,11 @@ import torch
 
 import datasets as data
 import evaluation
-import multitask_classifier as mt
-from engine import flags, runtime
+from engine import cli, command, flags, runtime
+from engine.outputs import format_table, prediction_path, write_predictions
 from engine.runtime import make_runtime
 from evaluation import MULTITASK, TASKS, TaskResult
+from tokenizer import BertTokenizer
 
 MEANING = {  # a head's output -> what is averaged
     "classification": lambda out: out.softmax(-1),  # (B, C) class probabilities
@@ -42,14 +43,14 @@ DECIDE = {  # the averaged output -> a prediction
 def member_outputs(run_dir: Path, rt, splits=("dev", "test"), data_dir=None) -> dict:
     """{(task, split): (ids, averaged-kind outputs, labels or None)} of a run's best model,
     on its own data folder or `data_dir`."""
-    cfg = mt.load_run_config(str(run_dir))
-    model, _ = mt.best_model(cfg, run_dir, rt)
+    cfg = command.load_run_config(str(run_dir))
+    model, _ = command.best_model(cfg, run_dir, rt)
     if "para" in model.cosine:
         raise SystemExit(
             f"{run_dir}: QQP is read out by a cosine cut ({cfg.multitask.para_loss}), which "
             "gives no probability to average; ensemble members need QQP's classifier head"
         )
-    tokenizer = mt.BertTokenizer.from_pretrained(cfg.model.bert)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     data_dir = data_dir or cfg.data.data_dir
     data_cfg = replace(
         cfg.data, test_predictions="test" in splits, heldout_size=0, data_dir=data_dir
@@ -71,7 +72,7 @@ def predict_all(model, task: str, loader, rt) -> tuple[list, torch.Tensor, torch
     """(ids, outputs as MEANING makes them, labels or None) of one split."""
     ids, outs, labels = [], [], []
     for batch in loader:
-        batch = evaluation.to_device(batch, rt.device)
+        batch = runtime.to_device(batch, rt.device)
         outs.append(MEANING[TASKS[task].kind](model.predict(task, batch).float()).cpu())
         ids += batch["ids"]
         if "labels" in batch:
@@ -130,14 +131,14 @@ def main(argv=None) -> int:
         print(f"member {i}: {name}")
         rows.append({"stage": f"member {i}"} | evaluation.score_row(scored(outputs), MULTITASK))
     rows.append({"stage": "ensemble"} | evaluation.score_row(scored(mean), MULTITASK))
-    print(evaluation.format_table(rows, MULTITASK))
+    print(format_table(rows, MULTITASK))
     for split in splits:
         for task, res in scored(mean, split).items():
-            path = evaluation.prediction_path(args.out / "predictions", task, split)
-            evaluation.write_predictions(path, task, res.ids, res.preds)
+            path = prediction_path(args.out / "predictions", task, split)
+            write_predictions(path, task, res.ids, res.preds)
     print(f"predictions of the ensemble: {args.out / 'predictions'}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(runtime.run_cli(main))
+    raise SystemExit(cli.run_cli(main))

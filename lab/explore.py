@@ -53,8 +53,9 @@ from datasets import (
     read_task,
     subset,
 )
-from engine import flags, runtime
+from engine import cli, command, flags, runtime
 from engine.checkpoint import BEST, atomic_write
+from engine.outputs import format_table, prediction_path, read_predictions
 from engine.runtime import make_runtime
 from lab import plots
 from tokenizer import BertTokenizer
@@ -80,8 +81,8 @@ def load(run_dir: Path) -> tuple:
     the one it kept}): MultitaskBERTs in eval mode on the CPU, with the run's attention
     (the hand-written one there; it returns its probabilities). The untouched model's heads
     are fresh, and nothing here reads them."""
-    cfg = mt.load_run_config(str(run_dir))
-    kept, _ = mt.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
+    cfg = command.load_run_config(str(run_dir))
+    kept, _ = command.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
     models = {"untouched": mt.run_model(cfg)().eval(), "kept": kept}
     return cfg, BertTokenizer.from_pretrained(cfg.model.bert), models
 
@@ -117,10 +118,10 @@ def dev_predictions(run_dir: Path, dev: dict) -> dict[str, list[tuple]]:
     run's predictions/ (what the page's confusion, scatter and worst errors read)."""
     out = {}
     for task in ("sst", "sts"):
-        path = evaluation.prediction_path(run_dir / "predictions", task, "dev")
+        path = prediction_path(run_dir / "predictions", task, "dev")
         if path.is_file():
             gold = {e.id: e for e in dev[task]}
-            ids, preds = evaluation.read_predictions(path)
+            ids, preds = read_predictions(path)
             out[task] = [(gold[i], p) for i, p in zip(ids, preds, strict=True) if i in gold]
     return out
 
@@ -252,7 +253,7 @@ def stage_sections(run_dir: Path) -> list[str]:
     """The dev scores after every stage: the figure and the table, the kept stage marked."""
     rows = plots.scored_rows(run_dir)
     tasks = [t for t in evaluation.MULTITASK if t in rows[0]]
-    table = evaluation.format_table(rows, tasks, evaluation.kept_stage(rows))
+    table = format_table(rows, tasks, evaluation.kept_stage(rows))
     figure = picture(plots.forgetting_figure(rows, run_dir.resolve().name))
     return [
         section(
@@ -422,7 +423,7 @@ def label(cfg, model, rt, lines) -> None:
             pair, batches = [PairExample(str(n), a, b, None)], {}
             for cross in {t in cfg.multitask.cross_encode for t in PAIRS}:
                 dataset = PairDataset(pair, tokenizer, cfg.data.max_length, cross_encode=cross)
-                batches[cross] = evaluation.to_device(dataset.collate([0]), rt.device)
+                batches[cross] = runtime.to_device(dataset.collate([0]), rt.device)
             with torch.no_grad():
                 p, score = (model(t, batches[t in cfg.multitask.cross_encode]) for t in PAIRS)
             if "para" in model.cosine:  # a cosine read-out has a cut, not a probability
@@ -435,7 +436,7 @@ def label(cfg, model, rt, lines) -> None:
             example = SentenceExample(str(n), a, None)
             batch = SentenceDataset([example], tokenizer, cfg.data.max_length).collate([0])
             with torch.no_grad():
-                probs = model("sst", evaluation.to_device(batch, rt.device)).softmax(-1)[0]
+                probs = model("sst", runtime.to_device(batch, rt.device)).softmax(-1)[0]
             sentiment = f"sentiment {probs.argmax().item()} (p {probs.max().item():.2f})"
             print(f"{sentiment}\t{line}", flush=True)
 
@@ -459,13 +460,13 @@ def main(argv=None) -> Path:
     tag = commands.add_parser("label", help="label the lines of standard input")
     tag.add_argument("run_dir", type=Path, help=f"a finished run folder (has {BEST})")
     args = parser.parse_args(argv)
-    cfg = mt.load_run_config(args.run_dir)
-    mt.one_model(cfg, str(args.run_dir))
+    cfg = command.load_run_config(args.run_dir)
+    command.one_model(cfg, str(args.run_dir))
     if not (args.run_dir / BEST).is_file():
         parser.error(f"{args.run_dir}: no {BEST} there; is it a finished run folder?")
     if args.command == "label":
         rt = make_runtime("cpu", "fp32")
-        model, _ = mt.best_model(cfg, args.run_dir, rt)
+        model, _ = command.best_model(cfg, args.run_dir, rt)
         return label(cfg, model, rt, input_lines(sys.stdin))
     out = (
         draw_attention(args, look)
@@ -477,4 +478,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -27,9 +27,7 @@ import torch
 from safetensors.torch import save
 
 import datasets as data
-import evaluation
-import multitask_classifier as mt
-from engine import flags, runtime
+from engine import cli, command, flags, outputs
 from engine.checkpoint import atomic_write, read_rows, write_tensors
 from engine.flags import RunConfig
 from engine.runtime import make_runtime
@@ -218,7 +216,7 @@ def model_card(cfg: RunConfig, out: Path, rows: list, best: dict, pooling: str) 
         "heads are in `heads.safetensors`.\n\n"
         + data_prose(cfg, dev, trained_on_snli(cfg, best))
         + "## Every stage's dev scores\n\n```\n"
-        + evaluation.format_table(rows, MULTITASK, best["index"])
+        + outputs.format_table(rows, MULTITASK, best["index"])
         + "\n```\n\n## Config\n\n```json\n"
         + json.dumps(flags.to_dict(cfg), indent=1)
         + "\n```\n"
@@ -256,7 +254,7 @@ def main(argv=None) -> Path:
         help="upload the export to this Hub repository (private; made if missing)",
     )
     args = parser.parse_args(argv)
-    cfg, model, info = mt.kept_model(args.run_dir, make_runtime("cpu", "fp32"))
+    cfg, model, info = command.kept_model(args.run_dir, make_runtime("cpu", "fp32"))
     out = export(cfg, args.run_dir, model, info)
     if args.push_to_hub:
         print(f"uploaded: {push(out, args.push_to_hub)}")
@@ -264,4 +262,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -36,7 +36,7 @@ import torch
 
 import datasets as data
 from base_bert import embedded_model_dir
-from engine import flags, runtime
+from engine import cli, flags
 from engine.checkpoint import read_rows
 from engine.flags import option
 from evaluation import kept_row
@@ -290,4 +290,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runtime.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -16,7 +16,7 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import flags, runtime
+from engine import cli, flags
 from engine.checkpoint import atomic_write
 
 # part: (what it is, [(file, what it holds)]); the arrows say who uses whom
@@ -28,12 +28,12 @@ HOUSE = {
             ("base_bert.py", "config; weights by HF names"),
             ("bert.py", "attention, layers, BERT"),
             ("classifier.py", "Part 1: sentiment"),
-            ("multitask_classifier.py", "the heads; the command"),
+            ("multitask_classifier.py", "the heads, predict_*"),
             ("losses.py", "each task's losses"),
             ("smart.py", "SMART's smoothness term"),
             ("simcse.py", "contrastive objectives"),
             ("optimizer.py", "AdamW, PCGrad, schedules"),
-            ("trainer.py", "one step; one stage; a plan"),
+            ("trainer.py", "one step; one stage"),
             ("presets.py", "stages; named plans"),
             ("datasets.py", "readers and batches"),
             ("evaluation.py", "metrics, forgetting table"),
@@ -46,16 +46,19 @@ HOUSE = {
     "the engine": (
         "what makes runs robust: engine/",
         [
-            ("engine/flags.py", "every setting, once; its flag"),
-            ("engine/checks.py", "what cannot work, refused"),
-            ("engine/preset_flags.py", "a preset under typed flags"),
-            ("engine/show.py", "--show: a preset resolved"),
-            ("engine/handout.py", "the handout's flags"),
             ("engine/runtime.py", "device, precision, processes"),
-            ("engine/runfolder.py", "what a run writes"),
             ("engine/checkpoint.py", "safe files, resume"),
             ("engine/resume.py", "a stage stopped and resumed"),
-            ("engine/plan_data.py", "the data a plan reads"),
+            ("engine/tsv.py", "data files read tolerantly"),
+            ("engine/command.py", "the multitask command"),
+            ("engine/cli.py", "one line for a user's slip"),
+            ("engine/flags.py", "every setting, once; its flag"),
+            ("engine/checks.py", "what cannot work, refused"),
+            ("engine/show.py", "--show: a preset resolved"),
+            ("engine/handout.py", "the handout's flags"),
+            ("engine/runner.py", "a plan run in a folder"),
+            ("engine/runfolder.py", "what a run writes"),
+            ("engine/outputs.py", "printed tables, predictions"),
             ("engine/estimate.py", "--estimate: minutes ahead"),
         ],
     ),
@@ -128,4 +131,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -43,7 +43,7 @@ try:
 except ImportError:  # requirements.txt leaves it out: training never draws
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
-from engine import checkpoint, flags, runtime
+from engine import checkpoint, cli, flags
 from engine.checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 
@@ -404,4 +404,4 @@ def main(argv=None) -> list[Path]:
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -28,7 +28,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evaluation
-from engine import checkpoint, flags, runtime
+from engine import checkpoint, cli, flags
 from evaluation import MULTITASK
 from presets import PRESETS
 
@@ -221,4 +221,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

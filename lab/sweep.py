@@ -39,8 +39,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import torch
 
 import evaluation
-import multitask_classifier as mt
-from engine import checkpoint, flags, runtime
+from engine import checkpoint, cli, command, flags
 from engine.checkpoint import METRICS, STATE, atomic_write
 from engine.flags import RunConfig
 
@@ -232,9 +231,9 @@ def run_trial(optuna, study, trial, sweep_dir: Path, settings: dict) -> None:
 
 
 def estimate_trials(settings: dict) -> None:
-    """The preset timed by the driver's --estimate (multitask_classifier.main, here in this
+    """The preset timed by the driver's --estimate (command.main, here in this
     process), times the trials."""
-    minutes = mt.main([*trial_flags(settings, {}), "--estimate"]) * settings["trials"]
+    minutes = command.main([*trial_flags(settings, {}), "--estimate"]) * settings["trials"]
     torch.cuda.empty_cache()  # the trials, each a process of its own, need the GPU's memory
     print(f"{settings['trials']} trials: about {minutes:.1f} minutes without pruning")
 
@@ -320,8 +319,8 @@ def load_settings(args, parser) -> dict:
     settings |= {"search": parse_search(args.search), "flags": args.flags, "enqueue": args.enqueue}
     settings["seed"] = args.seed
     for values in (baseline(settings), *enqueued(settings), *search_ends(settings)):
-        cfg, _ = mt.parse_args(trial_flags(settings, values))  # bad flags stop here
-        mt.one_model(cfg, "lab/sweep.py")  # a trial is scored by its one kept model
+        cfg, _ = command.parse_args(trial_flags(settings, values))  # bad flags stop here
+        command.one_model(cfg, "lab/sweep.py")  # a trial is scored by its one kept model
         if settings["objective"] == "heldout" and not cfg.data.heldout_size:
             parser.error("--objective heldout needs held-out pairs: give --heldout_size after --")
         given = flag_values(cfg)
@@ -344,7 +343,7 @@ def search_ends(settings: dict) -> list[dict]:
 
 def baseline(settings: dict) -> dict:
     """The searched flags' values in the preset itself (with the typed flags): trial 0."""
-    cfg, _ = mt.parse_args(trial_flags(settings, {}))
+    cfg, _ = command.parse_args(trial_flags(settings, {}))
     values = flag_values(cfg)
     return {name: values[name] for name in settings["search"]}
 
@@ -463,4 +462,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    runtime.run_cli(main)
+    cli.run_cli(main)

@@ -1,5 +1,5 @@
 """Small batches, the tiny model with its data, and an end-to-end run of
-multitask_classifier.main on the tiny BERT."""
+command.main on the tiny BERT."""
 
 import copy
 import json
@@ -12,7 +12,7 @@ import torch
 import datasets as data
 import multitask_classifier as mt
 import trainer
-from engine import checkpoint, runtime
+from engine import checkpoint, command, runtime
 from engine.flags import DataConfig, ModelConfig, MultitaskConfig
 from presets import Stage
 from tokenizer import BertTokenizer
@@ -92,7 +92,7 @@ def tiny_flags(tiny_env, run_dir, flags: str = "", *extra) -> list[str]:
 def run(tiny_env, run_dir, *extra):
     """main() on the tiny data; returns the rows after the start row."""
     flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64"
-    mt.main(tiny_flags(tiny_env, run_dir, flags, *extra))
+    command.main(tiny_flags(tiny_env, run_dir, flags, *extra))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["stage"] == "start (no training)"  # scored before any training
     return rows[1:]

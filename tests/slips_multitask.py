@@ -246,8 +246,8 @@ SLIPS = {
             [("loss = loss + part.detach()", "loss = loss + part.detach() * float('nan')")],
         ),
         (
-            "the loss scaler called as if there always were one",
-            [("backward(part, rt.scaler)", "rt.scaler.scale(part).backward()")],
+            "the scaled loss summed",
+            [("loss = loss + part.detach()", "loss = loss + rt.scaler.scale(part).detach()")],
         ),
         (
             "part shares left out",
@@ -266,12 +266,12 @@ SLIPS = {
             "backward of the last part only",
             [
                 (
-                    "backward(part, rt.scaler)",
-                    "if k == len(pieces) - 1:\n            backward(part, rt.scaler)",
+                    "rt.scaler.scale(part).backward()",
+                    "if k == len(pieces) - 1:\n            rt.scaler.scale(part).backward()",
                 )
             ],
         ),
-        ("the loss scaler bypassed", [("backward(part, rt.scaler)", "part.backward()")]),
+        ("the loss scaler bypassed", [("rt.scaler.scale(part).backward()", "part.backward()")]),
         (
             "1 / parts for the share",
             [("weights[task] * share * part", "weights[task] / len(pieces) * part")],

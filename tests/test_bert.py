@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 import bert
 from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
 from bert import BertModel, BertSelfAttention, mean_pool
-from engine import runtime
+from engine import command, runtime
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -372,13 +372,14 @@ def test_a_hub_model_with_pytorch_weights_only_is_fetched_with_its_casing(
 
 
 def test_a_folder_without_a_checkpoints_files_names_them_in_one_line(tmp_path, tiny_config):
-    import multitask_classifier as mt
 
     folder = tmp_path / "half"
     save_hf_checkpoint(folder, tiny_config, BertModel(tiny_config).state_dict())
     (folder / "model.safetensors").unlink()  # and no vocab.txt was ever written
     with pytest.raises(SystemExit, match=r"has no vocab.txt and no model.safetensors or pytorch"):
-        mt.main(["--bert", str(folder), "--preset", "thesis", "--run_dir", str(tmp_path / "r")])
+        command.main(
+            ["--bert", str(folder), "--preset", "thesis", "--run_dir", str(tmp_path / "r")]
+        )
     assert not (tmp_path / "r").exists()
 
 

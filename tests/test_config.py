@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import multitask_classifier as mt
 import presets
-from engine import flags
+from engine import command, flags
 from engine.flags import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,11 +28,11 @@ def test_every_setting_is_one_flag_with_help():
 
 
 def test_a_preset_sets_values_under_the_flags_the_user_typed():
-    cfg, _ = mt.parse_args(["--preset", "thesis-smart"])
+    cfg, _ = command.parse_args(["--preset", "thesis-smart"])
     assert cfg.smart.enabled
-    cfg, _ = mt.parse_args(["--preset", "equibert", "--simcse_loss", "mnrl"])
+    cfg, _ = command.parse_args(["--preset", "equibert", "--simcse_loss", "mnrl"])
     assert cfg.simcse.simcse_loss == "mnrl"  # typed beats the preset's align_uniform
-    cfg, _ = mt.parse_args(["--preset", "equibert"])
+    cfg, _ = command.parse_args(["--preset", "equibert"])
     assert cfg.simcse.simcse_loss == "align_uniform"
 
 
@@ -84,7 +83,7 @@ def test_out_of_range_values_name_the_flag(argv, message):
 
 
 def test_json_round_trip_and_settings_added_since():
-    cfg, _ = mt.parse_args(["--lr", "3e-5", "--sequential_epochs", "1", "2", "3", "--smart"])
+    cfg, _ = command.parse_args(["--lr", "3e-5", "--sequential_epochs", "1", "2", "3", "--smart"])
     saved = json.loads(json.dumps(flags.to_dict(cfg)))
     assert flags.from_dict(RunConfig, saved) == cfg
     del saved["smart"]["mu"]  # a run saved before `mu` existed gets today's default
@@ -101,10 +100,10 @@ def test_the_flags_in_the_readme_docs_and_makefile_still_parse():
     text = "".join(f.read_text() for f in files).replace("\\\n", " ")  # continued lines
     commands = re.findall(r"multitask_classifier.py([^\n`|#]*)", text)
     assert len(commands) >= 10
-    for command in commands:
-        argv = [a for a in shlex.split(command) if not a.startswith("$(")]  # make variables
+    for line in commands:
+        argv = [a for a in shlex.split(line) if not a.startswith("$(")]  # make variables
         if not {"--resume", "--predict"} & set(argv):  # need a run
-            mt.parse_args(argv)
+            command.parse_args(argv)
 
 
 def test_stages_check_their_fields():

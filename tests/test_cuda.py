@@ -12,7 +12,7 @@ from bert import BertModel
 from engine import checkpoint
 from engine.runtime import check_attention, dropout, make_runtime
 from helpers import run, sentence_batch, tiny_model_and_data
-from optimizer import AdamW, backward, optimizer_step
+from optimizer import AdamW
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 pytestmark = [
@@ -98,15 +98,20 @@ def one_step(model, batch, rt) -> torch.Tensor:
     optimizer = AdamW(model.parameters(), lr=1e-3)
     with torch.autocast("cuda", dtype=rt.amp_dtype or torch.float32, enabled=bool(rt.amp_dtype)):
         loss = model(*batch)["pooler_output"].float().pow(2).mean()
-    backward(loss, rt.scaler)
-    return optimizer_step(optimizer, rt.scaler)  # unscales, steps, updates the scale
+    rt.scaler.scale(loss).backward()
+    rt.scaler.unscale_(optimizer)  # the true gradient, as train_step takes its norm
+    norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+    rt.scaler.step(optimizer)
+    rt.scaler.update()
+    return norm
 
 
 def test_fp16_with_the_scaler_steps_like_float32(tiny_config):
     fp32, fp16 = twin_berts(tiny_config)
     batch = [t.cuda() for t in sentence_batch(B=4, T=9, vocab=tiny_config.vocab_size).values()]
     rt16, rt32 = make_runtime("cuda", "fp16"), make_runtime("cuda", "fp32")
-    assert rt16.scaler is not None and rt16.amp_dtype == torch.float16 and rt32.scaler is None
+    assert rt16.scaler.is_enabled() and rt16.amp_dtype == torch.float16
+    assert not rt32.scaler.is_enabled()
     scale = rt16.scaler.get_scale()
     norms = one_step(fp16, batch, rt16), one_step(fp32, batch, rt32)
     assert rt16.scaler.get_scale() == scale  # no overflow: the step was taken

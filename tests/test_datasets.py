@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 import datasets as D
+from engine.tsv import DataWarning
 from lab import fetch
 
 
@@ -22,7 +23,7 @@ def read_quietly(fn, *args, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn(*args, **kwargs)
-    return result, [str(w.message) for w in caught if issubclass(w.category, D.DataWarning)]
+    return result, [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
 
 
 SST_HEADER = "\tid\tsentence\tsentiment"
@@ -358,7 +359,7 @@ def test_a_skipped_rows_warning_prints_as_one_plain_line():
     import warnings
 
     message = "data/x.csv: skipped 1 bad row(s) at line(s) 3; first: line 3: empty label"
-    shown = warnings.formatwarning(message, D.DataWarning, "datasets.py", 300, "code()")
+    shown = warnings.formatwarning(message, DataWarning, "datasets.py", 300, "code()")
     assert shown == f"warning: {message}\n"
     other = warnings.formatwarning("careful", UserWarning, "x.py", 7, "code()")
     assert other.startswith("x.py:7: UserWarning: careful") and "code()" in other

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import distributed
 
-import multitask_classifier as mt
 from base_bert import BertConfig
 from conftest import write_tiny_checkpoint, write_tiny_data
+from engine import command
 from helpers import tiny_flags, weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ def test_two_processes_train_the_weights_of_one(env, tmp_path):
     assert len(outputs) == len(CONFIGS)
     for (name, flags), printed in zip(CONFIGS.items(), outputs, strict=True):
         one, two = tmp_path / name / "one", tmp_path / name / "two"
-        mt.main(argv(env, one, *flags))
+        command.main(argv(env, one, *flags))
         # one process prints (the others' stdout is closed by the first run's make_runtime)
         assert printed.count("forgetting table") == 1, name
         assert_close_weights(one, two)

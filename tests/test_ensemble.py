@@ -6,15 +6,14 @@ import pytest
 import torch
 
 import evaluation
-import multitask_classifier as mt
-from engine import runtime
+from engine import command, outputs, runtime
 from helpers import run
 from lab import ensemble
 
 
 def test_an_ensemble_of_one_run_is_that_run(tiny_env, tmp_path, capsys):
     run(tiny_env, tmp_path / "a", "--loops", "0")
-    mt.main(["--predict", str(tmp_path / "a")])
+    command.main(["--predict", str(tmp_path / "a")])
     ensemble.main([str(tmp_path / "a"), "--out", str(tmp_path / "e")])
     table = capsys.readouterr().out.splitlines()
     member, alone = (
@@ -23,11 +22,11 @@ def test_an_ensemble_of_one_run_is_that_run(tiny_env, tmp_path, capsys):
     assert member == alone
     for task in evaluation.MULTITASK:
         for split in ("dev", "test"):
-            ours = evaluation.read_predictions(
-                evaluation.prediction_path(tmp_path / "e" / "predictions", task, split)
+            ours = outputs.read_predictions(
+                outputs.prediction_path(tmp_path / "e" / "predictions", task, split)
             )
-            run_s = evaluation.read_predictions(
-                evaluation.prediction_path(tmp_path / "a" / "predictions", task, split)
+            run_s = outputs.read_predictions(
+                outputs.prediction_path(tmp_path / "a" / "predictions", task, split)
             )
             assert ours[0] == run_s[0]
             if task == "sts":
@@ -71,7 +70,7 @@ def test_members_that_cannot_be_averaged_are_refused(tiny_env, tmp_path):
 
 
 def test_a_member_with_its_data_moved_or_best_model_gone_is_one_line(tiny_env, tmp_path):
-    from engine.runtime import run_cli
+    from engine.cli import run_cli
 
     run(tiny_env, tmp_path / "a", "--loops", "0")
     moved = tiny_env[1].rename(tmp_path / "moved")

@@ -10,6 +10,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
 import evaluation as E
+from engine import outputs
 from helpers import RecordedBar
 
 TOL = 1e-12
@@ -79,7 +80,7 @@ def test_sts_is_scored_by_pearson_and_spearman_and_the_table_shows_both():
         {"stage": "now", "sts": {"pearson": 0.81, "spearman": 0.79}},
         {"stage": "older", "sts": {"pearson": 0.8}},
     ]
-    lines = E.format_table(rows, ("sts",)).splitlines()
+    lines = outputs.format_table(rows, ("sts",)).splitlines()
     assert [line.split("|")[1].split() for line in (lines[0], lines[2], lines[3])] == [
         ["STS", "r", "rho"],
         ["0.810", "0.790"],
@@ -194,43 +195,36 @@ def test_evaluate_rejects_wrong_shapes_and_unknown_tasks():
         E.evaluate(model, {"snli": []}, "cpu")
 
 
-def test_to_device_moves_tensors_only():
-    batch = {"input_ids": torch.ones(2, 3), "ids": ["a", "b"]}
-    moved = E.to_device(batch, "meta")
-    assert moved["input_ids"].device.type == "meta"
-    assert moved["ids"] is batch["ids"]
-
-
 # ---------------------------------------------------------------------------------------
 # Prediction files
 
 
 def test_prediction_files_round_trip(tmp_path):
-    assert E.prediction_path("predictions", "sst", "dev").as_posix() == (
+    assert outputs.prediction_path("predictions", "sst", "dev").as_posix() == (
         "predictions/sst-dev-output.csv"
     )
-    path = E.prediction_path(tmp_path / "predictions", "sts", "test")
+    path = outputs.prediction_path(tmp_path / "predictions", "sts", "test")
     scores = torch.tensor([4.2, 0.1, 3.3333333]).tolist()  # float32 values, as evaluate gives
-    E.write_predictions(path, "sts", ["x", "y", "z"], scores)
+    outputs.write_predictions(path, "sts", ["x", "y", "z"], scores)
     assert path.read_text().splitlines()[:2] == [
         "id \t Predicted_Similiary ",
         "x , 4.199999809265137 ",
     ]
-    assert E.read_predictions(path) == (["x", "y", "z"], scores)
+    assert outputs.read_predictions(path) == (["x", "y", "z"], scores)
 
-    path = E.prediction_path(tmp_path, "sst", "dev")
-    E.write_predictions(path, "sst", ["a1", "b2"], [3, 0])
+    path = outputs.prediction_path(tmp_path, "sst", "dev")
+    outputs.write_predictions(path, "sst", ["a1", "b2"], [3, 0])
     assert path.read_text() == "id \t Predicted_Sentiment \na1 , 3 \nb2 , 0 \n"
-    ids, preds = E.read_predictions(path)
+    ids, preds = outputs.read_predictions(path)
     assert ids == ["a1", "b2"] and preds == [3, 0] and all(isinstance(p, int) for p in preds)
 
-    E.write_predictions(tmp_path / "para.csv", "para", ["q"], [1])
+    outputs.write_predictions(tmp_path / "para.csv", "para", ["q"], [1])
     assert (tmp_path / "para.csv").read_text().startswith("id \t Predicted_Is_Paraphrase \n")
     with pytest.raises(ValueError, match="2 ids but 1 predictions"):
-        E.write_predictions(tmp_path / "x.csv", "sst", ["a", "b"], [1])
+        outputs.write_predictions(tmp_path / "x.csv", "sst", ["a", "b"], [1])
     (tmp_path / "bad.csv").write_text("id \t Predicted_Sentiment \na1 ; 3\n")
     with pytest.raises(ValueError, match=r"bad.csv:2: .* has no ','"):
-        E.read_predictions(tmp_path / "bad.csv")
+        outputs.read_predictions(tmp_path / "bad.csv")
 
 
 def test_forgetting_measures_of_a_hand_made_table():
@@ -263,7 +257,7 @@ def test_forgetting_measures_of_a_hand_made_table():
     )
     untrained = E.forgetting([rows[0], row(0.3, 0.5, 0.8, [])], E.MULTITASK)
     assert untrained["sst"]["backward_transfer"] is None
-    table = E.format_forgetting(m).splitlines()
+    table = outputs.format_forgetting(m).splitlines()
     assert [line.split("|")[0].strip() for line in table[1:]] == [
         "forgetting",
         "backward transfer",
@@ -342,7 +336,7 @@ def test_selection_gap_chooses_on_one_half_and_scores_the_other():
         return {"overall": (a + b) / 2, "halves": [{"overall": a}, {"overall": b}]}
 
     rows = [row(0.5, 0.5), row(0.70, 0.60), row(0.65, 0.72), row(0.60, 0.66)]
-    gap = E.selection_gap(rows)
+    gap = outputs.selection_gap(rows)
     # half 0 picks stage 1 (0.70): half 1 scores it 0.60, its own best is 0.72;
     # half 1 picks stage 2 (0.72): half 0 scores it 0.65, its own best is 0.70
     assert gap["held"] == pytest.approx((0.60 + 0.65) / 2)
@@ -373,5 +367,5 @@ def test_nan_in_is_nan_out_wherever_it_sits():
         {"halves": [{"sst": {"accuracy": a}}, {"sst": {"accuracy": b}}], "sst": {}}
         for a, b in ((0.2, 0.2), (0.5, np.nan), (0.4, 0.3))
     ]
-    gap = E.selection_gap(halves)
+    gap = outputs.selection_gap(halves)
     assert np.isnan(gap["chosen"]) and np.isnan(gap["gap"])

@@ -14,11 +14,9 @@ from matplotlib.image import imread
 from scipy.stats import spearmanr
 
 import datasets as data
-import evaluation
-import multitask_classifier as mt
 from datasets import read_task
-from engine import flags
-from engine.runtime import run_cli
+from engine import command, flags, outputs
+from engine.cli import run_cli
 from helpers import run, tiny_model_and_data
 from lab import explore
 
@@ -47,11 +45,11 @@ def test_the_attention_picture_of_a_pair_untouched_beside_kept(tiny_env, tmp_pat
 def test_explore_says_what_it_needs(tiny_env, tmp_path, capsys):
     with pytest.raises(SystemExit, match="no config.json there; is it a run folder"):
         explore.main(["report", str(tmp_path)])
-    cfg, _ = mt.parse_args(["--preset", "individual"])  # a model per task
+    cfg, _ = command.parse_args(["--preset", "individual"])  # a model per task
     (tmp_path / "config.json").write_text(json.dumps(flags.to_dict(cfg)))
     with pytest.raises(SystemExit, match="--preset individual keeps a model per task; this ne"):
         explore.main(["report", str(tmp_path)])
-    cfg, _ = mt.parse_args(["--preset", "thesis"])
+    cfg, _ = command.parse_args(["--preset", "thesis"])
     (tmp_path / "config.json").write_text(json.dumps(flags.to_dict(cfg)))
     with pytest.raises(SystemExit):
         explore.main(["report", str(tmp_path)])
@@ -75,7 +73,7 @@ def test_the_report_page_of_a_run(tiny_env, tmp_path):
     assert "loop 1: SST" in page and "start (no training)" in page
 
     def dev(task):
-        ids, preds = evaluation.read_predictions(run_dir / "predictions" / f"{task}-dev-output.csv")
+        ids, preds = outputs.read_predictions(run_dir / "predictions" / f"{task}-dev-output.csv")
         gold = {e.id: e.label for e in read_task(tiny_env[1], task, "dev")}
         return [gold[i] for i in ids], preds
 
@@ -97,10 +95,10 @@ def test_a_small_runs_report_maps_the_dev_sample_it_scored(tiny_env, tmp_path):
         run(tiny_env, tmp_path / name, "--loops", "0", *args)
         page = explore.main(["report", str(tmp_path / name)]).read_text()
         assert f"QQP: the kept model's output on {n} dev pairs" in page
-        dev = explore.dev_examples(mt.load_run_config(tmp_path / name))
+        dev = explore.dev_examples(command.load_run_config(tmp_path / name))
         for task in ("sst", "para", "sts"):
-            predictions = evaluation.prediction_path(tmp_path / name / "predictions", task, "dev")
-            ids, _ = evaluation.read_predictions(predictions)
+            predictions = outputs.prediction_path(tmp_path / name / "predictions", task, "dev")
+            ids, _ = outputs.read_predictions(predictions)
             assert sorted(e.id for e in dev[task]) == sorted(ids), (name, task)
 
 

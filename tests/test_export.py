@@ -5,15 +5,15 @@ import pytest
 import torch
 
 import datasets as data
-import multitask_classifier as mt
 from bert import BertModel
-from engine import checkpoint, runtime
+from engine import checkpoint, command, runtime
 from helpers import (
     run,
     sentence_batch,
     weights,
 )
 from lab import export
+from tokenizer import BertTokenizer
 
 
 def test_export_writes_a_folder_that_both_loaders_read(tiny_env, tmp_path, capsys):
@@ -58,9 +58,9 @@ def test_sentence_transformers_loads_the_export_and_gives_our_embeddings(
     if pooling == "cls":
         assert not (out / "modules.json").exists()
         return
-    cfg, _ = mt.parse_args(["--predict", str(tmp_path / "run")])
-    model, _ = mt.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
-    tokenizer = mt.BertTokenizer.from_pretrained(cfg.model.bert)
+    cfg, _ = command.parse_args(["--predict", str(tmp_path / "run")])
+    model, _ = command.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     sentences = ["a good film", "the dull one , awful !", "great"]
     batch = data.SentenceDataset(
         [data.SentenceExample(str(i), s, None) for i, s in enumerate(sentences)],

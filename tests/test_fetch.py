@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import datasets as D
-import multitask_classifier as mt
 from conftest import write_tiny_data
+from engine import command
 from helpers import tiny_flags
 from lab import fetch
 
@@ -218,7 +218,7 @@ def test_a_run_trains_on_what_make_data_fetched(server, tmp_path, monkeypatch, t
     assert fetch.fetch_missing(folder, timeout=5) == []
     bert_dir, _ = tiny_env
     flags = "--batch_size 8 --loops 1 --max_length 64 --heldout_size 20 --no_test_predictions"
-    mt.main(tiny_flags((bert_dir, folder), tmp_path / "run", flags))
+    command.main(tiny_flags((bert_dir, folder), tmp_path / "run", flags))
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 5 and "heldout" in json.loads(rows[-1])
 

@@ -9,7 +9,7 @@ import torch
 import multitask_classifier as mt
 import trainer
 from bert import BertModel
-from engine import checkpoint, runtime
+from engine import checkpoint, command, runtime
 from engine.flags import OptimConfig
 from helpers import (
     assert_same_run,
@@ -86,11 +86,12 @@ def test_pcgrad_under_a_scaler_is_the_surgery_scaled(tiny_config):
     def surgery(scaler):
         task_losses = [batch_loss(model, t, b, stage, ctx) for t, b in batches.items()]
         model.zero_grad(set_to_none=True)
-        pcgrad_backward(shared, task_losses, torch.Generator().manual_seed(7), None, scaler)
+        pcgrad_backward(shared, task_losses, scaler, torch.Generator().manual_seed(7))
         return flatten_grads(shared)
 
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    torch.testing.assert_close(surgery(scaler) / 1024, surgery(None), rtol=1e-5, atol=1e-9)
+    plain = torch.amp.GradScaler("cpu", enabled=False)  # float32's and bfloat16's
+    torch.testing.assert_close(surgery(scaler) / 1024, surgery(plain), rtol=1e-5, atol=1e-9)
 
 
 @pytest.mark.parametrize("dropout", ["shared", "independent"])
@@ -114,7 +115,9 @@ def test_smart_and_its_teacher_train_under_float16(tiny_env, dropout):
 
 def test_a_float16_run_resumes_with_its_scaler_state(tiny_env, tmp_path, monkeypatch):
     real = torch.amp.GradScaler  # a high first scale: early steps overflow, the scale falls
-    monkeypatch.setattr(torch.amp, "GradScaler", lambda device: real(device, init_scale=2.0**30))
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", lambda *a, **k: real(*a, **(k | {"init_scale": 2.0**30}))
+    )
     straight = run(tiny_env, tmp_path / "straight", "--precision", "fp16")
     with monkeypatch.context() as m:
         sigterm_on_call(m, trainer, "train_step", 8)
@@ -122,7 +125,7 @@ def test_a_float16_run_resumes_with_its_scaler_state(tiny_env, tmp_path, monkeyp
             run(tiny_env, tmp_path / "resumed", "--precision", "fp16")
     saved = checkpoint.read_tensors(tmp_path / "resumed" / checkpoint.STATE)[1]["scaler"]
     assert saved["scale"] < 2.0**30  # a fresh scaler would start elsewhere: this can fail
-    mt.main(["--resume", str(tmp_path / "resumed")])
+    command.main(["--resume", str(tmp_path / "resumed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
 
 

@@ -185,11 +185,11 @@ VARIANTS = {
     ],
     "multitask_step": [
         (
-            "the scaler asked for when there is one",
+            "autograd's backward of the scaled loss",
             [
                 (
-                    "backward(part, rt.scaler)",
-                    "(rt.scaler.scale(part) if rt.scaler is not None else part).backward()",
+                    "rt.scaler.scale(part).backward()",
+                    "torch.autograd.backward(rt.scaler.scale(part))",
                 )
             ],
         )

@@ -13,19 +13,20 @@ from pathlib import Path
 import pytest
 
 import classifier
-import multitask_classifier as mt
 from conftest import add_real_bad_rows
 from datasets import DataError
+from engine import command
 from engine.handout import MULTITASK_HANDOUT, handout_argv, handout_help
-from evaluation import read_predictions
+from engine.outputs import read_predictions
 from helpers import a_clone, tiny_flags
+from presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
 ARCHIVE = "cs224n_default_final_project_submission.zip"
 
 
-def command(folder, script, *args) -> subprocess.CompletedProcess:
+def script_run(folder, script, *args) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, script, *map(str, args)],
         cwd=folder,
@@ -49,7 +50,7 @@ def handout_commands(clone: Path, tiny_env, tmp_path) -> str:
     small = ["--bert", bert, "--max_length", "64", "--precision", "fp32", "--train_size", "16"]
     for option in ("pretrain", "finetune"):
         part1 = ["--option", option, "--epochs", "1", "--run_dir", tmp_path / option]
-        out = command(clone, "classifier.py", *part1, "--data_dir", data, *small).stdout
+        out = script_run(clone, "classifier.py", *part1, "--data_dir", data, *small).stdout
         lr = 1e-3 if option == "pretrain" else 1e-5
         expected = f"Part 1: 1 epochs, lr {lr:g}, batch 8, dropout 0.3, 64 tokens, "
         assert expected in out
@@ -62,7 +63,9 @@ def handout_commands(clone: Path, tiny_env, tmp_path) -> str:
         for x in (f"--{t}_{s}", data / f"{stem}-{name}.csv")
     ]
     part2 = ["--option", "finetune", "--epochs", "1", "--hidden_dropout_prob", "0.2", *paths]
-    return command(clone, "multitask_classifier.py", *part2, "--run_dir", tmp_path / "p2", *small)
+    return script_run(
+        clone, "multitask_classifier.py", *part2, "--run_dir", tmp_path / "p2", *small
+    )
 
 
 def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, tmp_path):
@@ -86,7 +89,7 @@ def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, 
     )
     written = sorted(p.name for p in (clone / "predictions").iterdir())
     assert len(written) == 14  # 4 + 4 of Part 1, 6 of Part 2, in ./predictions/
-    done = command(clone, "prepare_submit.py", "--data_dir", tiny_env[1])
+    done = script_run(clone, "prepare_submit.py", "--data_dir", tiny_env[1])
     assert "is missing" not in done.stdout and "no record" not in done.stdout
     ours = zipped(clone)
     predictions = [n for n in ours if n.startswith("predictions/")]
@@ -94,7 +97,7 @@ def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, 
     if not PREPARE.is_file():
         pytest.skip(f"no handout zipper at {PREPARE}")
     (clone / ARCHIVE).unlink()
-    command(clone, PREPARE)
+    script_run(clone, PREPARE)
     engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
     assert ours == sorted(zipped(clone) + engine)
 
@@ -105,7 +108,9 @@ def test_a_run_on_the_real_files_bad_rows_is_submitted(tiny_env, tmp_path):
     bert, data = tiny_env
     add_real_bad_rows(data)
     run_dir = tmp_path / "run"
-    mt.main(tiny_flags(tiny_env, run_dir, "--preset thesis --loops 1 --max_length 64 --seed 0"))
+    command.main(
+        tiny_flags(tiny_env, run_dir, "--preset thesis --loops 1 --max_length 64 --seed 0")
+    )
     ids, _ = read_predictions(run_dir / "predictions" / "para-test-output.csv")
     assert "quoratest-empty" in ids and ids.count("quoratest-student0") == 2
     assert (
@@ -116,7 +121,7 @@ def test_a_run_on_the_real_files_bad_rows_is_submitted(tiny_env, tmp_path):
         not in read_predictions(run_dir / "predictions" / "para-dev-output.csv")[0]
     )
     clone = a_clone(tmp_path)
-    done = command(clone, "prepare_submit.py", run_dir, "--data_dir", data)
+    done = script_run(clone, "prepare_submit.py", run_dir, "--data_dir", data)
     lines = done.stdout.splitlines()
     skipped = [line for line in lines if line.startswith("para dev: not demanded:")]
     assert (
@@ -134,7 +139,7 @@ def test_a_test_row_that_cannot_be_read_stops_the_run_before_its_folder(tiny_env
         match=r"sts-test-student.csv:\d+: 3 columns; expected 4 .*"
         "a test row is never skipped",
     ):
-        mt.main(tiny_flags(tiny_env, tmp_path / "run", "--preset thesis --max_length 64"))
+        command.main(tiny_flags(tiny_env, tmp_path / "run", "--preset thesis --max_length 64"))
     assert not (tmp_path / "run").exists()
 
 
@@ -142,8 +147,8 @@ def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env
     """No --preset and a handout flag: the handout's defaults (pretrain, 10 epochs over SST,
     QQP, STS, batch 8, dropout 0.3, [CLS], 512 tokens) with heads at --head_lr, or at a
     typed --lr; a typed --preset keeps the project's defaults."""
-    cfg, _ = mt.parse_args(["--use_gpu", "--device", "cpu"])
-    stages = mt.PRESETS[cfg.preset].plans_of(cfg)[""]
+    cfg, _ = command.parse_args(["--use_gpu", "--device", "cpu"])
+    stages = PRESETS[cfg.preset].plans_of(cfg)[""]
     assert (
         cfg.preset == "handout"
         and cfg.model.freeze_encoder
@@ -153,16 +158,16 @@ def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env
     assert cfg.model.pooling == "cls" and len(stages) == 30
     assert [s.tasks[0] for s in stages[:3]] == ["sst", "para", "sts"]
     assert {s.lr for s in stages} == {1e-3} and all(s.freeze_encoder for s in stages)
-    typed, _ = mt.parse_args(["--option", "pretrain", "--lr", "2e-3"])
-    assert {s.lr for s in mt.PRESETS[typed.preset].plans_of(typed)[""]} == {2e-3}
-    head, _ = mt.parse_args(
+    typed, _ = command.parse_args(["--option", "pretrain", "--lr", "2e-3"])
+    assert {s.lr for s in PRESETS[typed.preset].plans_of(typed)[""]} == {2e-3}
+    head, _ = command.parse_args(
         ["--preset", "thesis", "--freeze_encoder", "--pair_head", "concat", "--head_lr", "5e-4"]
     )
-    assert {s.lr for s in mt.PRESETS["thesis"].plans_of(head)[""]} == {5e-4}
-    ours, _ = mt.parse_args(["--preset", "thesis", "--option", "finetune"])
+    assert {s.lr for s in PRESETS["thesis"].plans_of(head)[""]} == {5e-4}
+    ours, _ = command.parse_args(["--preset", "thesis", "--option", "finetune"])
     assert ours.preset == "thesis" and ours.optim.batch_size != 8 and ours.predictions_dir is None
     with pytest.raises(SystemExit, match="the handout's file name is quora-dev.csv"):
-        mt.parse_args(["--para_dev", "data/qqp.csv"])
+        command.parse_args(["--para_dev", "data/qqp.csv"])
 
 
 def test_the_handouts_run_keeps_a_model_only_at_an_epochs_end(tiny_env, tmp_path, capsys):
@@ -171,21 +176,23 @@ def test_the_handouts_run_keeps_a_model_only_at_an_epochs_end(tiny_env, tmp_path
     the defaults resumes with --epochs 10 typed."""
     run_dir = tmp_path / "run"
     flags = ["--option", "finetune", "--epochs", "2", "--max_length", "64", "--lr", "1e-3"]
-    mt.main(tiny_flags(tiny_env, run_dir, "", *flags))
+    command.main(tiny_flags(tiny_env, run_dir, "", *flags))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in rows[1:4]] == ["epoch 1: SST", "epoch 1: QQP", "epoch 1: STS"]
     kept = re.search(r"best stage: (.*) \(score", capsys.readouterr().out)
     assert kept and re.fullmatch(r"(epoch \d: STS|start \(no training\))", kept[1])
-    stages = mt.PRESETS["handout"].plans_of(mt.parse_args(flags)[0])[""]
+    stages = PRESETS["handout"].plans_of(command.parse_args(flags)[0])[""]
     assert [s.candidate for s in stages] == [False, False, True] * 2
-    typed, _ = mt.parse_args(["--preset", "handout"])
+    typed, _ = command.parse_args(["--preset", "handout"])
     assert typed.model.freeze_encoder and typed.predictions_dir == "predictions"
-    assert not mt.parse_args(["--preset", "handout", "--option", "finetune"])[
+    assert not command.parse_args(["--preset", "handout", "--option", "finetune"])[
         0
     ].model.freeze_encoder
-    default, _ = mt.parse_args(["--option", "pretrain"])
+    default, _ = command.parse_args(["--option", "pretrain"])
     assert (default.schedule.loops, default.schedule.individual_epochs) == (10, 10)
-    resumed, _ = mt.parse_args(["--resume", str(run_dir), "--option", "finetune", "--epochs", "2"])
+    resumed, _ = command.parse_args(
+        ["--resume", str(run_dir), "--option", "finetune", "--epochs", "2"]
+    )
     assert resumed.multitask.multitask_epochs == 2
 
 
@@ -203,32 +210,32 @@ def test_the_2024_handouts_fine_tune_mode_is_the_2023_option(mode, option):
     assert handout_argv(["--fine-tune-mode", mode, *typed], classifier.HANDOUT) == rewritten
     assert handout_argv([f"--fine-tune-mode={mode}"], classifier.HANDOUT) == ["--option", mode]
     here = ["--device", "cpu"]  # after --use_gpu: this machine may have no GPU
-    ours, _ = mt.parse_args(["--option", option, *typed, *here])
+    ours, _ = command.parse_args(["--option", option, *typed, *here])
     assert ours.preset == "handout" and ours.model.freeze_encoder == (option == "pretrain")
     for argv in (["--fine-tune-mode", mode], [f"--fine-tune-mode={mode}"], ["--option", mode]):
-        assert mt.parse_args([*argv, *typed, *here])[0] == ours
-    thesis, _ = mt.parse_args(["--preset", "thesis", "--fine-tune-mode", mode])
+        assert command.parse_args([*argv, *typed, *here])[0] == ours
+    thesis, _ = command.parse_args(["--preset", "thesis", "--fine-tune-mode", mode])
     assert thesis.preset == "thesis" and thesis.model.freeze_encoder == (option == "pretrain")
 
 
 def test_the_2024_flag_takes_the_four_words_and_not_the_2023_flag_beside_it():
     """A word outside the four, or --option and --fine-tune-mode on one command line: one
     line on either command, before anything is read; --help lists the flag."""
-    for command in (classifier.main, mt.parse_args):
+    for parse in (classifier.main, command.parse_args):
         with pytest.raises(
             SystemExit,
             match=r"^--fine-tune-mode pretrained: last-linear-layer or pretrain \(BERT "
             r"frozen\), full-model or finetune$",
         ):
-            command(["--fine-tune-mode", "pretrained"])
+            parse(["--fine-tune-mode", "pretrained"])
         with pytest.raises(
             SystemExit,
             match="^--fine-tune-mode and --option: one flag by its 2024 and 2023 names; give "
             "one of them$",
         ):
-            command(["--option", "pretrain", "--fine-tune-mode=full-model"])
+            parse(["--option", "pretrain", "--fine-tune-mode=full-model"])
     with pytest.raises(SystemExit, match=r"^--option all: last-linear-layer or pretrain"):
-        mt.parse_args(["--option", "all"])
+        command.parse_args(["--option", "all"])
     for table in (classifier.HANDOUT, MULTITASK_HANDOUT):
         lines = [line.split(None, 1) for line in handout_help(table).splitlines()[1:]]
         assert dict(lines)["--fine-tune-mode"] == (

@@ -16,9 +16,10 @@ from huggingface_hub.utils import validate_repo_id
 
 import datasets as data
 import multitask_classifier as mt
-from engine import runtime
+from engine import command, runtime
 from helpers import run
 from lab import export
+from tokenizer import BertTokenizer
 
 
 class StandInHub(BaseHTTPRequestHandler):
@@ -119,7 +120,7 @@ def test_the_card_names_snli_only_where_the_kept_model_trained_on_it(tiny_env, t
     assert rows[0]["kind"] == "contrastive"
     export.main([str(tmp_path / "run")])
     card = ModelCard.load(tmp_path / "run" / "export" / "README.md")
-    _, _, info = mt.kept_model(tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
+    _, _, info = command.kept_model(tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
     assert info["row"]["index"] >= 0  # the kept model went through SimCSE
     assert card.data.datasets == (["stanfordnlp/snli"] if source == "snli" else None)
 
@@ -137,9 +138,9 @@ def test_the_card_names_sentence_transformers_only_where_it_gives_our_embeddings
     run(tiny_env, tmp_path / "run", "--loops", "0", "--pooling", pooling)
     out = export.main([str(tmp_path / "run")])
     card = ModelCard.load(out / "README.md").data
-    _, model, _ = mt.kept_model(tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
+    _, model, _ = command.kept_model(tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
     sentences = ["a good film", "the dull one , awful !", "great"]
-    tokenizer = mt.BertTokenizer.from_pretrained(str(out))
+    tokenizer = BertTokenizer.from_pretrained(str(out))
     examples = [data.SentenceExample(str(i), s, None) for i, s in enumerate(sentences)]
     batch = data.SentenceDataset(examples, tokenizer, 64).collate([0, 1, 2])
     with torch.no_grad():

@@ -21,9 +21,9 @@ from sklearn.metrics import accuracy_score
 import datasets as data
 import exercises
 import leaderboard as lb
-import multitask_classifier as mt
 from conftest import tiny_bert_config, write_tiny_checkpoint, write_tiny_data
-from evaluation import read_predictions
+from engine import command
+from engine.outputs import read_predictions
 from helpers import tiny_flags
 
 ROWS = 40  # rows of each mirror dev file in the gold set
@@ -56,7 +56,7 @@ def run_predictions(data_dir, tmp_path_factory) -> Path:
     for task in lb.TASKS:
         head(data_dir / f"{task.files}-dev.csv", folder / f"{task.files}-dev.csv", RUN_ROWS)
     bert = write_tiny_checkpoint(root / "bert", tiny_bert_config())
-    mt.main(tiny_flags((bert, folder), root / "run", TINY))
+    command.main(tiny_flags((bert, folder), root / "run", TINY))
     return root / "run" / "predictions"
 
 

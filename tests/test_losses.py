@@ -28,7 +28,7 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
     """trainer.smart_term on one batch, its passes set up as train_step sets them up."""
     torch.manual_seed(0)
     stage = Stage((task,), 1e-5, 8, smart=cfg)
-    with trainer.step_autocast(rt, stage, losses.loss_of(task, None)):
+    with rt.autocast(float32=trainer.in_float32(stage, losses.loss_of(task, None), rt)):
         draws = RngSnapshot(rt.device)
         embeds = model.embed(batch)
         out = model(task, batch, embeds)

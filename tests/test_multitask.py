@@ -11,7 +11,7 @@ import datasets as data
 import multitask_classifier as mt
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
-from engine import runtime
+from engine import command, runtime
 from engine.flags import ModelConfig
 from helpers import (
     batch_loss,
@@ -159,13 +159,13 @@ def test_the_euclidean_output_is_the_distance_of_the_embeddings_not_of_dropped_o
     ],
 )
 def test_each_task_is_read_out_by_what_its_loss_trains(preset, cosine, concat, cross):
-    cfg, _ = mt.parse_args(["--preset", preset])
+    cfg, _ = command.parse_args(["--preset", preset])
     assert cosine_tasks(cfg) == cosine and concat_tasks(cfg) == concat
     assert tuple(cfg.multitask.cross_encode) == cross
 
 
 def test_the_sentence_bert_sts_target_keeps_the_cosine_under_concat_heads():
-    cfg, _ = mt.parse_args(["--preset", "broadhurst-2", "--sts_loss", "cosine_sbert"])
+    cfg, _ = command.parse_args(["--preset", "broadhurst-2", "--sts_loss", "cosine_sbert"])
     assert concat_tasks(cfg) == ("para",)
 
 

@@ -6,8 +6,7 @@ import json
 
 import torch
 
-import multitask_classifier as mt
-from engine import checkpoint, runfolder
+from engine import checkpoint, command, runfolder
 from helpers import (
     run,
     tiny_flags,
@@ -32,7 +31,7 @@ def test_patience_stops_the_schedule_and_the_stopped_run_is_finished(
     kept = checkpoint.read_tensors(tmp_path / "run" / checkpoint.BEST)[1]["row"]
     assert kept["stage"] == "loop 1: STS"
     assert (tmp_path / "run" / "predictions" / "sst-dev-output.csv").is_file()
-    mt.main(["--resume", str(tmp_path / "run")])
+    command.main(["--resume", str(tmp_path / "run")])
     assert "stopped after stage 4/7 (--patience): best rescored" in capsys.readouterr().out
     after = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(after) == 5  # the start row and the four stages: nothing trained again
@@ -62,9 +61,9 @@ def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
     scored, score = [], runfolder.Run.score
     monkeypatch.setattr(runfolder.Run, "score", lambda *a, **k: scored.append(1) or score(*a, **k))
     flags = "--preset individual --batch_size 8 --lr 1e-3 --max_length 64 --individual_epochs"
-    mt.main(tiny_flags(tiny_env, tmp_path / "patient", flags, "3", "--patience", "1"))
+    command.main(tiny_flags(tiny_env, tmp_path / "patient", flags, "3", "--patience", "1"))
     assert len(scored) == 3 * 3  # per task: the start and two epochs; the kept one not again
-    mt.main(tiny_flags(tiny_env, tmp_path / "one", flags, "1"))
+    command.main(tiny_flags(tiny_env, tmp_path / "one", flags, "1"))
     for task in ("sst", "para", "sts"):
         logged = (tmp_path / "patient" / task / "steps.jsonl").read_text().splitlines()
         assert {json.loads(x)["epoch"] for x in logged} == {0, 1}  # the third never ran

@@ -30,7 +30,7 @@ def naive_jsonl(path) -> list[dict]:
 
 
 def scores(sst, para, sts) -> dict:
-    """A metrics row's scores, as trainer.run_plan writes them."""
+    """A metrics row's scores, as runner.run_plan writes them."""
     f1 = {"macro_f1": 0.0, "weighted_f1": 0.0}
     return {
         "sst": {"accuracy": sst} | f1,
@@ -146,7 +146,7 @@ def test_a_folder_without_metrics_is_a_one_line_error(tmp_path):
 
 def test_a_metrics_file_cut_short_or_without_a_stage_is_one_line(tmp_path):
     from engine.checkpoint import CheckpointError
-    from engine.runtime import run_cli
+    from engine.cli import run_cli
 
     start = json.dumps({"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8))
     metrics = tmp_path / "run" / "metrics.jsonl"

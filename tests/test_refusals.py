@@ -6,21 +6,22 @@ import json
 import pytest
 
 import datasets as data
-import multitask_classifier as mt
 from base_bert import ModelError
-from engine import plan_data
+from engine import command
 from helpers import (
     no_training,
     run,
     tiny_argv,
     tiny_flags,
 )
+from presets import PRESETS
+from tokenizer import BertTokenizer
 
 
 def test_an_existing_run_folder_is_not_overwritten(tiny_env, tmp_path, monkeypatch):
     run(tiny_env, tmp_path / "run", "--loops", "0")
     saved = (tmp_path / "run" / "config.json").read_text()
-    monkeypatch.setattr(mt, "seeded_data", None)  # refused before the data is read
+    monkeypatch.setattr(command, "seeded_data", None)  # refused before the data is read
     with pytest.raises(SystemExit, match="already holds a run: continue it with --resume"):
         run(tiny_env, tmp_path / "run", "--loops", "0", "--lr", "0.5")
     assert (tmp_path / "run" / "config.json").read_text() == saved  # the refusal wrote nothing
@@ -28,16 +29,16 @@ def test_an_existing_run_folder_is_not_overwritten(tiny_env, tmp_path, monkeypat
 
 def test_bad_flag_values_stop_with_the_allowed_values(capsys):
     with pytest.raises(SystemExit):
-        mt.parse_args(["--pooling", "max"])
+        command.parse_args(["--pooling", "max"])
     err = capsys.readouterr().err
     assert "invalid choice: 'max'" in err and "mean" in err and "cls" in err
     with pytest.raises(SystemExit, match="--batch_size must be at least 1, got 0"):
-        mt.parse_args(["--batch_size", "0"])
+        command.parse_args(["--batch_size", "0"])
 
 
 def test_a_max_length_beyond_the_position_table_stops_before_training(tiny_env, tmp_path):
     with pytest.raises(SystemExit, match="--max_length 65 is longer than the 64 positions"):
-        mt.main(tiny_argv(tiny_env, tmp_path / "run", "--max_length", "65"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run", "--max_length", "65"))
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_unusable_data_files_stop_before_training(
     path.write_text(edit(path.read_text()))
     no_training(monkeypatch)
     with pytest.raises(data.DataError, match=message):
-        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run"))
     assert not (tmp_path / "run").exists()  # read and checked before a run folder is made
 
 
@@ -72,20 +73,20 @@ def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, mon
     path.write_text("\n".join(r.rsplit("\t", 1)[0] for r in path.read_text().splitlines()))
     no_training(monkeypatch)
     with pytest.raises(data.DataError, match=r"snli-dev.csv: no label column; a dev file"):
-        mt.main(tiny_argv(tiny_env, tmp_path / "run", "--heldout_size", "10"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run", "--heldout_size", "10"))
     assert not (tmp_path / "run").exists()
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
-    from engine.runtime import run_cli
+    from engine.cli import run_cli
 
     config_json = tiny_env[0] / "config.json"
     config_json.write_text(config_json.read_text()[:-3])
     argv = tiny_argv(tiny_env, tmp_path / "run")
     with pytest.raises(SystemExit, match=r"^error: .*tiny-bert/config.json: not valid JSON"):
-        run_cli(mt.main, argv)
+        run_cli(command.main, argv)
     with pytest.raises(ModelError):
-        run_cli(mt.main, [*argv, "--debug"])
+        run_cli(command.main, [*argv, "--debug"])
 
 
 def test_a_resumed_config_with_a_wrong_type_names_the_field(tiny_env, tmp_path):
@@ -93,15 +94,15 @@ def test_a_resumed_config_with_a_wrong_type_names_the_field(tiny_env, tmp_path):
     saved = tmp_path / "run" / "config.json"
     saved.write_text(saved.read_text().replace('"lr": 0.001', '"lr": "fast"'))
     with pytest.raises(SystemExit, match=r"config.json: optim.lr is 'fast'; expected a float"):
-        mt.parse_args(["--resume", str(tmp_path / "run")])
+        command.parse_args(["--resume", str(tmp_path / "run")])
     saved.write_text("[]")
     with pytest.raises(ModelError, match=r"config.json: expected a JSON object, got list"):
-        mt.parse_args(["--resume", str(tmp_path / "run")])
+        command.parse_args(["--resume", str(tmp_path / "run")])
 
 
 def test_a_device_that_does_not_exist_stops_before_a_run_folder_is_made(tmp_path):
     with pytest.raises(SystemExit, match="--device gpu: expected auto, cpu, cuda or cuda:N"):
-        mt.main(["--device", "gpu", "--run_dir", str(tmp_path / "run"), "--bert", "minilm"])
+        command.main(["--device", "gpu", "--run_dir", str(tmp_path / "run"), "--bert", "minilm"])
     assert not (tmp_path / "run").exists()
 
 
@@ -110,12 +111,12 @@ def test_a_folder_holding_another_presets_run_is_refused(tiny_env, tmp_path, mon
     (tmp_path / "run" / "sst" / "state.safetensors").write_bytes(b"individual preset's")
     no_training(monkeypatch)
     with pytest.raises(SystemExit, match="already holds a run"):
-        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run"))
 
 
 def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, tmp_path):
     run(tiny_env, tmp_path / "run", "--loops", "0")
-    cfg, _ = mt.parse_args(["--resume", str(tmp_path / "run"), "--device", "cpu", "--no_amp"])
+    cfg, _ = command.parse_args(["--resume", str(tmp_path / "run"), "--device", "cpu", "--no_amp"])
     assert cfg.device.device == "cpu" and not cfg.device.amp and cfg.optim.lr == 1e-3
     assert json.loads((tmp_path / "run" / "config.json").read_text())["run_dir"] == str(
         tmp_path / "run"
@@ -123,7 +124,7 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
     saved = tmp_path / "run" / "config.json"
     saved.write_text(saved.read_text().replace('"pooling": "mean"', '"pooling": "max"'))
     with pytest.raises(SystemExit, match=r"--pooling 'max' is not one of \['mean', 'cls'\]"):
-        mt.parse_args(["--resume", str(tmp_path / "run")])
+        command.parse_args(["--resume", str(tmp_path / "run")])
 
 
 @pytest.mark.parametrize(
@@ -138,9 +139,9 @@ def test_a_resumed_run_may_change_the_machine_but_not_the_experiment(tiny_env, t
     ],
 )
 def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkeypatch, flags):
-    """plan_data.plan_files, checked before the run folder is made, against the loaders themselves."""
-    cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
-    stages = mt.PRESETS[cfg.preset].plans_of(cfg).stages()
+    """command.plan_files, checked before the run folder is made, against the loaders themselves."""
+    cfg, _ = command.parse_args(tiny_flags(tiny_env, tmp_path / "r", flags))
+    stages = PRESETS[cfg.preset].plans_of(cfg).stages()
     read = []
     real_task, real_snli = data.read_task, data.read_snli
 
@@ -154,16 +155,16 @@ def test_the_files_a_run_needs_are_the_files_it_reads(tiny_env, tmp_path, monkey
 
     monkeypatch.setattr(data, "read_task", read_task)
     monkeypatch.setattr(data, "read_snli", read_snli)
-    plan_data.plan_data(cfg, stages, mt.BertTokenizer.from_pretrained(cfg.model.bert))
-    assert sorted(set(read)) == sorted(plan_data.plan_files(cfg, stages))
+    command.plan_data(cfg, stages, BertTokenizer.from_pretrained(cfg.model.bert))
+    assert sorted(set(read)) == sorted(command.plan_files(cfg, stages))
 
 
 def test_a_missing_data_file_stops_the_run_before_its_folder(tiny_env, tmp_path):
     bert_dir, data_dir = tiny_env
     (data_dir / "snli-dev.csv").unlink()
-    mt.main(tiny_flags(tiny_env, tmp_path / "ok", "--preset thesis --loops 1 --max_length 64"))
+    command.main(tiny_flags(tiny_env, tmp_path / "ok", "--preset thesis --loops 1 --max_length 64"))
     with pytest.raises(SystemExit, match=r"missing data file\(s\) in .*: snli-dev.csv; fetch them"):
-        mt.main(tiny_flags(tiny_env, tmp_path / "r", "--heldout_size 10 --max_length 64"))
+        command.main(tiny_flags(tiny_env, tmp_path / "r", "--heldout_size 10 --max_length 64"))
     assert not (tmp_path / "r").exists()
 
 
@@ -173,5 +174,5 @@ def test_pcgrad_on_a_frozen_encoder_stops_before_its_folder(tiny_env, tmp_path, 
     traceback from flatten_grads, after the run folder was made)."""
     argv = tiny_argv(tiny_env, tmp_path / "run", "--preset", "multitask", "--weighting", "pcgrad")
     with pytest.raises(SystemExit, match="--weighting pcgrad projects the encoder's gradients"):
-        mt.main([*argv, *frozen.split()])
+        command.main([*argv, *frozen.split()])
     assert not (tmp_path / "run").exists()

@@ -4,10 +4,8 @@ or missing checkpoint, SIGTERM, a second process on its folder, a dev set that s
 import pytest
 import torch
 
-import evaluation
-import multitask_classifier as mt
 import trainer
-from engine import checkpoint
+from engine import checkpoint, command, outputs
 from helpers import (
     interrupt_stage,
     no_training,
@@ -20,20 +18,20 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     import errno
     import os
 
-    from engine.runtime import run_cli
+    from engine.cli import run_cli
 
     def full(*a, **k):  # the predictions, written after the last stage's checkpoint
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    real = evaluation.write_predictions
-    monkeypatch.setattr(evaluation, "write_predictions", full)
+    real = outputs.write_predictions
+    monkeypatch.setattr(outputs, "write_predictions", full)
     argv = tiny_argv(tiny_env, tmp_path / "run", "--loops", "0")
     with pytest.raises(SystemExit, match=r"^error: the disk is full; free space and run it again"):
-        run_cli(mt.main, argv)
+        run_cli(command.main, argv)
     with pytest.raises(OSError):  # --debug, or another OSError: the traceback
-        run_cli(mt.main, [*argv, "--debug", "--run_dir", str(tmp_path / "r2")])
-    monkeypatch.setattr(evaluation, "write_predictions", real)
-    run_cli(mt.main, ["--resume", str(tmp_path / "run")])
+        run_cli(command.main, [*argv, "--debug", "--run_dir", str(tmp_path / "r2")])
+    monkeypatch.setattr(outputs, "write_predictions", real)
+    run_cli(command.main, ["--resume", str(tmp_path / "run")])
     assert list((tmp_path / "run" / "predictions").glob("*-dev-output.csv"))
 
 
@@ -51,14 +49,14 @@ def test_gpu_out_of_memory_is_one_line_and_the_run_resumes_in_smaller_pieces(
     monkeypatch.setattr(trainer, "train_step", step)
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        mt.main(tiny_argv(tiny_env, run_dir))
+        command.main(tiny_argv(tiny_env, run_dir))
     assert str(stop.value.code) == (
         f"error: the GPU ran out of memory (Tried to allocate 2.00 GiB); continue from the "
         f"last checkpoint with --resume {run_dir} --accumulate 2 (each batch in 2 pieces, the "
         f"same gradient), or start again with a smaller --batch_size, --max_length or "
         f"--eval_batch_size (scoring)"
     )
-    mt.main(["--resume", str(run_dir), "--accumulate", "2"])  # a machine setting
+    command.main(["--resume", str(run_dir), "--accumulate", "2"])  # a machine setting
     rows = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 1 + 4 and (run_dir / "predictions").is_dir()  # start, then 4 stages
 
@@ -66,19 +64,19 @@ def test_gpu_out_of_memory_is_one_line_and_the_run_resumes_in_smaller_pieces(
 def test_a_broken_best_checkpoint_is_found_when_resuming(tiny_env, tmp_path, monkeypatch):
     interrupt_stage(monkeypatch, 2)
     with pytest.raises(SystemExit) as stop:  # main turns the interrupt into a clean stop
-        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run"))
     assert stop.value.code == 130
     best = tmp_path / "run" / "best.safetensors"
     best.write_bytes(best.read_bytes()[:50])
     no_training(monkeypatch)
     with pytest.raises(checkpoint.CheckpointError, match="best.safetensors: not a readable"):
-        mt.main(["--resume", str(tmp_path / "run")])
+        command.main(["--resume", str(tmp_path / "run")])
 
 
 def test_a_run_without_its_state_is_not_started_over(tiny_env, tmp_path, monkeypatch):
     interrupt_stage(monkeypatch, 2)
     with pytest.raises(SystemExit):
-        mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+        command.main(tiny_argv(tiny_env, tmp_path / "run"))
     (tmp_path / "run" / "state.safetensors").unlink()
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
     no_training(monkeypatch)
@@ -86,7 +84,7 @@ def test_a_run_without_its_state_is_not_started_over(tiny_env, tmp_path, monkeyp
         checkpoint.CheckpointError,
         match=r"state.safetensors: missing; nothing .*best.safetensors serves --predict\)$",
     ):
-        mt.main(["--resume", str(tmp_path / "run")])
+        command.main(["--resume", str(tmp_path / "run")])
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics  # nothing wiped
 
 
@@ -109,13 +107,13 @@ def test_sigterm_stops_after_a_checkpoint_and_says_how_to_resume(
     old = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(SystemExit) as stop:
-            mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+            command.main(tiny_argv(tiny_env, tmp_path / "run"))
     finally:
         signal.signal(signal.SIGTERM, old)
     assert stop.value.code == 130
     assert f"continue it with --resume {tmp_path / 'run'}" in capsys.readouterr().out
     monkeypatch.setattr(trainer, "train_stage", real)
-    mt.main(["--resume", str(tmp_path / "run")])
+    command.main(["--resume", str(tmp_path / "run")])
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 5  # start + QQP + one loop of three stages
 
@@ -124,7 +122,7 @@ def test_a_second_process_on_the_same_run_folder_is_refused(tiny_env, tmp_path, 
     no_training(monkeypatch)
     with checkpoint.locked(tmp_path / "run"):
         with pytest.raises(checkpoint.CheckpointError, match="in use by another run"):
-            mt.main(tiny_argv(tiny_env, tmp_path / "run"))
+            command.main(tiny_argv(tiny_env, tmp_path / "run"))
 
 
 def test_a_dev_set_that_scores_nan_never_makes_a_stage_best(tiny_env, tmp_path, capsys):

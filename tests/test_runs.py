@@ -14,7 +14,7 @@ import datasets as data
 import evaluation
 import multitask_classifier as mt
 import trainer
-from engine import checkpoint, estimate, runtime
+from engine import checkpoint, command, estimate, runner, runtime
 from helpers import (
     run,
     tiny_flags,
@@ -63,7 +63,6 @@ def test_contrastive_objectives_train_the_encoder(tiny_env, tmp_path, objective)
 
 
 def test_frozen_encoder_presets_train_only_the_heads(tiny_env, tmp_path, monkeypatch):
-    import trainer
 
     snapshots = []
     real = trainer.train_stage
@@ -96,15 +95,14 @@ def test_frozen_encoder_presets_train_only_the_heads(tiny_env, tmp_path, monkeyp
 
 
 def test_thesis_smart_preset_runs_with_smart_on(tiny_env, tmp_path, monkeypatch):
-
     calls = {"n": 0}
-    real = trainer.smart_term
+    real = mt.MultitaskBERT.forward
 
-    def counting(*a, **k):
-        calls["n"] += 1
-        return real(*a, **k)
+    def counting(self, task, batch, embeds=None):  # SMART's passes start from embeddings
+        calls["n"] += embeds is not None
+        return real(self, task, batch, embeds)
 
-    monkeypatch.setattr(trainer, "smart_term", counting)
+    monkeypatch.setattr(mt.MultitaskBERT, "forward", counting)
     rows = run(tiny_env, tmp_path / "run", "--preset", "thesis-smart", "--smart_batch_size", "8")
     assert len(rows) == 4 and calls["n"] > 0
     assert all(math.isfinite(r["overall"]) for r in rows)
@@ -131,7 +129,7 @@ def test_multitask_preset_runs(tiny_env, tmp_path, flags):
 
 def test_individual_preset_trains_one_model_per_task(tiny_env, tmp_path):
     flags = "--preset individual --individual_epochs 1 --batch_size 16 --max_length 64"
-    mt.main(tiny_flags(tiny_env, tmp_path / "run", flags))
+    command.main(tiny_flags(tiny_env, tmp_path / "run", flags))
     for task in mt.MULTITASK:  # a sub-run per task, scored on its own task only
         rows = (tmp_path / "run" / task / "metrics.jsonl").read_text().splitlines()
         last = json.loads(rows[-1])
@@ -177,12 +175,12 @@ def test_resume_uses_the_runs_own_flags(tiny_env, tmp_path):
     run(tiny_env, tmp_path / "run", "--loops", "0")
     where = f"--resume {tmp_path / 'run'}: the run was made otherwise: "
     with pytest.raises(SystemExit, match=re.escape(where + "--eval_batch_size 4 (the run's: 128)")):
-        mt.parse_args(["--resume", str(tmp_path / "run"), "--eval_batch_size", "4"])
+        command.parse_args(["--resume", str(tmp_path / "run"), "--eval_batch_size", "4"])
     with pytest.raises(SystemExit, match=re.escape(where + "--preset demo (the run's: thesis)")):
-        mt.parse_args(["--resume", str(tmp_path / "run"), "--preset", "demo", "--lr", "1e-3"])
+        command.parse_args(["--resume", str(tmp_path / "run"), "--preset", "demo", "--lr", "1e-3"])
     same = ["--preset", "thesis", "--lr", "1e-3", "--batch_size", "8"]  # as the run was made
-    assert mt.parse_args(["--resume", str(tmp_path / "run"), *same])[0].optim.lr == 1e-3
-    cfg, folders = mt.parse_args(["--resume", str(tmp_path / "run")])
+    assert command.parse_args(["--resume", str(tmp_path / "run"), *same])[0].optim.lr == 1e-3
+    cfg, folders = command.parse_args(["--resume", str(tmp_path / "run")])
     assert cfg.optim.lr == 1e-3 and cfg.optim.batch_size == 8  # from the run's config.json
     assert folders == {
         "resume": str(tmp_path / "run"),
@@ -197,13 +195,13 @@ def test_resuming_a_finished_run_says_so_and_trains_nothing(tiny_env, tmp_path, 
     run(tiny_env, tmp_path / "run", "--loops", "0")
     rows = (tmp_path / "run" / "metrics.jsonl").read_text()
     capsys.readouterr()
-    mt.main(["--resume", str(tmp_path / "run")])
+    command.main(["--resume", str(tmp_path / "run")])
     assert "after all 1 stages: best rescored" in capsys.readouterr().out
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == rows
 
 
 def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(tiny_env, tmp_path):
-    cfg, _ = mt.parse_args(["--preset", "defended", "--lr", "1e-5"])
+    cfg, _ = command.parse_args(["--preset", "defended", "--lr", "1e-5"])
     assert cfg.optim.lr == 1e-5  # a typed flag wins over the preset's 3e-5
     assert (cfg.optim.head_lr_scale, cfg.optim.warmup, cfg.optim.decay) == (50.0, 0.1, "linear")
     assert cfg.optim.distill == 30.0
@@ -219,13 +217,13 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
 def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch, capsys, loss):
     bert_dir, _ = tiny_env
     started = {}
-    real_run_plan = trainer.run_plan
+    real_run_plan = runner.run_plan
 
     def run_plan(plan, model, *args):  # the heads as training finds them
         started.update({k: v.clone() for k, v in model.heads.state_dict().items()})
         return real_run_plan(plan, model, *args)
 
-    monkeypatch.setattr(mt, "run_plan", run_plan)
+    monkeypatch.setattr(command, "run_plan", run_plan)
     flags = ["--preset", "sequential", "--sequential_epochs", "1", "1", "1", "--para_loss", loss]
     run(tiny_env, tmp_path / "run", *flags)
     trained = weights(tmp_path / "run" / "state.safetensors")
@@ -234,8 +232,8 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
         return
     # the loss trains the embeddings only: no head, a cosine cut fit on training pairs
     assert "para.weight" not in started and trained["para_threshold"] != 0
-    cfg = mt.load_run_config(tmp_path / "run")
-    model, info = mt.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
+    cfg = command.load_run_config(tmp_path / "run")
+    model, info = command.best_model(cfg, tmp_path / "run", runtime.make_runtime("cpu", "fp32"))
     tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
     dev = data.load_task_data(cfg.data, tokenizer, ("para",), 0)["para"].dev
     hits = []
@@ -281,7 +279,7 @@ def test_the_demo_trains_and_scores_the_same_sizes_on_the_handouts_real_size(
     handout = tmp_path / "handout"
     assert build(small, handout)["quora-train.csv"] == 141_506
     flags = ["--preset", "demo", "--bert", str(bert_dir), "--data_dir", str(handout)]
-    mt.main([*flags, "--precision", "fp32", "--estimate"])
+    command.main([*flags, "--precision", "fp32", "--estimate"])
     out = capsys.readouterr().out
     assert "QQP: 12000 train, 2000 dev, 2000 test" in out
     assert re.search(r"\nQQP +375 +12000 ", out) and re.search(r"\nloop 1: QQP 3% +12 +360 ", out)
@@ -294,7 +292,7 @@ def test_estimate_times_each_kind_of_stage_once_and_makes_no_folder(
     real = estimate.time_steps
     monkeypatch.setattr(estimate, "time_steps", lambda *a: timed.append(a[2].tasks) or real(*a))
     flags = "--preset thesis --loops 2 --max_length 64 --estimate"
-    mt.main(tiny_flags(tiny_env, tmp_path / "r", flags))
+    command.main(tiny_flags(tiny_env, tmp_path / "r", flags))
     out = capsys.readouterr().out
     assert not (tmp_path / "r").exists()
     stages = ["QQP", "loop 1: STS", "loop 1: SST", "loop 1: QQP 3%", "loop 2: STS"]
@@ -310,12 +308,12 @@ def test_score_scores_the_untrained_model_as_a_run_starts_and_makes_no_folder(
     """--score prints the row a run's forgetting table starts with, the same numbers, and
     which attention ran; it trains nothing and makes no run folder."""
     flags = "--batch_size 8 --lr 1e-3 --seed 0 --loops 0 --max_length 64"
-    row = mt.main(tiny_flags(tiny_env, tmp_path / "none", flags, "--score"))
+    row = command.main(tiny_flags(tiny_env, tmp_path / "none", flags, "--score"))
     out = capsys.readouterr().out
     assert not (tmp_path / "none").exists()
     assert "attention: bert.py's BertSelfAttention.attention" in out
     assert "start (no training)" in out
-    mt.main(tiny_flags(tiny_env, tmp_path / "run", flags))
+    command.main(tiny_flags(tiny_env, tmp_path / "run", flags))
     start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     for task in ("sst", "para", "sts"):
         assert row[task] == start[task], task

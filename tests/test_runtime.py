@@ -32,7 +32,7 @@ def test_a_device_this_machine_lacks_stops_before_training(monkeypatch, device, 
 def test_auto_precision_follows_what_the_device_multiplies_natively(monkeypatch, native):
     monkeypatch.setattr(runtime, "native_bf16", lambda device: native)
     rt = runtime.make_runtime("cpu", "auto")
-    assert rt.device.type == "cpu" and rt.scaler is None and rt.main and rt.world == 1
+    assert rt.device.type == "cpu" and not rt.scaler.is_enabled() and rt.main and rt.world == 1
     assert (rt.precision, rt.amp_dtype) == (("bf16", torch.bfloat16) if native else ("fp32", None))
     assert rt.why.startswith("auto: this CPU")
     gpu = torch.device("cuda")  # a T4 has no bf16: fp16 with a scaler; an A100 has it
@@ -43,7 +43,7 @@ def test_every_precision_can_be_forced_on_the_cpu():
     for name, dtype in [("fp32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)]:
         rt = runtime.make_runtime("cpu", name)
         assert rt.amp_dtype == dtype and rt.precision == name and rt.why == "as asked"
-        assert (rt.scaler is not None) == (name == "fp16")  # GradScaler("cpu") for fp16
+        assert rt.scaler.is_enabled() == (name == "fp16")  # GradScaler("cpu"): a no-op but fp16
         with rt.autocast():
             y = torch.ones(2, 3) @ torch.ones(3, 2)
         assert y.dtype == (dtype or torch.float32)
@@ -138,3 +138,10 @@ def test_compile_on_the_cpu_stops_before_a_run_folder_is_made(tiny_env, tmp_path
     assert not (tmp_path / "run").exists()
     checks.check_compile(True, torch.device("cuda", 0))
     checks.check_compile(False, torch.device("cpu"))
+
+
+def test_to_device_moves_tensors_only():
+    batch = {"input_ids": torch.ones(2, 3), "ids": ["a", "b"]}
+    moved = runtime.to_device(batch, "meta")
+    assert moved["input_ids"].device.type == "meta"
+    assert moved["ids"] is batch["ids"]

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import mtdnn_smart
+from engine import command
 from smart import (
     SmartConfig,
     adversarial_regularizer,
@@ -304,13 +305,12 @@ def test_regularizer_gradient_flows_through_clean_and_perturbed_outputs():
 def test_a_runs_smart_settings_are_smartconfigs_own_rules():
     """A stage's SMART settings come from SmartConfig.at_radius (the paper's sigma = epsilon,
     eta = 100 x epsilon; the reference variant's own masks), not from rules in the flags."""
-    import multitask_classifier as mt
 
-    cfg, _ = mt.parse_args(["--smart", "--smart_epsilon", "2e-5", "--lambda_sts", "3"])
+    cfg, _ = command.parse_args(["--smart", "--smart_epsilon", "2e-5", "--lambda_sts", "3"])
     assert cfg.smart.for_task("sts") == SmartConfig(
         lambda_s=3.0, mu=1.0, sigma=2e-5, eta=2e-3, epsilon=2e-5, dropout="shared"
     )
     reference = SmartConfig.at_radius(1e-5, "reference", lambda_s=1.0)
     assert reference.dropout == "independent" and reference.eta == pytest.approx(1e-3)
-    cfg, _ = mt.parse_args(["--lambda_sst", "4"])  # SMART off: both weights 0
+    cfg, _ = command.parse_args(["--lambda_sst", "4"])  # SMART off: both weights 0
     assert not cfg.smart.for_task("sst").active

@@ -13,10 +13,12 @@ import pytest
 
 import classifier
 import datasets as data
-import multitask_classifier as mt
 import prepare_submit
-from evaluation import MULTITASK, read_predictions, write_predictions
+from engine import command
+from engine.outputs import read_predictions, write_predictions
+from evaluation import MULTITASK
 from helpers import a_clone, tiny_flags
+from presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
@@ -37,7 +39,7 @@ def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_pat
     """Full predictions (--dev_size 0), the handout's names and QQP's 1.0 / 0.0; the
     archive lists what the handout's prepare_submit.py lists for the same folder."""
     run_dir = tmp_path / "run"
-    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    command.main(tiny_flags(tiny_env, run_dir, TINY))
     clone = a_clone(tmp_path)
     done = submit_in(clone, run_dir)
     assert done.returncode == 0, done.stderr
@@ -63,13 +65,13 @@ def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_pat
 
 def test_a_sampled_run_is_refused_until_predict_writes_every_row(tiny_env, tmp_path):
     run_dir = tmp_path / "run"
-    mt.main(tiny_flags(tiny_env, run_dir, TINY, "--dev_size", "6"))
+    command.main(tiny_flags(tiny_env, run_dir, TINY, "--dev_size", "6"))
     clone = a_clone(tmp_path)
     refused = submit_in(clone, run_dir)
     assert refused.returncode == 1 and "--dev_size 6" in refused.stderr
     fix = f"python multitask_classifier.py --predict {run_dir} --dev_size 0"
     assert fix in refused.stderr and refused.stderr.count("\n") == 1
-    mt.main(["--predict", str(run_dir), "--dev_size", "0", "--data_dir", str(tiny_env[1])])
+    command.main(["--predict", str(run_dir), "--dev_size", "0", "--data_dir", str(tiny_env[1])])
     assert submit_in(clone, run_dir).returncode == 0
 
 
@@ -107,21 +109,21 @@ def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
     encoder in every stage, --epochs sets the loops, its output flags are taken."""
     argv = ["--option", "pretrain", "--epochs", "1", "--lr", "1e-3", "--hidden_dropout_prob", "0.3"]
     argv += ["--sst_dev_out", f"{tmp_path}/p2-predictions/sst-dev-output.csv", "--max_length", "64"]
-    cfg, _ = mt.parse_args(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
+    cfg, _ = command.parse_args(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
     assert cfg.model.freeze_encoder and cfg.schedule.loops == 1 and cfg.model.dropout == 0.3
-    assert all(s.freeze_encoder for s in mt.PRESETS[cfg.preset].plans_of(cfg)[""])
-    mt.main(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
+    assert all(s.freeze_encoder for s in PRESETS[cfg.preset].plans_of(cfg)[""])
+    command.main(tiny_flags(tiny_env, tmp_path / "p2", "", *argv))
     names = sorted(p.name for p in (tmp_path / "p2" / "predictions").iterdir())
     assert names == sorted(f"{t}-{s}-output.csv" for t in MULTITASK for s in ("dev", "test"))
     with pytest.raises(SystemExit, match="--option nonsense: last-linear-layer or pretrain"):
-        mt.parse_args(["--option", "nonsense"])
+        command.parse_args(["--option", "nonsense"])
 
 
 def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_path):
     """A NaN, a label out of range and a wrong header are refused in one line naming the
     file's line; Part 1 needs both tasks per option; files from an earlier call stay out."""
     run_dir, part1 = tmp_path / "run", tmp_path / "part1"
-    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    command.main(tiny_flags(tiny_env, run_dir, TINY))
     argv = ["--task", "sst", "--epochs", "1", "--max_length", "64"]
     classifier.main(tiny_flags(tiny_env, part1, "", *argv))
     clone = a_clone(tmp_path)
@@ -165,7 +167,7 @@ def test_ids_are_the_data_files_each_as_often_and_the_handouts_way_checks_the_mo
     line; Excel's byte-order mark does not. With no argument, the run that wrote each file
     (.predictions.json) is checked: a MiniLM run is refused there too."""
     run_dir = tmp_path / "run"
-    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    command.main(tiny_flags(tiny_env, run_dir, TINY))
     clone = a_clone(tmp_path)
     sst = run_dir / "predictions" / "sst-dev-output.csv"
     good = sst.read_text()
@@ -212,7 +214,7 @@ def test_the_2024_handouts_part1_names_are_checked_and_zipped(tiny_env, tmp_path
     ./predictions/ the archive holds what the handout's zipper holds; from --part1 they are
     checked, a gap naming the 2024 command, and an option by neither name is one line."""
     run_dir, part1 = tmp_path / "run", tmp_path / "part1"
-    mt.main(tiny_flags(tiny_env, run_dir, TINY))
+    command.main(tiny_flags(tiny_env, run_dir, TINY))
     clone = a_clone(tmp_path)
     shutil.copytree(run_dir / "predictions", clone / "predictions")
     part1_by_2024_names(clone / "predictions", tiny_env[1], ("last-linear-layer", "full-model"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import multitask_classifier as mt
+from engine import command
 from lab import sweep
 
 optuna = pytest.importorskip("optuna")  # an optional package
@@ -117,8 +117,8 @@ def test_a_sweep_over_choices_killed_while_drawing_at_random_resumes_with_new_se
     setting runs twice, and each run was given its trial's settings."""
     sweep_dir = tmp_path / "sweep"
     search = "--preset thesis --trials 3 --no_estimate --search lr=1e-5,3e-5 smart=true,false"
-    command = [str(sweep_dir), *search.split(), "--", *run_flags(tiny_env)]
-    resumed = sweep_then_resume(command, sweep_dir, tmp_path / "sweep.out")
+    argv = [str(sweep_dir), *search.split(), "--", *run_flags(tiny_env)]
+    resumed = sweep_then_resume(argv, sweep_dir, tmp_path / "sweep.out")
     assert "2 trials so far; the sampler's seed: 2" in resumed
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{sweep_dir / 'study.db'}")
     assert [t.state.name for t in study.trials[:2]] == ["COMPLETE", "COMPLETE"]
@@ -128,7 +128,7 @@ def test_a_sweep_over_choices_killed_while_drawing_at_random_resumes_with_new_se
     assert settings[0] == {"lr": 1e-3, "smart": False}
     assert len({(s["lr"], s["smart"]) for s in settings}) == 3
     for number, values in enumerate(settings):
-        cfg = mt.load_run_config(sweep_dir / f"trial-{number:03d}")
+        cfg = command.load_run_config(sweep_dir / f"trial-{number:03d}")
         assert (cfg.optim.lr, cfg.smart.enabled) == (values["lr"], values["smart"])
     assert "resuming" in (sweep_dir / "trial-001.log").read_text()  # continued, not rerun
     assert "| 0 (preset) | complete |" in (sweep_dir / "summary.md").read_text()
@@ -267,7 +267,7 @@ def test_choices_keep_their_flags_types_and_trial_0_runs_the_preset_outside_them
     assert first.user_attrs["preset"] == {"lr": 1e-3, "smart": False}
     assert drawn.params["lr"] in (1e-5, 3e-5) and drawn.params["smart"] in (True, False)
     for argv, values in zip(run.argvs, (first.user_attrs["preset"], drawn.params), strict=True):
-        cfg, _ = mt.parse_args(argv)  # what each run was given
+        cfg, _ = command.parse_args(argv)  # what each run was given
         assert (cfg.optim.lr, cfg.smart.enabled) == (values["lr"], values["smart"])
     table = sweep.summary(optuna, again, tmp_path, "overall")
     assert "| 0 (preset) | complete | 0.6000 | 0.9000 | 0.001 | False |" in table

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-import multitask_classifier as mt
 import trainer
+from engine import command
 from helpers import (
     run,
     sigterm_on_call,
@@ -24,7 +24,7 @@ def test_tensorboard_holds_every_step_once_also_after_a_resume(tiny_env, tmp_pat
     with pytest.raises(SystemExit):
         run(tiny_env, tmp_path / "run", "--tensorboard")
     monkeypatch.undo()
-    mt.main(["--resume", str(tmp_path / "run")])
+    command.main(["--resume", str(tmp_path / "run")])
     board = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     board.Reload()
     tags = set(board.Tags()["scalars"])

@@ -13,7 +13,7 @@ import losses
 import multitask_classifier as mt
 import trainer
 from bert import BertModel
-from engine import checkpoint, runfolder, runtime
+from engine import checkpoint, command, runfolder, runner, runtime
 from engine.flags import DataConfig, MultitaskConfig, OptimConfig
 from helpers import (
     assert_same_run,
@@ -35,7 +35,7 @@ def test_resume_after_a_stage_equals_the_uninterrupted_run(tiny_env, tmp_path, m
     with pytest.raises(SystemExit):  # main stops cleanly on the interrupt
         run(tiny_env, tmp_path / "resumed")
     monkeypatch.undo()
-    mt.main(["--resume", str(tmp_path / "resumed")])
+    command.main(["--resume", str(tmp_path / "resumed")])
     resumed = [
         json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
     ][1:]
@@ -80,7 +80,7 @@ def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, mo
         run(tiny_env, tmp_path / "run")
     assert (tmp_path / "run" / "best.safetensors").is_file()
     monkeypatch.undo()
-    mt.main(["--predict", str(tmp_path / "run")])  # the kept model still gives predictions
+    command.main(["--predict", str(tmp_path / "run")])  # the kept model still gives predictions
     for task in mt.MULTITASK:
         assert (tmp_path / "run" / "predictions" / f"{task}-test-output.csv").is_file()
 
@@ -88,20 +88,20 @@ def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, mo
 def test_simcse_stage_keeps_the_epoch_with_the_best_sts(tiny_env, tmp_path, monkeypatch):
     scores = iter([0.5, 0.9, 0.1])  # epoch 2 is best: its weights must be the ones kept
     kept = {}
-    real_after = trainer.BestEpoch.after_epoch
+    real_after = runner.BestEpoch.after_epoch
 
     def scripted(self, epoch):
         kept[epoch] = {k: v.cpu().clone() for k, v in self.model.state_dict().items()}
-        real = trainer.evaluate_split
-        trainer.evaluate_split = lambda *a, **k: {
+        real = runner.evaluate_split
+        runner.evaluate_split = lambda *a, **k: {
             "sts": evaluation.TaskResult({"pearson": next(scores)})
         }
         try:
             real_after(self, epoch)
         finally:
-            trainer.evaluate_split = real
+            runner.evaluate_split = real
 
-    monkeypatch.setattr(trainer.BestEpoch, "after_epoch", scripted)
+    monkeypatch.setattr(runner.BestEpoch, "after_epoch", scripted)
     run(tiny_env, tmp_path / "run", "--preset", "simcse", "--simcse_batch_size", "8")
     final = weights(tmp_path / "run" / "best.safetensors")
     assert all(torch.equal(final[k], kept[1][k]) for k in final)
@@ -115,7 +115,7 @@ def test_the_step_log_has_one_line_per_step_and_survives_a_resume(tiny_env, tmp_
     monkeypatch.undo()
     with open(tmp_path / "run" / "steps.jsonl", "a") as f:
         f.write('{"stage": 2, "st')  # the last line of a process killed while writing it
-    mt.main(["--resume", str(tmp_path / "run")])
+    command.main(["--resume", str(tmp_path / "run")])
     steps = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[1:]
     # 48 tiny examples in batches of 8: 6 steps for QQP, STS and SST, 1 for QQP 3%
@@ -172,7 +172,7 @@ def test_a_stage_killed_midway_resumes_bit_for_bit(tiny_env, tmp_path, monkeypat
     with pytest.raises(SystemExit):  # the run saves and stops
         run(tiny_env, tmp_path / "resumed", *flags)
     monkeypatch.undo()
-    mt.main(["--resume", str(tmp_path / "resumed")])
+    command.main(["--resume", str(tmp_path / "resumed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
     logged = (tmp_path / "resumed" / "steps.jsonl").read_text().splitlines()
     assert logged and len(logged) == len(
@@ -221,7 +221,7 @@ def test_without_stage_checkpoints_a_kill_loses_only_the_steps_after_the_last_on
     saved = checkpoint.read_tensors(tmp_path / "killed" / checkpoint.STATE)[1]
     assert (saved["next_stage"], saved["within"]["step"]) == (1, 4)
     monkeypatch.undo()
-    mt.main(["--resume", str(tmp_path / "killed")])
+    command.main(["--resume", str(tmp_path / "killed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "killed")
     a, b = (weights(tmp_path / run_dir / checkpoint.BEST) for run_dir in ("straight", "killed"))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -244,7 +244,7 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
     monkeypatch.undo()
     steps = (tmp_path / "resumed" / "steps.jsonl").read_text().splitlines()
     assert steps and all(json.loads(x)["stage"] == 0 for x in steps)  # stage 1 was kept
-    mt.main(["--resume", str(tmp_path / "resumed")])
+    command.main(["--resume", str(tmp_path / "resumed")])
     assert_same_run(straight, tmp_path / "straight", tmp_path / "resumed")
 
 

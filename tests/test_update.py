@@ -57,7 +57,7 @@ def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     assert conflicts > 0  # otherwise the surgery would be a plain sum
 
     model.zero_grad(set_to_none=True)
-    pcgrad_backward(shared, task_losses(), torch.Generator().manual_seed(7))
+    pcgrad_backward(shared, task_losses(), rt.scaler, torch.Generator().manual_seed(7))
     assert torch.allclose(flatten_grads(shared), expected, atol=1e-6)
     head = model.heads["sst"].weight.grad.clone()
     model.zero_grad(set_to_none=True)

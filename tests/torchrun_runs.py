@@ -10,11 +10,11 @@ import json
 import os
 import sys
 
-import multitask_classifier as mt
-from engine.runtime import run_cli
+from engine import command
+from engine.cli import run_cli
 
 if __name__ == "__main__":
     for i, argv in enumerate(json.loads(sys.argv[1])):
         if os.environ.get("RANK", "0") == "0":  # the others print nothing (make_runtime)
             print(f"=== run {i}", flush=True)
-        run_cli(mt.main, argv)
+        run_cli(command.main, argv)

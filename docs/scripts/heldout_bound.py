@@ -38,7 +38,10 @@ import torch  # noqa: E402
 import datasets as data  # noqa: E402
 import evaluation  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
-from engine import checkpoint  # noqa: E402
+from engine import (
+    checkpoint,  # noqa: E402
+    command,
+)
 from engine.runtime import make_runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
@@ -59,7 +62,7 @@ class Runs:
     """A run folder's config, its three models and its scored data, loaded once."""
 
     def __init__(self, run_dir: Path, device: str | None, data_dir: str | None):
-        cfg = mt.load_run_config(str(run_dir))
+        cfg = command.load_run_config(str(run_dir))
         if data_dir:
             cfg = replace(cfg, data=replace(cfg.data, data_dir=data_dir))
         if not cfg.data.heldout_size:
@@ -67,7 +70,7 @@ class Runs:
         self.cfg, self.run_dir = cfg, run_dir
         self.rt = make_runtime(device or cfg.device.device, cfg.device.resolved_precision)
         self.untouched = mt.run_model(cfg)().to(self.rt.device).eval()
-        self.kept, _ = mt.best_model(cfg, run_dir, self.rt)
+        self.kept, _ = command.best_model(cfg, run_dir, self.rt)
         self.last = mt.run_model(cfg)().to(self.rt.device).eval()
         checkpoint.load_model(self.last, run_dir / checkpoint.STATE)
         self.tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
@@ -89,7 +92,7 @@ class Runs:
 
     def score(self, model) -> dict:
         """The model's row as a stage's: dev scores and the held-out AUC."""
-        return mt.sub_run(self.cfg, self.run_dir, "", self.rt).score(model, self.task_data())
+        return command.sub_run(self.cfg, self.run_dir, "", self.rt).score(model, self.task_data())
 
 
 def encoder_mix(base, top, alpha: float, keys=None):

@@ -53,7 +53,8 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
     stage = Stage(("sst",), 1e-5, len(batch["labels"]), smart=cfg)
     try:
         torch.manual_seed(0)
-        with trainer.step_autocast(rt, stage, losses.loss_of("sst", None)):  # as train_step
+        float32 = trainer.in_float32(stage, losses.loss_of("sst", None), rt)
+        with rt.autocast(float32):  # as train_step
             draws = RngSnapshot(rt.device)
             embeds = model.embed(batch)  # (B, T, H)
             out = model("sst", batch, embeds)
