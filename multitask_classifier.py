@@ -26,20 +26,16 @@ every stage all three dev sets are scored: one row of the forgetting table.
     python multitask_classifier.py --resume runs/thesis-...
 """
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import simcse
 from bert import BertModel, mean_pool
-from engine.flags import ModelConfig, OptimConfig, RunConfig
-from engine.runtime import check_attention, compile_layers, fast_dropout
+from engine.flags import OptimConfig
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score
 from optimizer import AdamW
-from presets import concat_tasks, cosine_tasks
 
 
 class MultitaskBERT(nn.Module):
@@ -224,38 +220,6 @@ class MultitaskBERT(nn.Module):
         ]
         groups = [g for g in groups if g["params"]]
         return AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
-
-
-def model_factory(
-    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
-) -> Callable[[], MultitaskBERT]:
-    """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
-    at the same point of every run)."""
-
-    def make():
-        bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
-        check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
-        if compile:
-            compile_layers(bert)
-        model = MultitaskBERT(
-            bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
-        )
-        return fast_dropout(model)
-
-    return make
-
-
-def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
-    """model_factory for a run: its model settings, cross-encoded, thresholded and
-    concatenation-head tasks."""
-    return model_factory(
-        cfg.model,
-        MULTITASK,
-        cfg.multitask.cross_encode,
-        compile,
-        cosine_tasks(cfg),
-        concat_tasks(cfg),
-    )
 
 
 if __name__ == "__main__":  # the command: flags, run folder, resume (engine/command.py)

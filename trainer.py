@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-import datasets as data
+import batches
 import simcse
 from datasets import CONTRASTIVE
 from engine import checkpoint
@@ -67,7 +67,7 @@ def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator, seed:
     run's: every epoch (stage) of a plan trains the same examples, as the reports do."""
     if stage.kind != "multitask":
         key = stage.tasks[0] if stage.kind == "task" else CONTRASTIVE
-        loader = data.fraction_loader(
+        loader = batches.fraction_loader(
             task_data[key].train, stage.fraction, stage.batch_size, generator
         )
         return SingleTask(loader, key)
@@ -76,11 +76,11 @@ def stage_steps(task_data: dict, stage: Stage, generator: torch.Generator, seed:
         dataset = task_data[task].train
         if m.examples_per_task:
             subset = torch.Generator().manual_seed(seed)
-            keep = data.standardized_indices(len(dataset), m.examples_per_task, subset)
+            keep = batches.standardized_indices(len(dataset), m.examples_per_task, subset)
         else:
             keep = torch.randperm(len(dataset), generator=generator).tolist()
-        loaders[task] = data.subset_loader(dataset, keep, stage.batch_size, generator)
-    return data.MultiTaskBatches(loaders, m.mixing, m.order, generator)
+        loaders[task] = batches.subset_loader(dataset, keep, stage.batch_size, generator)
+    return batches.MultiTaskBatches(loaders, m.mixing, m.order, generator)
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,6 +154,8 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
 def task_weights(stage: Stage, step_batches, generator) -> dict:
     """Each task's weight in the step's loss: 1 alone, else the stage's weighting."""
     tasks = [task for task, _ in step_batches]
+    if len(tasks) == 1:  # one task: its loss taken whole
+        return {tasks[0]: 1.0}
     return dict(zip(tasks, loss_weights(len(tasks), stage.weighting, generator), strict=True))
 
 
@@ -219,19 +221,17 @@ def replayed_by(stage: Stage, ctx, rt, smart: bool = True) -> RngSnapshot | None
 
 def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
     """SMART's lambda_s * R_s + mu * D_Breg for this batch (Jiang et al., 2020), the same code
-    for every task; 0 when the stage has no SMART.
-
-    clean: the clean pass's embedding output and task output, whose graphs R_s and D_Breg
-    share with the task loss. rng: the generators' state before that pass: with
-    --smart_dropout shared the perturbed and the teacher's passes replay its masks (the
-    state after the embedding is found by replaying the embedding); else masks of their
-    own. The reference variant perturbs an embedding output of its own, as mt-dnn's
-    SmartPerturbation runs the embedding again. Every pass runs in the caller's precision
-    (in_float32).
-    """
+    for every task; 0 when the stage has no SMART."""
     smart, (embeds, out) = stage.smart, clean
     if not smart.active:
         return 0.0
+    # clean: the clean pass's embedding output and task output, whose graphs R_s and D_Breg
+    # share with the task loss. rng: the generators' state before that pass: with
+    # --smart_dropout shared the perturbed and the teacher's passes replay its masks (the
+    # state after the embedding is found by replaying the embedding); else masks of their
+    # own. The reference variant perturbs an embedding output of its own, as mt-dnn's
+    # SmartPerturbation runs the embedding again. Every pass runs in the caller's precision
+    # (in_float32).
     same_embed = same = None
     if smart.dropout == "shared":
         with torch.no_grad(), rng.replay():
@@ -259,18 +259,17 @@ def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
 
 def distillation_term(model, stage: Stage, batch, z, rng, ctx):
     """--distill times the gap between the cosines of the examples' first sentences, z's
-    first B rows, and those the untouched model (ctx.reference) gives them; a pair's own
-    cosine stays free. 0 when the stage does not train the encoder.
-
-    The reference runs the whole batch in the model's mode with the dropout masks of the
-    pass that made z (`rng` replays them), in the same precision: at the loaded weights
-    both passes are one computation, so the gap and its gradient are exactly 0 and the term
-    pulls only once the encoder has moved. (An eval-mode reference differs from the
-    dropped-out model at step 0 and pushes the encoder from its first step.)
-    """
+    first B rows, and those the untouched model (ctx.reference) gives them; 0 without
+    --distill or with the encoder frozen."""
     weight = 0.0 if stage.freeze_encoder else ctx.optim.distill
     if weight == 0:
         return 0.0
+    # A pair's own cosine stays free. The reference runs the whole batch in the model's mode
+    # with the dropout masks of the pass that made z (`rng` replays them), in the same
+    # precision: at the loaded weights both passes are one computation, so the gap and its
+    # gradient are exactly 0 and the term pulls only once the encoder has moved. (An
+    # eval-mode reference differs from the dropped-out model at step 0 and pushes the
+    # encoder from its first step.)
     B = batch["input_ids"].size(-2)  # (B, T) or (2, B, T): the examples, first sentences first
     with torch.no_grad(), rng.replay():
         z0 = ctx.reference.train(model.training).sentences(batch)[:B]  # (B, H)

@@ -16,13 +16,9 @@ import sys
 from pathlib import Path
 
 # presets.py is the one table of every preset and its settings: it grows a row at a time
-LINES = {
-    "multitask_classifier.py": 495,
-    "datasets.py": 810,
-    "lab/bench.py": 540,
-    "presets.py": 640,
-}
+LINES = {"lab/bench.py": 540, "presets.py": 640}
 LINES_DEFAULT = 585
+LESSON_LINES, LESSON_TOTAL = 500, 5_200  # a top-level module, and all of them: the lesson
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000
 TEST_LINES = 500  # a test file holds one concern, named after what it tests
 TOP_LEVEL = 18  # modules at the top level: the lesson; the engine and the lab are packages
@@ -30,8 +26,8 @@ PACKAGES = ("engine", "lab")  # the engine a student never opens; the lab's tool
 HOUSE = "lab/house.py"  # its HOUSE names every module once: the one list of them
 # The engine's files that build a run from flags out of the lesson's pieces: they alone of
 # engine/ import a module of the top level (engine/__init__.py names both kinds).
-BUILDERS = ("checks", "cli", "command", "estimate", "flags", "handout", "outputs", "runfolder")
-BUILDERS += ("runner", "show")
+BUILDERS = ("checks", "classify", "cli", "command", "estimate", "flags", "handout")
+BUILDERS += ("outputs", "runfolder", "runner", "show", "submission")
 
 
 def functions(tree: ast.AST) -> list[ast.FunctionDef]:
@@ -134,8 +130,8 @@ def import_problems(trees: dict[str, ast.AST], grader: dict[str, ast.AST]) -> li
         for name, tree in trees.items()
     }
     stems = {name.removeprefix("grader."): name for name in grader}
-    for name, tree in grader.items():
-        found = project_imports(tree, set(trees) | set(stems))
+    for name, tree in grader.items():  # by bare names (the judge's path) or as grader.X
+        found = project_imports(tree, set(trees) | set(stems) | set(grader))
         deps[name] = {stems.get(d, d) for d in found} - {name}
     out = [
         f"{path(name)} imports {dep}: the course never reaches into the lab"
@@ -201,6 +197,20 @@ def path(module: str) -> str:
     return f"{module}/__init__.py" if module in PACKAGES else module.replace(".", "/") + ".py"
 
 
+def lesson_size_problems(top: list[Path]) -> list[str]:
+    """The lesson a student reads stays short: each top-level module at most LESSON_LINES
+    (presets.py's table has its own), all of them at most LESSON_TOTAL."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in top}
+    out = [
+        f"{name}: {n} lines, over the lesson's {LESSON_LINES}: move what the engine does there"
+        for name, n in sorted(sizes.items())
+        if n > LINES.get(name, LESSON_LINES)
+    ]
+    if (total := sum(sizes.values())) > LESSON_TOTAL:
+        out.append(f"the top level: {total:,} lines, over {LESSON_TOTAL:,}")
+    return out
+
+
 def problems(root: Path) -> list[str]:
     top = sorted(root.glob("*.py"))
     modules = {p.stem: p for p in top}
@@ -224,6 +234,7 @@ def problems(root: Path) -> list[str]:
     for p in sorted((root / "tests").glob("*.py")):  # the tests: the same budgets, 500 lines
         tree = ast.parse(p.read_text(), str(p))
         out += module_problems(p, f"tests/{p.name}", tree, TEST_LINES)
+    out += lesson_size_problems(top)
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += import_problems(trees, grader) + distributed_problems(trees) + direction_problems(trees)

@@ -9,11 +9,13 @@ Its core imports no lesson module (make lint checks it):
 
 The files that build a run from flags out of the lesson's pieces (.ci/lint.py's BUILDERS):
 - command.py: `python multitask_classifier.py`: its flags, a preset under them, the data a
-  plan reads, --resume, --predict, --score, --estimate; cli.py: one line for a user's slip
+  plan reads, --resume, --predict, --score, --estimate; classify.py: `python
+  classifier.py`, the handout's Part 1; cli.py: one line for a user's slip
 - flags.py: every setting as a dataclass field, its flag, its check; JSON in and out
 - checks.py: what a run's flags cannot do, refused before the run folder is made
 - show.py: `--show`, a preset's settings, tasks and stages; handout.py: the handout's flags
 - runner.py: a plan's stages trained and scored in a run folder; runfolder.py: what a run
   writes; outputs.py: the printed table, the selection gap, the prediction files
 - estimate.py: --estimate, a run's minutes from a few timed steps
+- submission.py: prepare_submit.py's checks of the prediction files, and its zip
 """

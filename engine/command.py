@@ -12,6 +12,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -20,22 +21,32 @@ import numpy as np
 import torch
 
 import datasets as data
+import simcse
 import trainer
 from base_bert import read_json_object
+from bert import BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, flags, handout, outputs
 from engine.checks import check_loading, check_run
 from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, scoring_seconds
-from engine.flags import RunConfig, from_dict, refuse
+from engine.flags import ModelConfig, RunConfig, from_dict, refuse
 from engine.handout import MULTITASK_HANDOUT
 from engine.runfolder import Run, finish, write_prediction_files
 from engine.runner import run_plan
-from engine.runtime import attention_line, from_main, make_runtime
+from engine.runtime import (
+    attention_line,
+    check_attention,
+    compile_layers,
+    fast_dropout,
+    from_main,
+    make_runtime,
+)
 from engine.show import show
+from engine.tsv import require
 from evaluation import MULTITASK
-from multitask_classifier import MultitaskBERT, run_model
-from presets import PRESETS, Preset, Stage, cosine_tasks
+from multitask_classifier import MultitaskBERT
+from presets import PRESETS, Preset, Stage, concat_tasks, cosine_tasks
 from tokenizer import BertTokenizer
 
 # ---------------------------------------------------------------------------------------
@@ -153,7 +164,7 @@ def score_untrained(cfg: RunConfig, rt) -> dict:
     cfg = replace(cfg, data=replace(cfg.data, test_predictions=False))  # dev only: no test set
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
     fitted = [Stage((task,), 0.0, 1) for task in cosine_tasks(cfg)]  # thresholds: train pairs
-    data.require(plan_files(cfg, fitted))  # the dev sets (and those), no other file
+    require(plan_files(cfg, fitted))  # the dev sets (and those), no other file
     task_data = plan_data(cfg, fitted, tokenizer)
     model = run_model(cfg)().to(rt.device).eval()
     print(attention_line(model.bert, rt.device))
@@ -228,7 +239,7 @@ def main(argv=None):
     plans = PRESETS[cfg.preset].plans_of(cfg)
     if folders["score"]:
         return score_untrained(cfg, rt)
-    data.require(plan_files(cfg, plans.stages()))
+    require(plan_files(cfg, plans.stages()))
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
     if not resume:  # a forgotten --resume stops before the data is read
@@ -250,6 +261,42 @@ def main(argv=None):
             raise SystemExit(130) from None
         except torch.cuda.OutOfMemoryError as e:
             raise SystemExit(out_of_memory(e, cfg.optim.accumulate, run_dir)) from None
+
+
+# ---------------------------------------------------------------------------------------
+# The model a run builds
+
+
+def model_factory(
+    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
+) -> Callable[[], MultitaskBERT]:
+    """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
+    at the same point of every run)."""
+
+    def make():
+        bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
+        check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
+        if compile:
+            compile_layers(bert)
+        model = MultitaskBERT(
+            bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
+        )
+        return fast_dropout(model)
+
+    return make
+
+
+def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
+    """model_factory for a run: its model settings, cross-encoded, thresholded and
+    concatenation-head tasks."""
+    return model_factory(
+        cfg.model,
+        MULTITASK,
+        cfg.multitask.cross_encode,
+        compile,
+        cosine_tasks(cfg),
+        concat_tasks(cfg),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,14 +363,56 @@ def plan_data(cfg: RunConfig, stages: list[Stage], tokenizer) -> dict:
     contrastive = [s.contrastive for s in stages if s.kind == CONTRASTIVE]
     if contrastive:
         s = contrastive[0]
-        task_data[CONTRASTIVE] = data.load_contrastive_data(
+        task_data[CONTRASTIVE] = load_contrastive_data(
             cfg.data, tokenizer, s.simcse_loss, s.simcse_data, cfg.seed
         )
     return task_data
+
+
+def load_contrastive_data(cfg, tokenizer, objective: str, source: str, seed: int) -> data.TaskData:
+    """Sentence tuples for a contrastive stage, tokenized once.
+
+    source 'snli': (premise, entailment, contradiction) triplets, one per premise
+    (simcse.build_triplets); 'para': Quora duplicate pairs (no negatives: for mnrl,
+    align_uniform and the one-sentence objectives only); 'sst': SST training sentences (the
+    one-sentence objectives only, Sicurello). Objectives that need fewer sentences take the
+    first columns (unsup: the anchors).
+    """
+    folder = data.data_dir(cfg.data_dir)
+    columns = simcse.OBJECTIVES[objective][0]
+    examples = data.read_task(folder, source, "train", strict=cfg.strict)
+    if source == "snli":
+        tuples = simcse.build_triplets(examples, max_per_premise=1, seed=seed)
+    elif source == "para":
+        tuples = [(e.sentence1, e.sentence2) for e in examples if e.label == 1]
+    else:
+        tuples = [(e.sentence,) for e in examples]
+    if not tuples:
+        raise data.DataError(f"{folder}: no {source} sentence tuples for the {objective} objective")
+    tuples = [t[:columns] for t in tuples]
+    tuples = data.subset(tuples, cfg.train_size, cfg.train_share, seed, cfg.train_first)
+    print(f"simcse ({objective}, {source}): {len(tuples)} examples of {columns}")
+    return data.TaskData(data.TupleDataset(tuples, tokenizer, cfg.max_length), None, None)
 
 
 def plan_files(cfg: RunConfig, stages: list[Stage]) -> list[Path]:
     """The files plan_data will read for these stages (checked before a folder is made)."""
     trained = {t for s in stages for t in s.tasks}
     contrastive = [s.contrastive.simcse_data for s in stages if s.kind == CONTRASTIVE]
-    return data.files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
+    return files_read(cfg.data, MULTITASK, trained, (contrastive or [None])[0])
+
+
+def files_read(cfg, tasks, train_tasks, contrastive_source: str | None = None) -> list[Path]:
+    """The files load_task_data (and load_heldout, load_contrastive_data with that source)
+    read for these arguments, so a run can name what is missing before it starts."""
+    folder = data.data_dir(cfg.data_dir)
+    files = []
+    for task in tasks:
+        splits = ["train"] if train_tasks is None or task in train_tasks else []
+        splits += ["dev"] + (["test"] if cfg.test_predictions else [])
+        files += [data.task_file(folder, task, split) for split in splits]
+    if cfg.heldout_size:
+        files.append(data.task_file(folder, "snli", "dev"))
+    if contrastive_source:
+        files.append(data.task_file(folder, contrastive_source, "train"))
+    return list(dict.fromkeys(files))

@@ -24,7 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from datasets import CONTRASTIVE_SOURCES, MIXINGS, ORDERS
+from batches import MIXINGS, ORDERS
+from datasets import CONTRASTIVE_SOURCES
 from engine.runtime import PRECISIONS
 from evaluation import TASKS
 from losses import TASK_LOSSES

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import batches
 import datasets as data
 import evaluation
 from engine import checkpoint, outputs
@@ -240,7 +241,7 @@ def start(model, optimizer, task_data, run: Run) -> Progress:
 def evaluate_split(model, task_data: dict, split: str, tasks, run: Run):
     """evaluation.evaluate on one split of these tasks, in the run's precision."""
     loaders = {
-        t: data.make_loader(getattr(task_data[t], split), run.eval_batch_size, shuffle=False)
+        t: batches.make_loader(getattr(task_data[t], split), run.eval_batch_size, shuffle=False)
         for t in tasks
     }
     with run.rt.autocast():

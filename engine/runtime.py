@@ -54,7 +54,7 @@ class Dropout(nn.Dropout):
 def fast_dropout(model: nn.Module) -> nn.Module:
     """Every nn.Dropout of `model` (bert.py's, the heads') made a `Dropout` above: the same
     module and masks' law, a faster draw on the CPU. The lesson writes torch's dropout; a
-    run's model gets this one (multitask_classifier.model_factory)."""
+    run's model gets this one (command.model_factory)."""
     for module in model.modules():
         if type(module) is nn.Dropout:
             module.__class__ = Dropout

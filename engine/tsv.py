@@ -185,3 +185,13 @@ def _shown(lines: list) -> str:
     """The first five line numbers of `lines` (ints, or (line, why) pairs), then '...'."""
     numbers = [n if isinstance(n, int) else n[0] for n in lines]
     return ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+
+
+def require(files: list[Path]) -> None:
+    """Stop with one line naming every missing file and how to fetch it."""
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise SystemExit(
+            f"missing data file(s) in {missing[0].parent}: {', '.join(f.name for f in missing)}; "
+            "fetch them with `make data` (python -m lab.fetch), see data/README.md"
+        )

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import batches
 import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
@@ -388,7 +389,7 @@ def bench_padding(ctx: Context) -> list[Row]:
             return padding_efficiency([len(s[i]) for s in sides for i in b] for b in batches)
 
         g = torch.Generator().manual_seed(0)
-        bucketed = efficiency(data.LengthBucketSampler(ds.lengths, 32, generator=g))
+        bucketed = efficiency(batches.LengthBucketSampler(ds.lengths, 32, generator=g))
         shuffled = efficiency(random_batches(len(ds), 32, g))
         what = f"padding efficiency {name} train, batch 32: LengthBucketSampler vs random"
         ratio, target = bucketed / shuffled, "padding" if name == "SST" else None

@@ -20,6 +20,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 import torch
 
+import batches
 import datasets as data
 import evaluation
 from engine import cli, command, flags, runtime
@@ -63,7 +64,7 @@ def member_outputs(run_dir: Path, rt, splits=("dev", "test"), data_dir=None) -> 
     with torch.no_grad(), rt.autocast():
         for task in MULTITASK:
             for split in splits:
-                loader = data.make_loader(getattr(task_data[task], split), 128, shuffle=False)
+                loader = batches.make_loader(getattr(task_data[task], split), 128, shuffle=False)
                 outputs[task, split] = predict_all(model, task, loader, rt)
     return outputs
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 import evaluation
-import multitask_classifier as mt
+from batches import make_loader
 from bert import BertModel
 from datasets import (
     DataError,
@@ -49,7 +49,6 @@ from datasets import (
     SentenceDataset,
     SentenceExample,
     data_dir,
-    make_loader,
     read_task,
     subset,
 )
@@ -83,7 +82,7 @@ def load(run_dir: Path) -> tuple:
     are fresh, and nothing here reads them."""
     cfg = command.load_run_config(str(run_dir))
     kept, _ = command.best_model(cfg, run_dir, make_runtime("cpu", "fp32"))
-    models = {"untouched": mt.run_model(cfg)().eval(), "kept": kept}
+    models = {"untouched": command.run_model(cfg)().eval(), "kept": kept}
     return cfg, BertTokenizer.from_pretrained(cfg.model.bert), models
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+import batches
 import datasets as data
 import multitask_classifier as mt
 import trainer
@@ -104,12 +105,12 @@ def tiny_model_and_data(tiny_env):
     tok = BertTokenizer.from_pretrained(str(bert_dir))
     task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, mt.MULTITASK, 0)
     torch.manual_seed(0)
-    model = mt.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
+    model = command.model_factory(ModelConfig(bert=str(bert_dir)), mt.MULTITASK)()
     return model, task_data
 
 
 def first_batch(task_data, task, size):
-    return next(iter(data.make_loader(task_data[task].train, size, shuffle=False)))
+    return next(iter(batches.make_loader(task_data[task].train, size, shuffle=False)))
 
 
 def two_sets(seed=0, B=5, H=4):

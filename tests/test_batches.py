@@ -1,4 +1,4 @@
-"""From examples to batches (datasets.py): tokenized datasets and their collate functions, the
+"""From examples to batches (datasets.py, batches.py): tokenized datasets and their collate functions, the
 length-bucket sampler, and a run's training sets, shares and round-robin order."""
 
 import importlib.util
@@ -6,6 +6,7 @@ import importlib.util
 import pytest
 import torch
 
+import batches as B
 import datasets as D
 import datasets as data
 from helpers import RecordedBar
@@ -119,7 +120,7 @@ def test_mixed_labels_rejected(tokenizer):
 def test_make_loader_yields_every_example_once(tokenizer):
     examples = [D.SentenceExample(f"s{i}", "word " * (i % 7 + 1), i % 5) for i in range(23)]
     ds = D.SentenceDataset(examples, tokenizer)
-    loader = D.make_loader(
+    loader = B.make_loader(
         ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0)
     )
     seen = []
@@ -141,7 +142,7 @@ def padding(batches, lengths) -> int:
 def test_bucket_sampler_covers_every_index_once(n, batch_size, per_bucket):
     lengths = torch.randint(1, 100, (n,), generator=torch.Generator().manual_seed(1)).tolist()
     for shuffle in (True, False):
-        sampler = D.LengthBucketSampler(
+        sampler = B.LengthBucketSampler(
             lengths, batch_size, shuffle, torch.Generator().manual_seed(0), per_bucket
         )
         batches = list(sampler)
@@ -154,14 +155,14 @@ def test_bucket_sampler_is_deterministic_and_reshuffles():
     lengths = torch.randint(1, 100, (500,), generator=torch.Generator().manual_seed(2)).tolist()
 
     def epochs(seed):
-        sampler = D.LengthBucketSampler(lengths, 16, generator=torch.Generator().manual_seed(seed))
+        sampler = B.LengthBucketSampler(lengths, 16, generator=torch.Generator().manual_seed(seed))
         return list(sampler), list(sampler)
 
     assert epochs(0) == epochs(0)
     first, second = epochs(0)
     assert first != second  # a new order every epoch
     assert epochs(1)[0] != first
-    ordered = list(D.LengthBucketSampler(lengths, 16, shuffle=False))
+    ordered = list(B.LengthBucketSampler(lengths, 16, shuffle=False))
     flat = [lengths[i] for b in ordered for i in b]
     assert flat == sorted(lengths, reverse=True)
 
@@ -169,7 +170,7 @@ def test_bucket_sampler_is_deterministic_and_reshuffles():
 def test_bucket_sampler_reduces_padding():
     g = torch.Generator().manual_seed(3)
     lengths = torch.randint(5, 128, (5000,), generator=g).tolist()
-    bucketed = list(D.LengthBucketSampler(lengths, 32, generator=g))
+    bucketed = list(B.LengthBucketSampler(lengths, 32, generator=g))
     order = torch.randperm(len(lengths), generator=g).tolist()
     random_batches = [order[i : i + 32] for i in range(0, len(order), 32)]
     # Random batches of 32 waste about half their tokens; sorted chunks of 50 batches ~2%.
@@ -187,7 +188,7 @@ def test_fraction_stage_draws_a_fresh_subset_each_loop():
     pairs = D.PairDataset([D.PairExample(str(i), "a", "b", 0.0) for i in range(200)], FakeTok(), 16)
 
     def subset(seed):
-        loader = D.fraction_loader(pairs, 0.03, 4, torch.Generator().manual_seed(seed))
+        loader = B.fraction_loader(pairs, 0.03, 4, torch.Generator().manual_seed(seed))
         return sorted(i for b in loader for i in b["ids"])
 
     assert len(subset(1)) == 6
@@ -199,7 +200,7 @@ def test_round_robin_visits_the_largest_set_once_and_cycles_the_others():
     big = torch.utils.data.DataLoader(list(range(10)), batch_size=2)  # 5 batches
     small = torch.utils.data.DataLoader(list(range(100, 104)), batch_size=2)  # 2 batches
     for order in ("fixed", "random"):
-        batches = D.MultiTaskBatches(
+        batches = B.MultiTaskBatches(
             {"a": big, "b": small}, "round_robin", order, torch.Generator().manual_seed(0)
         )
         steps = list(batches)
@@ -207,15 +208,15 @@ def test_round_robin_visits_the_largest_set_once_and_cycles_the_others():
         seen = {t: [x for s in steps for tt, b in s if tt == t for x in b.tolist()] for t in "ab"}
         assert sorted(seen["a"]) == list(range(10))  # every example of the largest, once
         assert sorted(seen["b"]) == sorted(list(range(100, 104)) * 2 + [100, 101])  # cycled
-    simultaneous = list(D.MultiTaskBatches({"a": big, "b": small}, "simultaneous"))
+    simultaneous = list(B.MultiTaskBatches({"a": big, "b": small}, "simultaneous"))
     assert len(simultaneous) == 5 and all([t for t, _ in s] == ["a", "b"] for s in simultaneous)
 
 
 def test_standardized_indices_sample_or_repeat():
     g = torch.Generator().manual_seed(0)
-    down = D.standardized_indices(10, 4, g)
+    down = B.standardized_indices(10, 4, g)
     assert len(set(down)) == 4 and all(0 <= i < 10 for i in down)
-    up = D.standardized_indices(3, 8, g)
+    up = B.standardized_indices(3, 8, g)
     assert len(up) == 8 and sorted(up[:6]) == [0, 0, 1, 1, 2, 2]  # whole passes first
 
 
@@ -235,9 +236,9 @@ def test_only_trained_tasks_read_their_training_sets(tiny_env):
 def test_a_random_order_shuffles_the_batches_of_a_simultaneous_step():
     loaders = {t: [f"{t}{i}" for i in range(4)] for t in ("sst", "para", "sts")}
     g = torch.Generator().manual_seed(0)
-    fixed = list(data.MultiTaskBatches(loaders, "simultaneous", "fixed", g))
+    fixed = list(B.MultiTaskBatches(loaders, "simultaneous", "fixed", g))
     assert all([t for t, _ in step] == ["sst", "para", "sts"] for step in fixed)
-    shuffled = list(data.MultiTaskBatches(loaders, "simultaneous", "random", g))
+    shuffled = list(B.MultiTaskBatches(loaders, "simultaneous", "random", g))
     orders = {tuple(t for t, _ in step) for step in shuffled}
     assert all(sorted(o) == ["para", "sst", "sts"] for o in orders) and len(orders) > 1
     for i, step in enumerate(shuffled):  # each task's batches still come in their order
@@ -277,7 +278,7 @@ def test_the_head_of_a_dataset_batches_as_its_first_examples(tokenizer):
     ds = D.PairDataset(examples, tokenizer)
     head = D.head(ds, 3)
     assert len(head) == 3 and head.ids == ["p0", "p1", "p2"] and len(ds) == 5
-    loader = D.make_loader(head, batch_size=8, shuffle=False)
+    loader = B.make_loader(head, batch_size=8, shuffle=False)
     (batch,) = list(loader)
     assert sorted(batch["ids"]) == ["p0", "p1", "p2"]
     whole = ds.collate([int(i[1:]) for i in batch["ids"]])  # the same examples, from ds

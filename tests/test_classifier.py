@@ -4,18 +4,19 @@ import torch
 
 import classifier
 from bert import BertModel
+from engine import classify
 from engine.flags import ModelConfig
 from helpers import tiny_flags, weights
 
 
 def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
     flags = "--task cfimdb --option last-linear-layer --epochs 2 --batch_size 8 --max_length 64"
-    rows, best = classifier.main(tiny_flags(tiny_env, tmp_path / "run", flags))["cfimdb"]
+    rows, best = classify.main(tiny_flags(tiny_env, tmp_path / "run", flags))["cfimdb"]
     assert [r["stage"] for r in rows] == ["start (no training)", "epoch 1", "epoch 2"]
     assert "train" in rows[1] and "accuracy" in rows[1]["cfimdb"]
     trained = weights(tmp_path / "run" / "state.safetensors")
-    cfg = classifier.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
-    start = classifier.model_factory(cfg, "cfimdb")().state_dict()
+    cfg = classify.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
+    start = classify.model_factory(cfg, "cfimdb")().state_dict()
     for name, value in start.items():
         if name.startswith("bert."):
             assert torch.equal(value, trained[name]), name
@@ -23,20 +24,19 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
-    parse = classifier.flags.parse
+    parse = classify.flags.parse
     frozen = ["--option", "last-linear-layer"]
     assert (
-        parse(classifier.ClassifierConfig(), frozen, overrides=classifier.frozen_lr)[0].optim.lr
-        == 1e-3
+        parse(classify.ClassifierConfig(), frozen, overrides=classify.frozen_lr)[0].optim.lr == 1e-3
     )
     typed = parse(
-        classifier.ClassifierConfig(), [*frozen, "--lr", "0.1"], overrides=classifier.frozen_lr
+        classify.ClassifierConfig(), [*frozen, "--lr", "0.1"], overrides=classify.frozen_lr
     )
     assert typed[0].optim.lr == 0.1
-    default = parse(classifier.ClassifierConfig(), [], overrides=classifier.frozen_lr)[0]
+    default = parse(classify.ClassifierConfig(), [], overrides=classify.frozen_lr)[0]
     assert default.option == "pretrain" and default.optim.lr == 1e-3  # the handout's default
     tuned = parse(
-        classifier.ClassifierConfig(), ["--option", "finetune"], overrides=classifier.frozen_lr
+        classify.ClassifierConfig(), ["--option", "finetune"], overrides=classify.frozen_lr
     )
     assert tuned[0].optim.lr == 1e-5
 
@@ -45,7 +45,7 @@ def test_negative_sizes_are_refused():
     import pytest
 
     with pytest.raises(SystemExit, match="--train_size must be at least 0, got -3"):
-        classifier.main(["--train_size", "-3"])
+        classify.main(["--train_size", "-3"])
 
 
 def test_the_handouts_sentiment_classifier_is_a_model_of_its_own(tiny_config, tiny_env):
@@ -66,8 +66,8 @@ def test_the_handouts_sentiment_classifier_is_a_model_of_its_own(tiny_config, ti
         assert torch.allclose(logits, pooled @ model.classifier.weight.T + model.classifier.bias)
         assert torch.equal(logits, model.readout(task, batch, model.sentences(batch)))
         assert torch.equal(logits, model.predict(task, batch))
-    cfg = classifier.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
-    assert type(classifier.model_factory(cfg, "sst")()) is classifier.BertSentimentClassifier
+    cfg = classify.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
+    assert type(classify.model_factory(cfg, "sst")()) is classifier.BertSentimentClassifier
 
 
 def test_mean_pooling_is_refused_on_part_1(tiny_env, tmp_path):
@@ -75,5 +75,5 @@ def test_mean_pooling_is_refused_on_part_1(tiny_env, tmp_path):
 
     flags = tiny_flags(tiny_env, tmp_path / "run", "--task sst --pooling mean")
     with pytest.raises(SystemExit, match="--pooling mean: Part 1's model reads BERT's pooled"):
-        classifier.main(flags)
+        classify.main(flags)
     assert not (tmp_path / "run").exists()

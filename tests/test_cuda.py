@@ -5,8 +5,8 @@ lab/gpu_check.py run` (make gpu-check) runs them with `-m cuda`."""
 import pytest
 import torch
 
+import batches
 import bert
-import datasets as data
 import evaluation
 from bert import BertModel
 from engine import checkpoint
@@ -128,7 +128,7 @@ def test_a_model_trained_on_cuda_scores_the_same_on_the_cpu(tiny_env, tmp_path, 
     assert all(0 <= r["overall"] <= 1 for r in rows)
     model, task_data = tiny_model_and_data(tiny_env)
     checkpoint.load_model(model, tmp_path / "run" / "best.safetensors")
-    loaders = {t: data.make_loader(d.dev, 8, shuffle=False) for t, d in task_data.items()}
+    loaders = {t: batches.make_loader(d.dev, 8, shuffle=False) for t, d in task_data.items()}
     cpu = evaluation.evaluate(model, loaders, "cpu")
     gpu = evaluation.evaluate(model.cuda(), loaders, "cuda")
     for task in loaders:

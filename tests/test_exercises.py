@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 import exercises
+from grader import markers, student_copy
+from grader.assignment import COURSE
 
 REPO = exercises.HERE
 ROW = re.compile(
@@ -52,7 +54,7 @@ def test_every_exercise_has_a_check_points_and_twelve_at_least():
     found, docs = exercises.exercises(REPO), exercises.check_docs(REPO)
     assert set(docs) == set(found) and len(found) >= 12
     assert all(c.points > 0 and c.held <= c.points for c in docs.values())
-    assert sum(docs[n].points for n in exercises.COURSE) == 18  # the handout's TODOs
+    assert sum(docs[n].points for n in COURSE) == 18  # the handout's TODOs
     for name, regions in found.items():
         assert all(r.hint and r.end > r.begin + 1 for r in regions), name
 
@@ -92,7 +94,7 @@ def solution_lines(names) -> set[str]:
     for f in REPO.glob("*.py"):
         lines, inside = f.read_text().splitlines(), False
         for line in lines:
-            inside = (inside or bool(exercises.BEGIN.match(line))) and not exercises.END.match(line)
+            inside = (inside or bool(markers.BEGIN.match(line))) and not markers.END.match(line)
             given |= {line.strip()} - {""} if not inside else set()
     others = set(exercises.exercises(REPO)) - set(names)  # given in this copy
     given |= {line.strip() for name in others for body in solution(name) for line in body}
@@ -125,7 +127,7 @@ def test_a_students_copy_holds_no_answer(tmp_path, names, every):
     default the copy opens the handout's TODOs; --all, every exercise."""
     opened = exercises.make(tmp_path / "copy", names, tmp_path / "ta", every=every)
     everything = list(exercises.exercises(REPO))
-    assert set(opened) == set(names or (everything if every else exercises.COURSE))
+    assert set(opened) == set(names or (everything if every else COURSE))
     assert answers_in(tmp_path / "copy", opened) == []
     copied = [p.relative_to(tmp_path / "copy") for p in (tmp_path / "copy" / "tests").rglob("*.*")]
     assert sorted(copied) == [  # sanity_check.py's, and the copy's own tests
@@ -159,13 +161,13 @@ def test_a_handout_with_some_exercises_and_what_make_refuses(tmp_path):
     assert "`BertSelfAttention.attention`" in rows[0] and "exercises (4 points)" in assignment
     assert "This project's exercises (3 points, beyond the handout)" in assignment
     for page in (tmp_path / "some").rglob("*.md"):  # no link into what the copy leaves out
-        for m in exercises.LINK.finditer(page.read_text()):
+        for m in student_copy.LINK.finditer(page.read_text()):
             target = m[2].split("#")[0]
             assert not target or "://" in target or (page.parent / target).exists(), (page, m[0])
     readme = (tmp_path / "some" / "README.md").read_text()
     assert "Start with [ASSIGNMENT.md]" in readme and "exercises.py make" not in readme
     assert "## Teach with it" not in readme and "## Read on" in readme  # the TA's section
-    assert exercises.TEST_LINE not in readme and "make test   # this copy's tests" in readme
+    assert student_copy.TEST_LINE not in readme and "make test   # this copy's tests" in readme
     tokens = run(tmp_path / "some", "tokenizer.py", "A gripping film.")
     assert tokens.returncode == 0 and "grip" in tokens.stdout
     assert not (tmp_path / "some" / "docs" / "teaching.md").exists()  # the TA's page
@@ -218,7 +220,7 @@ def test_a_copy_follows_its_handout_year(tmp_path, year, flag, frozen):
     """The default copy opens the handout's TODOs at the handout's names; ASSIGNMENT.md names
     its year and its commands with that year's flag and file names."""
     opened = exercises.make(tmp_path / "copy", [], year=year, quiet=True)
-    assert opened == list(exercises.COURSE)
+    assert opened == list(COURSE)
     text = (tmp_path / "copy" / "ASSIGNMENT.md").read_text()
     assert f"CS224n {year} handout" in text and "The handout's exercises (18 points)" in text
     assert f"python classifier.py {flag} {frozen}" in text and f"{frozen}-sst-dev-out.csv" in text
@@ -230,10 +232,10 @@ def test_a_copy_follows_its_handout_year(tmp_path, year, flag, frozen):
 def test_a_marker_without_its_pair_is_named_by_file_and_line(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n    # BEGIN EXERCISE one: a hint\n    y = 2\n")
     with pytest.raises(SystemExit, match=r"a.py:2: exercise one never ends"):
-        exercises.regions_of(tmp_path / "a.py", tmp_path)
+        markers.regions_of(tmp_path / "a.py", tmp_path)
     (tmp_path / "a.py").write_text("# BEGIN EXERCISE one: a\n# END EXERCISE two\n")
     with pytest.raises(SystemExit, match=r"a.py:2: END EXERCISE two without its BEGIN"):
-        exercises.regions_of(tmp_path / "a.py", tmp_path)
+        markers.regions_of(tmp_path / "a.py", tmp_path)
 
 
 HANDOUT = ["attention", "layer", "embeddings", "adamw", "classifier", "multitask", "multitask_step"]

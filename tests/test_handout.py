@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import classifier
 from conftest import add_real_bad_rows
 from datasets import DataError
-from engine import command
+from engine import classify, command
 from engine.handout import MULTITASK_HANDOUT, handout_argv, handout_help
 from engine.outputs import read_predictions
 from helpers import a_clone, tiny_flags
@@ -207,8 +206,8 @@ def test_the_2024_handouts_fine_tune_mode_is_the_2023_option(mode, option):
     multitask_classifier.py runs the handout's run as it does with --option."""
     typed = ["--lr", "1e-5", "--use_gpu"]
     rewritten = ["--option", mode, "--lr", "1e-5", "--device", "cuda"]
-    assert handout_argv(["--fine-tune-mode", mode, *typed], classifier.HANDOUT) == rewritten
-    assert handout_argv([f"--fine-tune-mode={mode}"], classifier.HANDOUT) == ["--option", mode]
+    assert handout_argv(["--fine-tune-mode", mode, *typed], classify.HANDOUT) == rewritten
+    assert handout_argv([f"--fine-tune-mode={mode}"], classify.HANDOUT) == ["--option", mode]
     here = ["--device", "cpu"]  # after --use_gpu: this machine may have no GPU
     ours, _ = command.parse_args(["--option", option, *typed, *here])
     assert ours.preset == "handout" and ours.model.freeze_encoder == (option == "pretrain")
@@ -221,7 +220,7 @@ def test_the_2024_handouts_fine_tune_mode_is_the_2023_option(mode, option):
 def test_the_2024_flag_takes_the_four_words_and_not_the_2023_flag_beside_it():
     """A word outside the four, or --option and --fine-tune-mode on one command line: one
     line on either command, before anything is read; --help lists the flag."""
-    for parse in (classifier.main, command.parse_args):
+    for parse in (classify.main, command.parse_args):
         with pytest.raises(
             SystemExit,
             match=r"^--fine-tune-mode pretrained: last-linear-layer or pretrain \(BERT "
@@ -236,7 +235,7 @@ def test_the_2024_flag_takes_the_four_words_and_not_the_2023_flag_beside_it():
             parse(["--option", "pretrain", "--fine-tune-mode=full-model"])
     with pytest.raises(SystemExit, match=r"^--option all: last-linear-layer or pretrain"):
         command.parse_args(["--option", "all"])
-    for table in (classifier.HANDOUT, MULTITASK_HANDOUT):
+    for table in (classify.HANDOUT, MULTITASK_HANDOUT):
         lines = [line.split(None, 1) for line in handout_help(table).splitlines()[1:]]
         assert dict(lines)["--fine-tune-mode"] == (
             "--option (2024's name): last-linear-layer is pretrain, full-model is finetune"

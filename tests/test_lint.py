@@ -98,3 +98,23 @@ def test_lint_keeps_torch_distributed_in_the_engine(tmp_path):
         f"{f}:3 imports torch.distributed: the engine's (engine/runtime.py)"
         for f in ("smart.py", "trainer.py")
     ]
+
+
+def test_lint_keeps_the_engines_core_free_of_the_lesson(tmp_path):
+    """A builder of engine/ may import the lesson, the core may not; a script's own imports
+    (its `__main__` block) make no cycle; a lesson file over 500 lines is named."""
+    (tmp_path / "README.md").write_text("`bert.py`, `multitask_classifier.py`\n")
+    (tmp_path / "bert.py").write_text('"""BERT."""\n' + "\n" * 500)
+    (tmp_path / "multitask_classifier.py").write_text(
+        '"""The heads."""\n\nimport bert\n\nif __name__ == "__main__":\n'
+        "    from engine.command import main\n"
+    )
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "command.py").write_text('"""A run."""\n\nimport multitask_classifier\n')
+    (tmp_path / "engine" / "checkpoint.py").write_text('"""Files."""\n\nfrom bert import x\n')
+    code, lines = lint(tmp_path)
+    assert code == 1 and lines == [
+        "bert.py: 501 lines, over the lesson's 500: move what the engine does there",
+        "engine/checkpoint.py imports bert.py: the engine's core imports no lesson module (or "
+        "name it in .ci/lint.py's BUILDERS, a file that builds a run from flags)",
+    ]

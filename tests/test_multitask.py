@@ -178,7 +178,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     models = {}
     for compiled in (False, True):
         torch.manual_seed(0)
-        models[compiled] = mt.model_factory(
+        models[compiled] = command.model_factory(
             ModelConfig(bert=str(bert_dir)), mt.MULTITASK, (), compiled
         )()
     grads, outs = {}, {}

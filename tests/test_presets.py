@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import multitask_classifier as mt
 import presets
 from engine import checks, command, show
 from engine.flags import OptimConfig
@@ -257,7 +256,7 @@ def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
     """show.head_of (the head --show prints for each task) against the MultitaskBERT the
     run builds: a Linear of the named width, a cross-encoder's, or no weights at all."""
     cfg, _ = command.parse_args(["--bert", str(tiny_env[0]), *argv])
-    model, H = mt.run_model(cfg)(), 32
+    model, H = command.run_model(cfg)(), 32
     widths = {"the pooled sentence": H, "[u, v]": 2 * H, "[u, v, |u - v|]": 3 * H}
     for task in ("sst", "para", "sts"):
         head = show.head_of(cfg, task)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import batches
 import datasets as data
 import evaluation
 import multitask_classifier as mt
@@ -238,7 +239,7 @@ def test_qqp_is_scored_by_what_its_loss_trained(tiny_env, tmp_path, monkeypatch,
     dev = data.load_task_data(cfg.data, tokenizer, ("para",), 0)["para"].dev
     hits = []
     with torch.no_grad():
-        for batch in data.make_loader(dev, 64, shuffle=False):
+        for batch in batches.make_loader(dev, 64, shuffle=False):
             z = model.sentences(batch)  # (2B, H)
             u, v = z.view(2, -1, z.size(-1))
             cos = F.cosine_similarity(u, v, dim=-1)  # (B,)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import classifier
 import datasets as data
 import prepare_submit
-from engine import command
+from engine import classify, command, submission
 from engine.outputs import read_predictions, write_predictions
 from evaluation import MULTITASK
 from helpers import a_clone, tiny_flags
@@ -46,9 +45,7 @@ def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_pat
     for task in MULTITASK:
         for split in ("dev", "test"):
             ids, preds = read_predictions(clone / "predictions" / f"{task}-{split}-output.csv")
-            assert set(ids) == set(
-                prepare_submit.file_ids(data.task_file(tiny_env[1], task, split))
-            )
+            assert set(ids) == set(submission.file_ids(data.task_file(tiny_env[1], task, split)))
     qqp = (clone / "predictions" / "para-test-output.csv").read_text().splitlines()[1:]
     assert {line.split(",")[1].strip() for line in qqp} <= {"1.0", "0.0"}  # the handout's
     with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
@@ -91,7 +88,7 @@ def test_the_handouts_part1_command_writes_its_file_names(tiny_env, tmp_path):
     there is none is one line."""
     argv = ["--option", "pretrain", "--epochs", "1", "--lr", "1e-3", "--batch_size", "8"]
     argv += ["--dev_out", "x.csv", "--test_out", "y.csv"]
-    results = classifier.main(tiny_flags(tiny_env, tmp_path / "p1", "", *argv))
+    results = classify.main(tiny_flags(tiny_env, tmp_path / "p1", "", *argv))
     assert set(results) == {"sst", "cfimdb"}
     written = sorted(p.name for p in (tmp_path / "p1").rglob("predictions/*.csv"))
     assert written == sorted(
@@ -101,7 +98,7 @@ def test_the_handouts_part1_command_writes_its_file_names(tiny_env, tmp_path):
     )
     if not shutil.which("nvidia-smi"):
         with pytest.raises(SystemExit, match="--device cuda: no CUDA device"):
-            classifier.main(tiny_flags(tiny_env, tmp_path / "p2", "", "--use_gpu", *argv))
+            classify.main(tiny_flags(tiny_env, tmp_path / "p2", "", "--use_gpu", *argv))
 
 
 def test_the_handouts_part2_command_line_runs(tiny_env, tmp_path):
@@ -125,7 +122,7 @@ def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_
     run_dir, part1 = tmp_path / "run", tmp_path / "part1"
     command.main(tiny_flags(tiny_env, run_dir, TINY))
     argv = ["--task", "sst", "--epochs", "1", "--max_length", "64"]
-    classifier.main(tiny_flags(tiny_env, part1, "", *argv))
+    classify.main(tiny_flags(tiny_env, part1, "", *argv))
     clone = a_clone(tmp_path)
     (clone / "predictions").mkdir()
     (clone / "predictions" / "old-sst-dev-output.csv").write_text("id \t x \n")  # an earlier call
@@ -204,7 +201,7 @@ def part1_by_2024_names(folder, data_dir, modes, tasks=("sst", "cfimdb")):
     for mode in modes:
         for task in tasks:
             for split in ("dev", "test"):
-                ids = prepare_submit.file_ids(data.task_file(data_dir, task, split))
+                ids = submission.file_ids(data.task_file(data_dir, task, split))
                 path = folder / f"{mode}-{task}-{split}-out.csv"
                 write_predictions(path, task, ids, [0] * len(ids))
 

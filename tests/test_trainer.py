@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import batches
 import datasets as data
 import evaluation
 import losses
@@ -55,7 +56,7 @@ def test_short_training_lowers_every_task_loss(tiny_env):
 
     def loss_of(task):
         model.eval()
-        loader = data.make_loader(task_data[task].train, 64, shuffle=False)
+        loader = batches.make_loader(task_data[task].train, 64, shuffle=False)
         with torch.no_grad():
             return sum(
                 losses.loss_of(task, None).fn(model(task, b), b["labels"]).item() for b in loader

@@ -38,10 +38,7 @@ import torch  # noqa: E402
 import datasets as data  # noqa: E402
 import evaluation  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
-from engine import (
-    checkpoint,  # noqa: E402
-    command,
-)
+from engine import checkpoint, command  # noqa: E402
 from engine.runtime import make_runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
@@ -69,9 +66,9 @@ class Runs:
             raise SystemExit(f"{run_dir}: run without --heldout_size; nothing held out to score")
         self.cfg, self.run_dir = cfg, run_dir
         self.rt = make_runtime(device or cfg.device.device, cfg.device.resolved_precision)
-        self.untouched = mt.run_model(cfg)().to(self.rt.device).eval()
+        self.untouched = command.run_model(cfg)().to(self.rt.device).eval()
         self.kept, _ = command.best_model(cfg, run_dir, self.rt)
-        self.last = mt.run_model(cfg)().to(self.rt.device).eval()
+        self.last = command.run_model(cfg)().to(self.rt.device).eval()
         checkpoint.load_model(self.last, run_dir / checkpoint.STATE)
         self.tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
         self._task_data = None

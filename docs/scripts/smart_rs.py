@@ -20,11 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import torch  # noqa: E402
 
+import batches  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
 import multitask_classifier as mt  # noqa: E402
 import trainer  # noqa: E402
-from engine import runtime  # noqa: E402
+from engine import command, runtime  # noqa: E402
 from engine.flags import DataConfig, ModelConfig  # noqa: E402
 from presets import Stage  # noqa: E402
 from smart import RngSnapshot, SmartConfig  # noqa: E402
@@ -78,13 +79,13 @@ def sst_batch(argv=None) -> dict:
     cfg = DataConfig(args.data_dir, train_size=16, train_first=True, dev_size=1)
     cfg.test_predictions = False
     task_data = data.load_task_data(cfg, tok, ("sst",), 0)
-    return next(iter(data.make_loader(task_data["sst"].train, 16, shuffle=False)))
+    return next(iter(batches.make_loader(task_data["sst"].train, 16, shuffle=False)))
 
 
 def main(argv=None):
     batch = sst_batch(argv)
     torch.manual_seed(0)
-    model = mt.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)()
+    model = command.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)()
     rt = runtime.make_runtime("cpu", "fp32")
     print("| ascent | R_s, dropout on | perturbation | R_s, dropout off | perturbation |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -1,0 +1,165 @@
+"""The command `python classifier.py`, the handout's Part 1: its flags (the handout's
+defaults and names, 2023's --option and 2024's --fine-tune-mode), each task trained one
+stage per epoch by the one training loop (runner.run_plan), the best dev accuracy kept,
+its predictions written by the handout's file names."""
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import datasets as data
+from bert import BertModel
+from classifier import BertSentimentClassifier
+from engine import checkpoint, flags
+from engine.checks import check_compile
+from engine.flags import (
+    DataConfig,
+    DeviceConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    ScheduleConfig,
+    refuse,
+)
+from engine.handout import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
+from engine.runfolder import Run, finish
+from engine.runner import run_plan
+from engine.runtime import check_attention, compile_layers, fast_dropout, make_runtime
+from evaluation import TASKS
+from presets import Stage
+from tokenizer import BertTokenizer
+
+FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
+
+
+@dataclass
+class ClassifierConfig:
+    """what to run"""
+
+    task: str = flags.option(
+        "both", "data set; both: SST, then CFIMDB", choices=("sst", "cfimdb", "both")
+    )
+    option: str = flags.option(
+        "pretrain",
+        f"pretrain (2024: last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
+        "unless given); finetune (2024: full-model): train everything; the prediction files "
+        "are named by the word typed",
+        choices=("pretrain", "last-linear-layer", "finetune", "full-model"),
+    )
+    epochs: int = flags.option(10, "passes over the training set", minimum=1)
+    seed: int = flags.option(RunConfig.seed, "random seed")
+    run_dir: str | None = flags.option(
+        None, "output folder; unset: runs/<option>-<time>, a subfolder per task when both train"
+    )
+    predictions_dir: str | None = flags.option(
+        "predictions", "also copy the prediction files here, where the handout's command writes"
+    )
+    data: DataConfig = field(default_factory=lambda: DataConfig(max_length=512))
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(dropout=0.3, pooling="cls")
+    )  # [CLS]
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(batch_size=8))
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+
+
+FROZEN = ("pretrain", "last-linear-layer")
+CFIMDB_BATCH = 8  # the handout's classifier.py trains CFIMDB (up to 512 tokens) at 8
+# The handout's classifier.py names its files itself, whatever its --dev_out and --test_out say
+NAMED = "accepted: predictions/{option}-{task}-{split}-out.csv, as the handout names them"
+HANDOUT = HANDOUT_FLAGS | {"--dev_out": (1, no_flags, NAMED), "--test_out": (1, no_flags, NAMED)}
+
+
+def frozen_lr(typed: dict) -> dict:
+    """The frozen option's own learning rate, under an --lr the user typed."""
+    return {"optim.lr": FROZEN_LR} if typed.get("option", ClassifierConfig.option) in FROZEN else {}
+
+
+def main(argv=None):
+    argv = handout_argv(sys.argv[1:] if argv is None else argv, HANDOUT)
+    cfg, _, _ = flags.parse(
+        ClassifierConfig(),
+        argv,
+        "Sentiment classification with a frozen or fine-tuned BERT.",
+        handout_help(HANDOUT),
+        overrides=frozen_lr,
+    )
+    refuse(
+        cfg.model.pooling != "cls",
+        f"--pooling {cfg.model.pooling}: Part 1's model reads BERT's pooled [CLS], as the "
+        "handout's; mean pooling is Part 2's (multitask_classifier.py)",
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
+    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    check_compile(cfg.device.compile, rt.device)
+    tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)
+    return {
+        t: train_task(cfg, t, run_dir / t if len(tasks) > 1 else run_dir, rt, tokenizer)
+        for t in tasks
+    }
+
+
+def model_factory(cfg: ClassifierConfig, task: str):
+    """Builds the task's BertSentimentClassifier from the checkpoint when called (its head
+    draws from the seeded RNG at the same point of every run)."""
+
+    def make():
+        bert = BertModel.from_pretrained(cfg.model.bert, attention=cfg.model.attention)
+        check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
+        if cfg.device.compile:
+            compile_layers(bert)
+        return fast_dropout(
+            BertSentimentClassifier(bert, TASKS[task].num_labels, cfg.model.dropout)
+        )
+
+    return make
+
+
+def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):
+    """Train and score one task, the best epoch kept; its predictions by the handout's names."""
+    torch.manual_seed(cfg.seed)
+    task_data = data.load_task_data(cfg.data, tokenizer, (task,), cfg.seed)
+    frozen = cfg.option in FROZEN
+    batch = cfg.optim.batch_size if task == "sst" else min(cfg.optim.batch_size, CFIMDB_BATCH)
+    make_model = model_factory(cfg, task)
+    stages = [  # one stage per epoch, so each epoch gets a row and a chance to be kept
+        Stage(
+            (task,),
+            cfg.optim.lr,
+            batch,
+            name=f"epoch {e + 1}",
+            freeze_encoder=frozen,
+        )
+        for e in range(cfg.epochs)
+    ]
+    print(f"{task} {cfg.option}: {cfg.model.bert} on {rt.device} ({rt.precision}: {rt.why})")
+    print(
+        f"the handout's Part 1: {cfg.epochs} epochs, lr {cfg.optim.lr:g}, batch {batch}, "
+        f"dropout {cfg.model.dropout:g}, {cfg.data.max_length} tokens, BERT's pooled [CLS]"
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)  # its settings, for prepare_submit.py to read
+    checkpoint.atomic_write(json.dumps(flags.to_dict(cfg), indent=1), run_dir / "config.json")
+    option = cfg.option  # the handout's names: 2023's pretrain, finetune; 2024's words
+
+    def named(folder, task, split):  # the handout's Part 1 files
+        return Path(folder) / f"{option}-{task}-{split}-out.csv"
+
+    run = Run(
+        run_dir,
+        rt,
+        (task,),
+        cfg.data.eval_batch_size,
+        cfg.seed,
+        score_train=True,
+        prediction_file=named,
+        copy_to=Path(cfg.predictions_dir) if cfg.predictions_dir else None,
+    )
+    t0 = time.time()
+    model, rows, best = run_plan(stages, make_model(), task_data, cfg.optim, run)
+    finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
+    return rows, best
