@@ -16,6 +16,7 @@ from bert import BertModel
 from classifier import BertSentimentClassifier
 from engine import checkpoint, flags
 from engine.checks import check_compile
+from engine.command import run_runtime
 from engine.flags import (
     DataConfig,
     DeviceConfig,
@@ -28,7 +29,7 @@ from engine.flags import (
 from engine.handout import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
 from engine.runfolder import Run, finish
 from engine.runner import run_plan
-from engine.runtime import check_attention, compile_layers, fast_dropout, make_runtime
+from engine.runtime import check_attention, compile_layers, fast_dropout
 from evaluation import TASKS
 from presets import Stage
 from tokenizer import BertTokenizer
@@ -94,7 +95,7 @@ def main(argv=None):
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    rt = run_runtime(cfg)
     check_compile(cfg.device.compile, rt.device)
     tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)

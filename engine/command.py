@@ -27,7 +27,7 @@ from base_bert import read_json_object
 from bert import BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, flags, handout, outputs
-from engine.checks import check_loading, check_run
+from engine.checks import check_loading, check_model, check_run
 from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, RunConfig, from_dict, refuse
@@ -35,6 +35,7 @@ from engine.handout import MULTITASK_HANDOUT
 from engine.runfolder import Run, finish, write_prediction_files
 from engine.runner import run_plan
 from engine.runtime import (
+    Runtime,
     attention_line,
     check_attention,
     compile_layers,
@@ -219,6 +220,17 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
         print(f"predictions: {out_dir}")
 
 
+PROBE_TOKENS = 32  # a CS224n sentence's tokens, padded: auto's precision probe's length
+
+
+def run_runtime(cfg) -> Runtime:
+    """The run's device and precision (runtime.make_runtime); auto on a CPU is measured at
+    the run's shape, its batch of PROBE_TOKENS-token sentences at the checkpoint's width."""
+    shape = (cfg.optim.batch_size * PROBE_TOKENS, check_model(cfg).hidden_size)
+    device = cfg.device
+    return make_runtime(device.device, device.resolved_precision, device.dist_timeout, shape)
+
+
 def main(argv=None):
     cfg, folders = parse_args(argv)
     if folders["show"]:  # loads nothing
@@ -228,7 +240,7 @@ def main(argv=None):
         print(f"the handout's starter run: {preset.help} [{preset.source}]")
     else:
         print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
-    rt = make_runtime(cfg.device.device, cfg.device.resolved_precision, cfg.device.dist_timeout)
+    rt = run_runtime(cfg)
     check_loading(cfg, rt.device)
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)

@@ -13,6 +13,7 @@ import atexit
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -162,18 +163,51 @@ def native_bf16(device: torch.device) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def pick_precision(device: torch.device, precision: str) -> tuple[str, str]:
-    """('fp32' | 'bf16' | 'fp16', why) for --precision on this device."""
+PROBE_SHAPE = (1024, 384)  # (tokens, hidden): 32 sentences of 32 tokens through MiniLM's width
+
+
+def ffn_times(shape=PROBE_SHAPE, repeats: int = 5) -> dict[str, float]:
+    """Seconds of one forward and backward of a BERT layer's feed-forward block on the CPU,
+    (tokens, H) -> 4H -> GELU -> H, in float32 ('fp32') and under bf16 autocast ('bf16'):
+    each the best of `repeats`, the two taken in turns after a warm-up of each, so that the
+    machine's drift touches both alike (well under a second at PROBE_SHAPE)."""
+    tokens, hidden = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(tokens, hidden, generator=g)
+    w1 = (torch.randn(hidden, 4 * hidden, generator=g) / hidden**0.5).requires_grad_()
+    w2 = (torch.randn(4 * hidden, hidden, generator=g) / (4 * hidden) ** 0.5).requires_grad_()
+    times = {"fp32": [], "bf16": []}
+    for _ in range(repeats + 1):
+        for name, times_of in times.items():
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+                y = F.gelu(x @ w1) @ w2  # (tokens, hidden)
+            y.float().square().mean().backward()
+            times_of.append(time.perf_counter() - t0)
+    return {name: min(t[1:]) for name, t in times.items()}  # t[0]: the warm-up
+
+
+def pick_precision(device: torch.device, precision: str, measure=ffn_times) -> tuple[str, str]:
+    """('fp32' | 'bf16' | 'fp16', why) for --precision on this device. On a CPU, auto is the
+    faster of float32 and bf16 autocast, measured (`measure() -> {'fp32': seconds, 'bf16':
+    seconds}`), where the CPU has bf16 dot products (elsewhere bf16 is emulated: float32,
+    unmeasured); a GPU with bf16 takes it, one without fp16."""
     if precision not in PRECISIONS:
         raise SystemExit(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if precision != "auto":
         return precision, "as asked"
-    kind = "GPU" if device.type == "cuda" else "CPU"
-    if native_bf16(device):
-        return "bf16", f"auto: this {kind} multiplies bf16 natively"
-    if device.type == "cuda":  # a T4: fp16 tensor cores, no bf16
+    if device.type == "cuda":
+        if native_bf16(device):
+            return "bf16", "auto: this GPU multiplies bf16 natively"
         return "fp16", "auto: this GPU has no native bf16, so fp16 with a gradient scaler"
-    return "fp32", "auto: this CPU has no native bf16 dot products"
+    if not native_bf16(device):
+        return "fp32", "auto: this CPU has no native bf16 dot products"
+    ms = {p: 1000 * seconds for p, seconds in measure().items()}
+    name = min(ms, key=ms.get)  # a tie keeps bf16: half the bytes
+    return name, (
+        f"auto: {name} measured faster on this CPU (a layer's feed-forward, forward and "
+        f"backward: bf16 {ms['bf16']:.1f} ms, float32 {ms['fp32']:.1f} ms)"
+    )
 
 
 def compile_layers(bert):
@@ -186,12 +220,15 @@ def compile_layers(bert):
     return bert
 
 
-def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0) -> Runtime:
-    """The device and precision (pick_precision); under torchrun (WORLD_SIZE > 1) also
-    joins the process group: nccl on GPUs (one per process, LOCAL_RANK), gloo on the CPU;
-    a process that waits for the others longer than timeout_minutes stops with an error."""
+def make_runtime(
+    device_arg: str, precision: str = "auto", timeout_minutes=30.0, shape=PROBE_SHAPE
+) -> Runtime:
+    """The device and precision (pick_precision; auto on a CPU measures both at `shape`, the
+    run's (tokens, hidden), and every process takes the main one's pick); under torchrun
+    (WORLD_SIZE > 1) also joins the process group: nccl on GPUs (one per process,
+    LOCAL_RANK), gloo on the CPU; a process that waits for the others longer than
+    timeout_minutes stops with an error."""
     device = pick_device(device_arg)
-    name, why = pick_precision(device, precision)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         if device.type == "cuda":
@@ -206,6 +243,9 @@ def make_runtime(device_arg: str, precision: str = "auto", timeout_minutes=30.0)
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process
+    name, why = pick_precision(device, precision, lambda: ffn_times(shape))
+    if world > 1 and precision == "auto":  # every process takes the main one's measurement
+        name, why = from_main((name, why), Runtime(device, None, None, rank, world))
     # float16's narrow range needs the loss scaled so small gradients do not underflow
     scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
     return Runtime(device, AUTOCAST[name], scaler, rank, world, why)

@@ -38,8 +38,17 @@ import datasets as data
 from base_bert import BertConfig, resolve_model_dir
 from bert import BertModel, mean_pool
 from engine import cli, flags, runtime
+from engine.command import PROBE_TOKENS
 from engine.flags import OptimConfig, option
-from engine.runtime import AUTOCAST, PRECISIONS, Runtime, make_runtime, native_bf16
+from engine.runtime import (
+    AUTOCAST,
+    PRECISIONS,
+    Runtime,
+    ffn_times,
+    make_runtime,
+    native_bf16,
+    pick_precision,
+)
 from lab.timing import (
     Row,
     Skip,
@@ -318,6 +327,12 @@ def bench_precision(ctx: Context) -> list[Row]:
         steps = {p: own_step(ctx, B, p) for p in dtypes}
         bert, T = steps["fp32"].args[0].bert, ctx.length
         M, K, N = B * T, bert.config.hidden_size, bert.config.intermediate_size
+        if not ctx.cuda:  # what --precision auto decides here, at this batch's shape
+            probe = ffn_times((B * PROBE_TOKENS, K))
+            _, why = pick_precision(device, "auto", lambda probe=probe: probe)
+            ms = {p: 1000 * t for p, t in probe.items()}
+            what = f"auto's probe, feed-forward {B * PROBE_TOKENS}x{K}: bf16 vs float32"
+            rows.append(Row(what, "ms", ms["bf16"], ms["fp32"], ms["bf16"] / ms["fp32"], note=why))
         g = torch.Generator().manual_seed(0)
         a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
         mm = {p: partial(torch.matmul, a.to(device, d), b.to(device, d)) for p, d in dtypes.items()}

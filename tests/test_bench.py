@@ -10,6 +10,7 @@ import torch
 
 from base_bert import BertConfig
 from bert import BertModel
+from engine import runtime
 from lab import bench
 from lab.bench import TARGETS
 from lab.timing import Row, markdown, passed, ratios, time_interleaved, timed_row
@@ -162,6 +163,7 @@ def test_smoke_run_on_the_tiny_bert(tiny_env, tmp_path):
 @pytest.mark.slow
 def test_the_precision_section_on_the_tiny_bert(tiny_env, tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "native_bf16", lambda device: True)  # emulated where absent
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: True)  # auto's probe, too
     bert_dir, data_dir = tiny_env
     argv = ["--only", "precision", "--model", str(bert_dir), "--data_dir", str(data_dir)]
     argv += ["--batch_sizes", "4", "--length", "8", "--repeats", "2", "--warmup", "0"]
@@ -169,12 +171,17 @@ def test_the_precision_section_on_the_tiny_bert(tiny_env, tmp_path, monkeypatch)
     rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
     names = [r["what"] for r in rows]
     assert [n.split(",")[0].split(":")[0] for n in names] == [
+        "auto's probe",
         "matmul 32x32x64 (the FFN's shape)",
         "BERT forward 4x8",
         "train step 4x8",
         "train step 4x8 bf16",
         "train step 4x8 fp32",
     ]
+    probe = rows[0]  # bf16's ms against float32's, and what --precision auto takes from them
+    pick = "bf16" if probe["ours"] <= probe["reference"] else "fp32"
+    assert probe["what"].startswith("auto's probe, feed-forward 128x32")
+    assert probe["note"].startswith(f"auto: {pick} measured faster on this CPU")
     shares = [r for r in rows if "FLOP rate" in r["what"]]
     assert all(r["ours"] > 0 for r in shares) and shares[0]["target"] == "bf16_share"
 

@@ -28,15 +28,53 @@ def test_a_device_this_machine_lacks_stops_before_training(monkeypatch, device, 
     assert runtime.pick_device("cuda:0") == torch.device("cuda", 0)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_follows_what_the_device_multiplies_natively(monkeypatch, native):
-    monkeypatch.setattr(runtime, "native_bf16", lambda device: native)
-    rt = runtime.make_runtime("cpu", "auto")
+@pytest.mark.parametrize("faster", ["bf16", "fp32"])
+def test_auto_on_a_cpu_takes_the_precision_measured_faster(monkeypatch, faster):
+    """The probe times both precisions at the run's shape (here a fake: 2 ms for the faster,
+    3 ms for the other) and auto takes the faster one, saying so with both timings."""
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: True)
+    shapes = []
+
+    def fake(shape):
+        shapes.append(shape)
+        return {p: 0.002 if p == faster else 0.003 for p in ("fp32", "bf16")}
+
+    monkeypatch.setattr(runtime, "ffn_times", fake)
+    rt = runtime.make_runtime("cpu", "auto", shape=(64, 8))
     assert rt.device.type == "cpu" and not rt.scaler.is_enabled() and rt.main and rt.world == 1
-    assert (rt.precision, rt.amp_dtype) == (("bf16", torch.bfloat16) if native else ("fp32", None))
-    assert rt.why.startswith("auto: this CPU")
+    assert shapes == [(64, 8)] and rt.precision == faster
+    assert rt.amp_dtype == runtime.AUTOCAST[faster]
+    ms = {p: "2.0" if p == faster else "3.0" for p in ("fp32", "bf16")}
+    assert rt.why == (
+        f"auto: {faster} measured faster on this CPU (a layer's feed-forward, forward and "
+        f"backward: bf16 {ms['bf16']} ms, float32 {ms['fp32']} ms)"
+    )
+
+
+def test_a_typed_precision_or_a_cpu_without_bf16_is_not_measured(monkeypatch):
+    def never():
+        raise AssertionError("measured")
+
+    cpu = torch.device("cpu")
+    for name in ("fp32", "bf16", "fp16"):
+        assert runtime.pick_precision(cpu, name, never) == (name, "as asked")
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: False)
+    assert runtime.pick_precision(cpu, "auto", never) == (
+        "fp32",
+        "auto: this CPU has no native bf16 dot products",
+    )
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_on_a_gpu_follows_what_it_multiplies_natively(monkeypatch, native):
+    monkeypatch.setattr(runtime, "native_bf16", lambda device: native)
     gpu = torch.device("cuda")  # a T4 has no bf16: fp16 with a scaler; an A100 has it
     assert runtime.pick_precision(gpu, "auto")[0] == ("bf16" if native else "fp16")
+
+
+def test_the_probe_times_a_forward_and_backward_in_both_precisions():
+    times = runtime.ffn_times(shape=(64, 16), repeats=2)
+    assert sorted(times) == ["bf16", "fp32"] and all(0 < t < 1 for t in times.values())
 
 
 def test_every_precision_can_be_forced_on_the_cpu():
