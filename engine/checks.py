@@ -78,8 +78,7 @@ def check_tensorboard(cfg: RunConfig):
 
 
 def check_model(cfg: RunConfig):
-    """The checkpoint's config, read before any data: what it cannot do stops the run now;
-    returns it."""
+    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
     model_dir = resolve_model_dir(cfg.model.bert)
     missing = missing_files(model_dir)
     refuse(
@@ -87,14 +86,12 @@ def check_model(cfg: RunConfig):
         f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
         "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
     )
-    config = load_config(model_dir)
-    positions = config.max_position_embeddings
+    positions = load_config(model_dir).max_position_embeddings
     if cfg.data.max_length > positions:
         raise SystemExit(
             f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
             f"{cfg.model.bert} (max_position_embeddings in its config.json)"
         )
-    return config
 
 
 def check_compile(compile: bool, device) -> None:

@@ -23,7 +23,7 @@ import torch
 import datasets as data
 import simcse
 import trainer
-from base_bert import read_json_object
+from base_bert import load_config, read_json_object, resolve_model_dir
 from bert import BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, flags, handout, outputs
@@ -226,7 +226,8 @@ PROBE_TOKENS = 32  # a CS224n sentence's tokens, padded: auto's precision probe'
 def run_runtime(cfg) -> Runtime:
     """The run's device and precision (runtime.make_runtime); auto on a CPU is measured at
     the run's shape, its batch of PROBE_TOKENS-token sentences at the checkpoint's width."""
-    shape = (cfg.optim.batch_size * PROBE_TOKENS, check_model(cfg).hidden_size)
+    hidden = load_config(resolve_model_dir(cfg.model.bert)).hidden_size
+    shape = (cfg.optim.batch_size * PROBE_TOKENS, hidden)
     device = cfg.device
     return make_runtime(device.device, device.resolved_precision, device.dist_timeout, shape)
 
@@ -240,6 +241,7 @@ def main(argv=None):
         print(f"the handout's starter run: {preset.help} [{preset.source}]")
     else:
         print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
+    check_model(cfg)  # the checkpoint first: auto's precision probe runs at its width
     rt = run_runtime(cfg)
     check_loading(cfg, rt.device)
     run_dir = Path(
