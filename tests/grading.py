@@ -81,18 +81,22 @@ def student_user_missing() -> str:
         pwd.getpwnam(gradescope.STUDENT)
     except KeyError:
         return f"no user {gradescope.STUDENT} (.ci/run makes it)"
-    try:
-        ran = subprocess.run(
-            [sys.executable, "-c", "import torch"],
-            user=gradescope.STUDENT,
-            group=gradescope.STUDENT,
-            extra_groups=[],  # as grader/processes.py runs it: none of root's groups
-            capture_output=True,
-            text=True,
-            cwd="/",
-        )
-    except OSError as e:
-        return f"{gradescope.STUDENT} cannot run {sys.executable}: {e}"
+    # in the grades' turn: a grade running beside it ends by stopping every process of the user
+    with processes.alone(gradescope.STUDENT, time.monotonic() + processes.DEADLINE) as turn:
+        if not turn:
+            return f"no turn for {gradescope.STUDENT} in {processes.DEADLINE} s"
+        try:
+            ran = subprocess.run(
+                [sys.executable, "-c", "import torch"],
+                user=gradescope.STUDENT,
+                group=gradescope.STUDENT,
+                extra_groups=[],  # as grader/processes.py runs it: none of root's groups
+                capture_output=True,
+                text=True,
+                cwd="/",
+            )
+        except OSError as e:
+            return f"{gradescope.STUDENT} cannot run {sys.executable}: {e}"
     last = (ran.stderr.strip().splitlines() or [""])[-1]
     return f"{gradescope.STUDENT} cannot import torch: {last}" * (ran.returncode != 0)
 
