@@ -32,10 +32,11 @@ from torch import nn
 
 import simcse
 from bert import BertModel, mean_pool
-from engine.flags import OptimConfig
+from engine.flags import OptimConfig, RunConfig
 from evaluation import MULTITASK, TASKS
-from losses import cosine_to_score
+from losses import cosine_to_score, loss_of
 from optimizer import AdamW
+from presets import loss_choices
 
 
 class MultitaskBERT(nn.Module):
@@ -220,6 +221,34 @@ class MultitaskBERT(nn.Module):
         ]
         groups = [g for g in groups if g["params"]]
         return AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
+
+
+# ---------------------------------------------------------------------------------------
+# The heads a run's losses ask for
+
+
+def cosine_tasks(cfg: RunConfig) -> tuple:
+    """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
+    out by a cosine threshold, not by a head that loss would never train."""
+    return tuple(
+        t
+        for t, loss in loss_choices(cfg).items()
+        if loss_of(t, loss).pair and TASKS[t].kind == "binary"
+    )
+
+
+def concat_tasks(cfg: RunConfig) -> tuple:
+    """Siamese pair tasks that get a Linear on [u, v] (--pair_head concat): those whose loss
+    trains a head's output."""
+    if cfg.model.pair_head != "concat":
+        return ()
+    chosen = loss_choices(cfg)
+    return tuple(
+        t
+        for t in ("para", "sts")
+        if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
+        and t not in cfg.multitask.cross_encode
+    )
 
 
 if __name__ == "__main__":  # the command: flags, run folder, resume (engine/command.py)

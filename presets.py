@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datasets import CONTRASTIVE
 from engine.flags import MultitaskConfig, RunConfig, SimCSEConfig
 from evaluation import MULTITASK, TASKS
-from losses import TASK_LOSSES, loss_of
+from losses import TASK_LOSSES
 from optimizer import WEIGHTINGS
 from smart import SmartConfig
 
@@ -100,30 +100,6 @@ def loss_choices(cfg: RunConfig) -> dict:
     """--para_loss / --sts_loss, where they differ from the task's default loss."""
     chosen = {"para": cfg.multitask.para_loss, "sts": cfg.multitask.sts_loss}
     return {task: loss for task, loss in chosen.items() if loss}
-
-
-def cosine_tasks(cfg: RunConfig) -> tuple:
-    """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
-    out by a cosine threshold, not by a head that loss would never train."""
-    return tuple(
-        t
-        for t, loss in loss_choices(cfg).items()
-        if loss_of(t, loss).pair and TASKS[t].kind == "binary"
-    )
-
-
-def concat_tasks(cfg: RunConfig) -> tuple:
-    """Siamese pair tasks that get a Linear on [u, v] (--pair_head concat): those whose loss
-    trains a head's output."""
-    if cfg.model.pair_head != "concat":
-        return ()
-    chosen = loss_choices(cfg)
-    return tuple(
-        t
-        for t in ("para", "sts")
-        if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
-        and t not in cfg.multitask.cross_encode
-    )
 
 
 def added_simcse(cfg: RunConfig):

@@ -1,6 +1,7 @@
 """What a run's flags cannot do, refused before the run folder is made: `check_run` (the
-settings and the stages, loading nothing), then `check_loading` (the model's files, the
-packages and the device a run needs). Each refusal is one line naming the flag.
+settings and the stages, loading nothing), then `check_model` (the model's files) and
+`check_loading` (the packages and the device a run needs). Each refusal is one line naming
+the flag.
 """
 
 from base_bert import load_config, missing_files, resolve_model_dir
@@ -18,8 +19,8 @@ def check_run(cfg: RunConfig, plans: Plans) -> None:
 
 
 def check_loading(cfg: RunConfig, device) -> None:
-    """What the run will load or run on: the checkpoint, TensorBoard, --compile's device."""
-    check_model(cfg)
+    """What the run will load or run on besides the checkpoint (check_model, first):
+    TensorBoard, --compile's device."""
     check_tensorboard(cfg)
     check_compile(cfg.device.compile, device)
 
@@ -78,7 +79,8 @@ def check_tensorboard(cfg: RunConfig):
 
 
 def check_model(cfg: RunConfig):
-    """The checkpoint's config, read before any data: what it cannot do stops the run now."""
+    """The checkpoint's config, read before any data: what it cannot do stops the run now;
+    returns it."""
     model_dir = resolve_model_dir(cfg.model.bert)
     missing = missing_files(model_dir)
     refuse(
@@ -86,12 +88,14 @@ def check_model(cfg: RunConfig):
         f"--bert {cfg.model.bert}: {model_dir} has no {' and no '.join(missing)}; a "
         "Hugging Face BERT folder holds config.json, vocab.txt and the weights",
     )
-    positions = load_config(model_dir).max_position_embeddings
-    if cfg.data.max_length > positions:
+    config = load_config(model_dir)
+    if cfg.data.max_length > config.max_position_embeddings:
         raise SystemExit(
-            f"--max_length {cfg.data.max_length} is longer than the {positions} positions of "
-            f"{cfg.model.bert} (max_position_embeddings in its config.json)"
+            f"--max_length {cfg.data.max_length} is longer than the "
+            f"{config.max_position_embeddings} positions of {cfg.model.bert} "
+            "(max_position_embeddings in its config.json)"
         )
+    return config
 
 
 def check_compile(compile: bool, device) -> None:

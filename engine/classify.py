@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 import datasets as data
+from base_bert import load_config, resolve_model_dir
 from bert import BertModel
 from classifier import BertSentimentClassifier
 from engine import checkpoint, flags
@@ -95,7 +96,7 @@ def main(argv=None):
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
-    rt = run_runtime(cfg)
+    rt = run_runtime(cfg, load_config(resolve_model_dir(cfg.model.bert)).hidden_size)
     check_compile(cfg.device.compile, rt.device)
     tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)

@@ -23,11 +23,11 @@ import torch
 import datasets as data
 import simcse
 import trainer
-from base_bert import load_config, read_json_object, resolve_model_dir
+from base_bert import read_json_object
 from bert import BertModel
 from datasets import CONTRASTIVE
-from engine import checkpoint, flags, handout, outputs
-from engine.checks import check_loading, check_model, check_run
+from engine import checkpoint, checks, flags, handout, outputs
+from engine.checks import check_loading, check_run
 from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, RunConfig, from_dict, refuse
@@ -46,8 +46,8 @@ from engine.runtime import (
 from engine.show import show
 from engine.tsv import require
 from evaluation import MULTITASK
-from multitask_classifier import MultitaskBERT
-from presets import PRESETS, Preset, Stage, concat_tasks, cosine_tasks
+from multitask_classifier import MultitaskBERT, concat_tasks, cosine_tasks
+from presets import PRESETS, Preset, Stage
 from tokenizer import BertTokenizer
 
 # ---------------------------------------------------------------------------------------
@@ -223,10 +223,10 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
 PROBE_TOKENS = 32  # a CS224n sentence's tokens, padded: auto's precision probe's length
 
 
-def run_runtime(cfg) -> Runtime:
+def run_runtime(cfg, hidden: int) -> Runtime:
     """The run's device and precision (runtime.make_runtime); auto on a CPU is measured at
-    the run's shape, its batch of PROBE_TOKENS-token sentences at the checkpoint's width."""
-    hidden = load_config(resolve_model_dir(cfg.model.bert)).hidden_size
+    the run's shape, its batch of PROBE_TOKENS-token sentences at the checkpoint's width
+    (`hidden`)."""
     shape = (cfg.optim.batch_size * PROBE_TOKENS, hidden)
     device = cfg.device
     return make_runtime(device.device, device.resolved_precision, device.dist_timeout, shape)
@@ -241,8 +241,8 @@ def main(argv=None):
         print(f"the handout's starter run: {preset.help} [{preset.source}]")
     else:
         print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
-    check_model(cfg)  # the checkpoint first: auto's precision probe runs at its width
-    rt = run_runtime(cfg)
+    hidden = checks.check_model(cfg).hidden_size  # auto's precision probe runs at its width
+    rt = run_runtime(cfg, hidden)
     check_loading(cfg, rt.device)
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)

@@ -6,7 +6,8 @@ from engine import flags
 from engine.flags import RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import default_loss
-from presets import Stage, concat_tasks, cosine_tasks, loss_choices
+from multitask_classifier import concat_tasks, cosine_tasks
+from presets import Stage, loss_choices
 
 
 def changed_settings(cfg: RunConfig) -> list[str]:

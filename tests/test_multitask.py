@@ -19,7 +19,8 @@ from helpers import (
     pair_batch,
     sentence_batch,
 )
-from presets import Stage, concat_tasks, cosine_tasks
+from multitask_classifier import concat_tasks, cosine_tasks
+from presets import Stage
 from smart import SmartConfig
 from trainer import StepContext
 
