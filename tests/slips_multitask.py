@@ -273,6 +273,15 @@ SLIPS = {
         ),
         ("the loss scaler bypassed", [("rt.scaler.scale(part).backward()", "part.backward()")]),
         (
+            "the loss scaled twice",
+            [
+                (
+                    "rt.scaler.scale(part).backward()",
+                    "rt.scaler.scale(rt.scaler.scale(part)).backward()",
+                )
+            ],
+        ),
+        (
             "1 / parts for the share",
             [("weights[task] * share * part", "weights[task] / len(pieces) * part")],
         ),
