@@ -1,9 +1,9 @@
 """BERT configuration and pretrained-checkpoint loading.
 
 The model itself lives in bert.py; this file knows where checkpoints come from and
-how their tensors map onto our parameters. Parameter names follow Hugging Face's
-`BertModel` (Devlin et al., 2019), so a checkpoint loads by a plain name mapping
-that lives in one place: `hf_to_ours` below.
+how their tensors map onto our parameters. Ours are the CS224n handout's names; a
+Hugging Face `BertModel` checkpoint (Devlin et al., 2019) loads through the name map
+that lives in one place: `HF_NAMES` below.
 
 Where a model can come from (`resolve_model_dir`):
 - a local folder in Hugging Face format (config.json + model.safetensors or
@@ -187,35 +187,74 @@ def load_state_dict(model_dir: Path) -> dict:
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {model_dir}")
 
 
+# Hugging Face's BertModel names -> ours, the CS224n handout's: the one name map. A
+# checkpoint's key is a module's name then ".weight" or ".bias"; a layer's under
+# "encoder.layer.<i>." (ours: "bert_layers.<i>.").
+HF_NAMES = {
+    "embeddings.word_embeddings": "word_embedding",
+    "embeddings.position_embeddings": "pos_embedding",
+    "embeddings.token_type_embeddings": "tk_type_embedding",
+    "embeddings.LayerNorm": "embed_layer_norm",
+    "pooler.dense": "pooler_dense",
+}
+HF_LAYER_NAMES = {
+    "attention.self.query": "self_attention.query",
+    "attention.self.key": "self_attention.key",
+    "attention.self.value": "self_attention.value",
+    "attention.output.dense": "attention_dense",
+    "attention.output.LayerNorm": "attention_layer_norm",
+    "intermediate.dense": "interm_dense",
+    "output.dense": "out_dense",
+    "output.LayerNorm": "out_layer_norm",
+}
+HF_LAYERS, OUR_LAYERS = "encoder.layer.", "bert_layers."
+HEADS = ("cls.", "classifier.", "qa_outputs.")  # a checkpoint's heads: not the encoder's
+
+
+def rename(name: str, modules: dict, layers: dict, prefixes: tuple) -> str | None:
+    """`name` (module.weight or .bias) through one direction of the map; None: unknown."""
+    module, _, tensor = name.rpartition(".")
+    if tensor not in ("weight", "bias"):
+        return None
+    if module in modules:
+        return f"{modules[module]}.{tensor}"
+    start, to = prefixes
+    index, _, inner = module.removeprefix(start).partition(".")
+    if module.startswith(start) and index.isdigit() and inner in layers:
+        return f"{to}{index}.{layers[inner]}.{tensor}"
+    return None
+
+
 def hf_to_ours(name: str) -> str | None:
-    """Map one Hugging Face checkpoint key to our parameter name (None: not a parameter).
+    """One Hugging Face checkpoint key as our parameter name (None: not one of BERT's).
 
-    Our names are HF's without the `bert.` prefix that task checkpoints carry, and
-    with the old TF-style `gamma`/`beta` LayerNorm names renamed.
-    """
-    if name.startswith("bert."):
-        name = name[len("bert.") :]
-    elif name.startswith(("cls.", "classifier.", "qa_outputs.")):
-        return None  # pretraining or task heads: not part of the encoder
-    if name.endswith("position_ids"):
-        return None  # a constant buffer in some checkpoints, not a weight
-    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
-        "LayerNorm.beta", "LayerNorm.bias"
-    )
+    Task checkpoints carry a `bert.` prefix, and old TF-style ones name LayerNorm's
+    parameters `gamma`/`beta`."""
+    name = name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
+    name = name.replace("LayerNorm.beta", "LayerNorm.bias")
+    return rename(name, HF_NAMES, HF_LAYER_NAMES, (HF_LAYERS, OUR_LAYERS))
 
 
-BERT_WEIGHT = re.compile(  # every weight of Hugging Face's BertModel, by our (its) names
-    r"(embeddings\.((word|position|token_type)_embeddings\.weight|LayerNorm\.(weight|bias))"
-    r"|encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense"
-    r"|attention\.output\.LayerNorm|intermediate\.dense|output\.dense|output\.LayerNorm)"
-    r"\.(weight|bias)|pooler\.dense\.(weight|bias))"
-)
+def ours_to_hf(name: str) -> str | None:
+    """One of our parameter names as Hugging Face's (None: a weight BERT lacks)."""
+    modules = {v: k for k, v in HF_NAMES.items()}
+    layers = {v: k for k, v in HF_LAYER_NAMES.items()}
+    return rename(name, modules, layers, (OUR_LAYERS, HF_LAYERS))
 
 
 def is_bert_weight(name: str) -> bool:
     """Whether `name` (a state_dict key of BertModel) is one of BERT's own weights, which a
     checkpoint holds, rather than one that bert.py adds."""
-    return BERT_WEIGHT.fullmatch(name) is not None
+    return ours_to_hf(name) is not None
+
+
+def rename_hf_keys(state: dict, prefix: str, *args) -> None:
+    """BertModel's load_state_dict pre-hook: the keys under `prefix` in Hugging Face's
+    names (a run saved before bert.py took the handout's) renamed to ours, in place."""
+    for key in [k for k in state if k.startswith(prefix)]:
+        ours = hf_to_ours(key[len(prefix) :])
+        if ours is not None and ours != key[len(prefix) :]:
+            state[prefix + ours] = state.pop(key)
 
 
 def load_into(model: torch.nn.Module, state: dict, source: str = "checkpoint") -> dict:
@@ -228,9 +267,9 @@ def load_into(model: torch.nn.Module, state: dict, source: str = "checkpoint") -
     loaded, unexpected = set(), []
     with torch.no_grad():
         for hf_name, tensor in state.items():
-            name = hf_to_ours(hf_name)
-            if name is None:
-                continue
+            if hf_name.startswith(HEADS) or hf_name.endswith("position_ids"):
+                continue  # pretraining or task heads, a constant buffer: not weights of ours
+            name = hf_to_ours(hf_name) or hf_name  # a key in our names loads as it is
             if name not in ours:
                 unexpected.append(hf_name)
                 continue

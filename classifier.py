@@ -33,11 +33,19 @@ class BertSentimentClassifier(nn.Module):
     """The handout's Part 1 model: BERT, dropout on the sentence's pooled [CLS] vector, one
     linear layer onto the task's C classes (SST: 5, CFIMDB: 2)."""
 
-    def __init__(self, bert: BertModel, num_labels: int, dropout: float = 0.3):
+    def __init__(self, config):
+        """config (the handout's): num_labels, hidden_size, hidden_dropout_prob; and bert,
+        the checkpoint to load (a folder, 'minilm' or a hub name), with its attention
+        (bert.py). Frozen or fine-tuned, BERT's parameters are set by each stage
+        (trainer.train_stage)."""
         super().__init__()
-        self.bert = bert
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(bert.config.hidden_size, num_labels)
+        self.num_labels = config.num_labels
+        self.bert = BertModel.from_pretrained(config.bert, attention=config.attention)
+        self.hidden_dropout_prob = config.hidden_dropout_prob
+        # BEGIN EXERCISE classifier: the layers that make BERT's pooled [CLS] vector into num_labels logits: dropout (config.hidden_dropout_prob), a linear layer
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        # END EXERCISE classifier
 
     def forward(self, input_ids, attention_mask):
         """(B, T) token ids and mask -> (B, C) logits: F.cross_entropy's input, no softmax."""
@@ -66,7 +74,7 @@ class BertSentimentClassifier(nn.Module):
     def config(self) -> dict:
         """What a checkpoint must match to load into this model."""
         bert = {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"}
-        return {"bert": bert, "classes": self.classifier.out_features, "dropout": self.dropout.p}
+        return {"bert": bert, "classes": self.num_labels, "dropout": self.hidden_dropout_prob}
 
     def configure_optimizers(self, cfg: OptimConfig) -> AdamW:
         """AdamW over every parameter at one learning rate, as the handout's classifier.py:

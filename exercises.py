@@ -215,7 +215,12 @@ def parser() -> argparse.ArgumentParser:
         help="the exercises to grade (default: those make opened in a student's copy, else all)",
     )
     grade.add_argument("--dir", type=Path, default=HERE, help="the copy (default: here)")
-    grade.add_argument("--grader", type=Path, help="the TA's grader folder (default: the copy's)")
+    grade.add_argument(
+        "--grader",
+        type=Path,
+        help="the TA's grader folder (default: this tree's where it holds the answers, else "
+        "the copy's)",
+    )
     grade.add_argument("--results", type=Path, help="also write Gradescope's results.json here")
     grade.add_argument(
         "-v", "--verbose", action="store_true", help="every failing part, not the first only"
@@ -263,7 +268,22 @@ def main(argv=None) -> int:
     if args.command == "gradescope":
         gradescope.run(args.root, check)
         return 0
-    return check(args.dir.resolve(), args.names, args.grader, args.results, verbose=args.verbose)
+    root = args.dir.resolve()
+    return check(root, args.names, judge_of(root, args.grader), args.results, verbose=args.verbose)
+
+
+def judge_of(root: Path, grader: Path | None) -> Path | None:
+    """The grader that judges the copy in root: --grader's; else, from a tree that holds the
+    answers (the TA's) grading another folder, this tree's own, never the copy's; else the
+    copy's (None)."""
+    if not (root / "exercises.py").is_file():
+        raise SystemExit(
+            f"{root}: no exercises.py; is it this repository, a handout or a TA's grader?"
+        )
+    if grader is None and root != HERE and (HERE / ANSWERS[0]).is_file():
+        print(f"judged by this tree's grader ({HERE / 'grader'}), not {root}'s")
+        return HERE
+    return grader
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command

@@ -117,13 +117,14 @@ class MultitaskBERT(nn.Module):
     def embed(self, batch):
         """Embedding output (N, T, H) of a batch; N = 2B for siamese pairs."""
         ids, _, types = self.flat_inputs(batch)
-        return self.bert.embed(ids, types)
+        with self.bert.token_types(types):
+            return self.bert.embed(ids)
 
     def sentences(self, batch, embeds=None):
         """Pooled sentence embeddings (N, H) of every sentence in the batch, before dropout."""
-        ids, mask, types = self.flat_inputs(batch)
         if embeds is None:
-            embeds = self.bert.embed(ids, types)
+            embeds = self.embed(batch)
+        _, mask, _ = self.flat_inputs(batch)
         out = self.bert.encode(embeds, mask)
         if self.pooling == "mean":
             return mean_pool(out["last_hidden_state"], mask)  # (N, H)

@@ -2,20 +2,11 @@
 
 AdamW: Adam (Kingma & Ba, 2015, "Adam: A Method for Stochastic Optimization") with
 decoupled weight decay (Loshchilov & Hutter, 2019, "Decoupled Weight Decay
-Regularization"). One step for a parameter p with gradient g, at step t:
-
-    m_t = beta1 * m_{t-1} + (1 - beta1) * g          first moment (momentum)
-    v_t = beta2 * v_{t-1} + (1 - beta2) * g^2        second moment (per-coordinate scale)
-    m_hat = m_t / (1 - beta1^t),  v_hat = v_t / (1 - beta2^t)   (only if correct_bias)
-    p <- p - lr * weight_decay * p                   decay uses p before the Adam update
-    p <- p - lr * m_hat / (sqrt(v_hat) + eps)
-
-This is torch.optim.AdamW's arithmetic (eps added to the bias-corrected sqrt(v_hat)), so the
-two agree to float rounding; `correct_bias=False` skips the bias correction. The CS224n handout
-(correct_bias=True, its default and its test's) asks for Kingma & Ba's "efficient version",
-p <- p - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m_t / (sqrt(v_t) + eps), then the decay (with
-lr) after it. Both pass its test, `python optimizer_test.py`: ours ends 1.8e-5 from its
-optimizer_test.npy, inside its tolerance (atol 1e-6, rtol 1e-4).
+Regularization"), the four steps of the CS224n handout: update the gradient's first and
+second moments, correct their bias (unless correct_bias=False), update the parameter,
+decay it with the learning rate. Ours decays first and adds eps as torch.optim.AdamW does,
+so the two agree to float rounding; the handout's order (its "efficient version", then the
+decay) passes its test too, `python optimizer_test.py` (atol 1e-6, rtol 1e-4).
 
 PCGrad: Yu et al., 2020, "Gradient Surgery for Multi-Task Learning". When two task gradients
 conflict (negative dot product), each is projected onto the normal plane of the other before
@@ -118,15 +109,6 @@ class AdamW(torch.optim.Optimizer):
                 self._loop_update(group, params)
         return loss
 
-    def _state(self, p: torch.Tensor) -> dict:
-        """Per-parameter state, created on the first step: a step count and two moments."""
-        state = self.state[p]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
-
     def _bias_corrections(self, group: dict, step: int) -> tuple[float, float]:
         """(1 - beta1^t, 1 - beta2^t), or (1, 1) when bias correction is off."""
         if not group["correct_bias"]:
@@ -135,34 +117,41 @@ class AdamW(torch.optim.Optimizer):
         return 1.0 - beta1**step, 1.0 - beta2**step
 
     def _loop_update(self, group: dict, params: list[torch.Tensor]) -> None:
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        """The step of each parameter of `group` that has a gradient, one at a time."""
+        alpha = group["lr"]
         for p in params:
             grad = p.grad
-            state = self._state(p)
+            state = self.state[p]  # this parameter's state, kept from one step to the next
+            # BEGIN EXERCISE adamw: on the first step the state (a step count, the two moments); count the step; update the moments; bias corrections (correct_bias); decay p by alpha * weight_decay; p -= alpha * m_hat / (sqrt(v_hat) + eps)
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["step"] += 1
+            (beta1, beta2), eps = group["betas"], group["eps"]
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
 
-            # BEGIN EXERCISE adamw: update m and v in place; bias corrections by _bias_corrections (correct_bias); decay p by lr * weight_decay; p -= lr * m_hat / (sqrt(v_hat) + eps)
             # m_t = beta1 * m_{t-1} + (1 - beta1) * g, i.e. m moves toward g by (1 - beta1)
             exp_avg.lerp_(grad, 1.0 - beta1)
             # v_t = beta2 * v_{t-1} + (1 - beta2) * g^2
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
 
             # m_hat = m_t / bias1 and v_hat = v_t / bias2 (both 1 without correction)
-            bias1, bias2 = self._bias_corrections(group, state["step"])
+            t = state["step"]
+            bias1, bias2 = (1 - beta1**t, 1 - beta2**t) if group["correct_bias"] else (1.0, 1.0)
 
-            # p <- p - lr * weight_decay * p, before the Adam step (decoupled decay)
+            # p <- p - alpha * weight_decay * p, before the Adam step (decoupled decay)
             if group["weight_decay"]:
-                p.mul_(1.0 - lr * group["weight_decay"])
+                p.mul_(1.0 - alpha * group["weight_decay"])
 
-            # p <- p - lr * m_hat / (sqrt(v_hat) + eps), with both corrections folded into
+            # p <- p - alpha * m_hat / (sqrt(v_hat) + eps), both corrections folded into
             # scalars: m_hat / (sqrt(v_hat) + eps) = sqrt(bias2) / bias1 * m / (sqrt(v) +
             # eps * sqrt(bias2)). sqrt(v) goes to a scratch buffer: one pass over v and no
             # new tensor per parameter (a fresh 47 MB for MiniLM's word embeddings each step
             # costs the kernel's page faults, more than the arithmetic).
             root2 = math.sqrt(bias2)
             denom = torch.sqrt(exp_avg_sq, out=self._scratch(p)).add_(eps * root2)
-            p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)
+            p.addcdiv_(exp_avg, denom, value=-alpha * root2 / bias1)
             # END EXERCISE adamw
 
     def _scratch(self, p: torch.Tensor) -> torch.Tensor:
@@ -179,7 +168,12 @@ class AdamW(torch.optim.Optimizer):
         if not params:
             return
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        states = [self._state(p) for p in params]
+        states = [self.state[p] for p in params]
+        for p, s in zip(params, states, strict=True):
+            if not s:  # the first step: a step count and the two moments
+                s["step"] = 0
+                s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                s["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         grads = [p.grad for p in params]
         exp_avgs = [s["exp_avg"] for s in states]
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]

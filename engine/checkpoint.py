@@ -157,9 +157,11 @@ def split(tensors: dict, prefix: str) -> dict:
 def _load_weights(model, tensors: dict, info: dict, path: Path) -> None:
     check_compatible(info["config"], json.loads(json.dumps(model.config())), path)
     weights = split(tensors, "model.")
-    if weights.keys() != model.state_dict().keys():
-        raise CheckpointError(f"{path}: its tensors are not this model's")
-    model.load_state_dict(weights)
+    try:  # strict: every tensor by its name (a module's pre-hook may rename older names)
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        first = str(e).splitlines()[1 if len(str(e).splitlines()) > 1 else 0].strip()
+        raise CheckpointError(f"{path}: its tensors are not this model's ({first})") from None
 
 
 def load_model(model, path: Path) -> dict:

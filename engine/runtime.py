@@ -72,16 +72,16 @@ def check_attention(bert: nn.Module) -> float:
     if not layers:
         return math.inf
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(
-        3, 2, layers[0].num_attention_heads, 5, 4, dtype=torch.float64, generator=g
-    )
+    nh, hs = layers[0].num_attention_heads, layers[0].attention_head_size
+    q, k, v = torch.randn(3, 2, nh, 5, hs, dtype=torch.float64, generator=g)  # (B, nh, T, hs)
     mask = torch.zeros(2, 1, 1, 5, dtype=torch.float64)
     mask[1, ..., 3:] = torch.finfo(torch.float64).min  # the second example's last two keys
     training = layers[0].training
     try:
         layers[0].eval()
-        ours = layers[0].attention(q, k, v, mask)[0]  # (B, nh, T, hs)
-        gap = (ours - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item()
+        ours = layers[0].attention(k, q, v, mask)  # (B, T, H): the heads merged
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
+        gap = (ours - sdpa.transpose(1, 2).flatten(2)).abs().max().item()
     except Exception:  # a body that cannot run here is not SDPA's computation
         gap = math.inf
     finally:
@@ -215,7 +215,7 @@ def compile_layers(bert):
     from the global generator, so SMART's replayed masks and a resumed run's draws stay
     what they are without compile."""
     torch._inductor.config.fallback_random = True
-    for layer in bert.encoder["layer"]:
+    for layer in bert.bert_layers:
         layer.compile(dynamic=True)
     return bert
 

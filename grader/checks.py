@@ -22,6 +22,7 @@ from setups import (
     P_DROP,
     additive,
     as_run,
+    classifier_head,
     dropout_parts,
     f64,
     first_steps,
@@ -45,33 +46,54 @@ R = references()
 # ---------------------------------------------------------------- the handout's BERT
 
 
+def heads(out, nh: int):
+    """The attention's merged output (B, T, H) seen per head: (B, nh, T, hs); any other
+    shape as it is (its part then fails in shape)."""
+    if not torch.is_tensor(out) or out.dim() != 3 or out.size(-1) % nh:
+        return out
+    B, T, H = out.shape
+    return out.view(B, T, nh, H // nh).transpose(1, 2)  # (B, T, nh, hs) -> (B, nh, T, hs)
+
+
+NH, HS = 4, 8  # the tiny config's heads and head size (hidden 32)
+
+
 @check(1e-6)
 def attention():
-    """BertSelfAttention.attention against the definition (a loop over batch, head and
-    query) and torch's scaled_dot_product_attention, values and gradients; in training,
-    dropout on the probabilities; the head split and merge against Hugging Face's."""
-    B, nh, T, hs = 2, 3, 5, 4
-    q, k, v = (torch.randn(B, nh, T, hs, generator=gen(i), dtype=f64) for i in range(3))
+    """BertSelfAttention.attention(key, query, value, attention_mask), the heads merged back
+    (B, T, H), against the definition (a loop over batch, head and query) and torch's
+    scaled_dot_product_attention, values and gradients; its probabilities, read through a
+    value that is the identity; in training, dropout on the probabilities; the whole
+    BertSelfAttention against Hugging Face's."""
+    B, T = 2, 5
+    q, k, v = (torch.randn(B, NH, T, HS, generator=gen(i), dtype=f64) for i in range(3))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     mask = additive(keep, f64)
-    w = torch.randn(B, nh, T, hs, generator=gen(3), dtype=f64)
+    w = torch.randn(B, T, NH * HS, generator=gen(3), dtype=f64)
+    eye = torch.eye(T, HS, dtype=f64).expand(B, NH, T, HS)  # value = [I | 0]: out = probs
 
     def mine():
-        out, probs = tiny_self_attention().attention(q, k, v, mask)
-        return out, probs, grads(out, (q, k, v), w)
+        module = tiny_self_attention()
+        out = module.attention(k, q, v, mask)
+        probs = heads(module.attention(k.detach(), q.detach(), eye, mask), NH)
+        shaped = torch.is_tensor(out) and out.shape == w.shape  # else the output's part fails
+        return out, probs, grads(out, (q, k, v), w) if shaped else None
 
     out, probs, got = student(mine)
-    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    yield part("output", out, lambda: sdpa)
-    yield part("gradients of q, k, v", got, lambda: grads(sdpa, (q, k, v), w))
-    yield part("probabilities", probs, lambda: R.attention(q, k, v, keep)[1])
-    yield part("output against the loop", out, lambda: R.attention(q, k, v, keep)[0])
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
+    merged = sdpa.transpose(1, 2).flatten(2)  # (B, T, H)
+    yield part("output (B, T, H), the heads merged", out, lambda: merged)
+    yield part("gradients of query, key, value", got, lambda: grads(merged, (q, k, v), w))
+    probs = probs[..., :T] if torch.is_tensor(probs) and probs.dim() == 4 else probs
+    yield part("probabilities (value = identity)", probs, lambda: R.attention(q, k, v, keep)[1])
+    loop = lambda: R.attention(q, k, v, keep)[0].transpose(1, 2).flatten(2)  # noqa: E731
+    yield part("output against the loop", out, loop)
 
     def run(dtype, device):
         module = tiny_self_attention().to(dtype=dtype, device=device)
-        qkv = [x.detach().to(dtype=dtype, device=device) for x in (q, k, v)]
-        return module.attention(*qkv, additive(keep, dtype).to(device))[0]
+        qkv = [x.detach().to(dtype=dtype, device=device) for x in (k, q, v)]
+        return module.attention(*qkv, additive(keep, dtype).to(device))
 
     yield from as_run("output", run, out)
     yield from attention_dropout()
@@ -79,33 +101,41 @@ def attention():
 
 
 def attention_dropout():
-    """Train mode, p = P_DROP, values [I | V]: the output's first T columns are the dropped
+    """Train mode, p = P_DROP, value [I | V]: each head's first T columns are the dropped
     probabilities themselves, the rest those times V; in eval mode no dropout."""
-    B, nh, T = 2, 3, 5
-    q, k = (torch.randn(B, nh, T, T + 3, generator=gen(10 + i), dtype=f64) for i in range(2))
-    extra = torch.randn(B, nh, T, 3, generator=gen(12), dtype=f64)
-    v = torch.cat([torch.eye(T, dtype=f64).expand(B, nh, T, T), extra], -1)  # (B, nh, T, T + 3)
-    mask = additive(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), f64)
+    B, T = 2, 5
+    q, k = (torch.randn(B, NH, T, HS, generator=gen(10 + i), dtype=f64) for i in range(2))
+    extra = torch.randn(B, NH, T, HS - T, generator=gen(12), dtype=f64)
+    v = torch.cat([torch.eye(T, dtype=f64).expand(B, NH, T, T), extra], -1)  # (B, nh, T, hs)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    mask = additive(keep, f64)
 
     def mine():
         module = tiny_self_attention(P_DROP)
-        _, clean = module.attention(q, k, v, mask)
+        clean = heads(module.attention(k, q, v, mask), NH)
         torch.manual_seed(0)
-        out, _ = module.train().attention(q, k, v, mask)
-        return clean, out, module.eval().attention(q, k, v, mask)[0]
+        out = heads(module.train().attention(k, q, v, mask), NH)
+        return clean, out, heads(module.eval().attention(k, q, v, mask), NH)
 
     clean, out, not_training = student(mine)
+    if not all(torch.is_tensor(x) and x.shape == v.shape for x in (clean, out)):
+        yield part("training: output (B, T, H), the heads merged", out, lambda: v)
+        return
     dropped = out[..., :T]  # (B, nh, T, T)
-    yield from dropout_parts("training", dropped, clean.detach())
+    yield from dropout_parts("training", dropped, clean[..., :T].detach())
     yield part(
-        "training: output = dropped probabilities times v", out[..., T:], lambda: dropped @ extra
+        "training: output = dropped probabilities times value",
+        out[..., T:],
+        lambda: dropped @ extra,
     )
-    yield part("eval mode: no dropout", not_training, lambda: clean @ v)
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    yield part("eval mode: no dropout", not_training, sdpa)
 
 
 def self_attention():
-    """BertSelfAttention (queries, keys and values split into heads, attended, merged back)
-    against Hugging Face's BertSelfAttention with the same weights, padded rows aside."""
+    """BertSelfAttention (queries, keys and values projected and split into heads by the
+    given transform, attended, merged back) against Hugging Face's BertSelfAttention with
+    the same weights, padded rows aside."""
     hf = tiny_hf()
     theirs = hf.encoder.layer[0].attention.self
     _, _, keep = padded()
@@ -113,14 +143,19 @@ def self_attention():
     w = torch.randn(3, 7, 32, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
 
     def mine():
-        ours = ours_like(hf).encoder["layer"][0].attention["self"]
+        ours = ours_like(hf).bert_layers[0].self_attention
         ours.kind = "manual"
         out = ours(x, additive(keep, f64))
-        return out, grads(out, x, w)
+        shaped = torch.is_tensor(out) and out.shape == w.shape  # else the output's part fails
+        return out, grads(out, x, w) if shaped else None
 
     out, got = student(mine)
     ref = theirs(x, attention_mask=additive(keep, f64))[0]
-    yield part("BertSelfAttention's output", out[keep.bool()], lambda: ref[keep.bool()])
+    rows = keep.bool()
+    if torch.is_tensor(out) and out.shape == ref.shape:
+        yield part("BertSelfAttention's output", out[rows], lambda: ref[rows])
+    else:
+        yield part("BertSelfAttention's output (B, T, H)", out, lambda: ref)
     yield part("BertSelfAttention's input gradient", got, lambda: grads(ref, x, w))
 
 
@@ -129,7 +164,7 @@ def tiny_layer(hf):
     attention standing in for the attention exercise."""
     ours = ours_like(hf)
     hf_attention_in(ours, hf)
-    return ours.encoder["layer"][0]
+    return ours.bert_layers[0]
 
 
 def hooked_reference(theirs, x, keep):
@@ -158,35 +193,35 @@ def layer():
 
     def mine():
         layer, seen = tiny_layer(hf), {}
-        layer.output.dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
-        layer.intermediate["dense"].register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
+        layer.attention_layer_norm.register_forward_hook(lambda m, a, o: seen.update(ln=o))
+        layer.interm_dense.register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
+        layer.out_dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
         out = layer(x, additive(keep, f64))
-        params = [p for n, p in layer.named_parameters() if ".self." not in n]
-        probs = []
-        layer(x, additive(keep, f64), probs)
-        hooked = (seen.get("a"), seen.get("ours"))
-        return out, hooked, grads(out, [x, *params], w), len(probs)
+        params = [p for n, p in layer.named_parameters() if not n.startswith("self_attention.")]
+        hooked = (seen.get("ln"), seen.get("a"), seen.get("ours"))
+        return out, hooked, grads(out, [x, *params], w)
 
-    out, (closed, activation), got, asked = student(mine)
+    out, (normed, closed, activation), got = student(mine)
     ref, seen = hooked_reference(theirs, x, keep)
     rows = keep.bool()
-    if closed is not None:  # the sublayers in order: the attention's close comes first
-        hf_closed = seen["a"][rows]
-        yield part("the attention sublayer's add_norm", closed[rows], lambda: hf_closed)
+    hf_closed = seen["a"][rows]  # the sublayers in order: the attention's close comes first
+    if normed is not None:  # a body calling F.layer_norm on the weights skips the hook
+        yield part("the attention sublayer's add_norm", normed[rows], lambda: hf_closed)
+    if closed is not None:
+        yield part("the feed-forward's input (interm_dense's)", closed[rows], lambda: hf_closed)
     if activation is not None:  # a body calling F.linear on the weights skips the hook
         hf_act = seen["hf"][rows]
         yield part("the feed-forward's activation", activation[rows], lambda: hf_act, tol=1e-6)
     yield part("output", out[rows], lambda: ref[rows])
     hf_p = [p for n, p in theirs.named_parameters() if ".self." not in n]
     yield part("gradients", got, lambda: grads(ref, [x, *hf_p], w))
-    yield part("attention probabilities asked for: the layer's one", asked, 1)
 
     def run(dtype, device):  # both models moved, the stand-in attention bound anew
         h = copy.deepcopy(hf).to(dtype=dtype, device=device)
         o = ours_like(hf).to(dtype=dtype, device=device)
         hf_attention_in(o, h)
         inputs = x.detach().to(dtype=dtype, device=device)
-        return o.encoder["layer"][0](inputs, additive(keep, dtype).to(device))
+        return o.bert_layers[0](inputs, additive(keep, dtype).to(device))
 
     yield from as_run("output", run, out)
     yield from add_norm_dropout(hf)
@@ -212,7 +247,7 @@ def layer_in_training(hf, x, keep, n: int = 1000):
 
         def mine(p=p):
             layer = tiny_layer(hf)
-            layer.attention["output"]["dropout"].p, layer.output["dropout"].p = p
+            layer.attention_dropout.p, layer.out_dropout.p = p
             torch.manual_seed(0)
             with torch.no_grad():
                 return layer.train()(X, mask).view(n, *x.shape)[:, rows]  # (n, kept, H)
@@ -261,33 +296,39 @@ def add_norm_dropout(hf):
 
 @check(1e-9)
 def embeddings():
-    """BertModel.embed (word + position + token type, LayerNorm) against Hugging Face's
-    embeddings with the same weights, values and gradients; in training, dropout after the
-    LayerNorm."""
+    """BertModel.embed(input_ids) (word + position + token type embeddings, LayerNorm)
+    against Hugging Face's embeddings with the same weights: token types all 0, as the
+    handout's, then a pair's, which the given tk_type_embeds holds while `token_types` does;
+    values and gradients; in training, dropout after the LayerNorm."""
     hf = tiny_hf()
     ids, types, _ = padded()
     w = torch.randn(3, 7, 32, generator=gen(1), dtype=f64)
+    tables = ("word_embedding", "pos_embedding", "tk_type_embedding", "embed_layer_norm")
 
     def mine():
         ours = ours_like(hf)
-        out = ours.embed(ids, types)
-        got = grads(out, list(ours.embeddings.parameters()), w)
-        ours.train().embeddings.dropout.p = P_DROP
+        out = ours.embed(ids)
+        with ours.token_types(types):
+            pair = ours.embed(ids)
+        got = grads(pair, [p for t in tables for p in getattr(ours, t).parameters()], w)
+        ours.train().embed_dropout.p = P_DROP
         torch.manual_seed(0)
-        return out, got, ours.embed(ids, types)
+        return out, pair, got, ours.embed(ids)
 
-    out, got, dropped = student(mine)
-    ref = hf.embeddings(ids, token_type_ids=types)
-    yield part("output", out, lambda: ref)
+    out, pair, got, dropped = student(mine)
+    ref = hf.embeddings(ids, token_type_ids=torch.zeros_like(ids))
+    yield part("output, token types 0", out, lambda: ref)
+    ref_pair = hf.embeddings(ids, token_type_ids=types)
+    yield part("output, a pair's token types (tk_type_embeds)", pair, lambda: ref_pair)
     yield part(
         "gradients of the tables and LayerNorm",
         got,
-        lambda: grads(ref, list(hf.embeddings.parameters()), w),
+        lambda: grads(ref_pair, list(hf.embeddings.parameters()), w),
     )
 
     def run(dtype, device):
         model = ours_like(hf).to(dtype=dtype, device=device)
-        return model.embed(ids.to(device), types.to(device))
+        return model.embed(ids.to(device))
 
     yield from as_run("output", run, out)
     yield from dropout_parts("training", dropped, out.detach())
@@ -399,18 +440,18 @@ def handout_weight() -> tuple[torch.Tensor, str]:
 
 
 def handout_test(fitted) -> Part:
-    """optimizer_test.py's recipe (1000 steps of a Linear(3, 2)), the weight it `fitted`:
-    its distance to the handout's optimizer_test.npy (torch.optim.AdamW's where there is
-    none) in units of its tolerance, atol + rtol * |weight|: at most 1 passes, as its
-    allclose does."""
+    """optimizer_test.py's recipe (1000 steps of a Linear(3, 2)), the weight it `fitted`
+    against the handout's optimizer_test.npy (torch.optim.AdamW's where there is none),
+    each element within its own tolerance, atol + rtol * |weight|, as its allclose."""
     import optimizer_test as ot
 
     expected, source = handout_weight()
-    got = fitted.double()
-    units = (got - torch.as_tensor(expected).double()).abs() / (ot.ATOL + ot.RTOL * got.abs())
+    want = torch.as_tensor(expected).double()
+    got = fitted.double() if torch.is_tensor(fitted) else fitted
     against = ot.NPY if source.endswith(ot.NPY) else f"torch.optim.AdamW: no {ot.NPY} here"
-    label = f"the handout's optimizer_test.py, in units of its tolerance, against {against}"
-    return part(label, units, lambda: torch.zeros_like(units), tol=1.0)
+    label = f"the handout's optimizer_test.py weights (its allclose), against {against}"
+    per = ot.ATOL + ot.RTOL * got.abs() if torch.is_tensor(got) else None
+    return Part(label, got, {"": lambda: want}, tol=1.0, per=per)
 
 
 # ---------------------------------------------------------------- the handout's Part 1 classifier
@@ -433,7 +474,7 @@ def classifier():
             model = stand_in_classifier(head, table).eval()
             logits = got[task] = model(ids, mask)
             if logits.shape == w[task].shape:  # else its logits' part fails
-                leaves = [table, *model.classifier.parameters()]
+                leaves = [table, *classifier_head(model).parameters()]
                 got[f"{task} gradients"] = grads(logits, leaves, w[task])
         model = stand_in_classifier(heads["sst"], table).eval()
         got["one"] = model(ids[:1], mask[:1])

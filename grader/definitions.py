@@ -59,7 +59,8 @@ def multitask_loss(model, step_batches, weights, loss_of):
 # bias corrections, (1 - beta1) g and (1 - beta2) g^2 without. Each case: its groups
 # (parameter, gradient, lr, weight decay) and the optimizer's eps and correct_bias. The
 # cases tell apart what a convention cannot: a group's own lr and decay (the first), eps
-# outside the square root (the second: |g| near sqrt(eps)), correct_bias (the third).
+# outside the square root (the second: |g| near sqrt(eps)), correct_bias, with its decay
+# (the third).
 FIRST_STEPS = [
     {
         "groups": [
@@ -75,7 +76,7 @@ FIRST_STEPS = [
         "correct_bias": True,
     },
     {
-        "groups": [([0.0, 1.0, 0.0], [0.5, -0.3, 0.2], 1e-2, 0.0)],
+        "groups": [([10.0, -10.0, 3.0], [0.5, -0.3, 0.2], 1e-2, 0.2)],
         "eps": 1e-6,
         "correct_bias": False,
     },

@@ -65,6 +65,7 @@ class Part:
     tol: float | None = None  # None: the check's own
     note: str = ""  # said where the public references miss and the TA's decide
     dtype: torch.dtype | None = None  # the run's: None, its reference's
+    per: object = None  # each element's own tolerance (tol then counts in units of it)
     matched: str = field(default="", init=False)
 
 
@@ -240,9 +241,10 @@ def array(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def difference(got, expected) -> tuple[float, str]:
+def difference(got, expected, per=None) -> tuple[float, str]:
     """(largest |got - expected|, where); NaN or inf where expected is finite: inf.
-    Where both are NaN (a nan the exercise asks for) they agree."""
+    Where both are NaN (a nan the exercise asks for) they agree. per: each element's
+    tolerance, the difference then counted in units of it."""
     try:
         a = array(got)
     except (TypeError, ValueError, RuntimeError, NotImplementedError):
@@ -256,12 +258,22 @@ def difference(got, expected) -> tuple[float, str]:
             (a == b) | (np.isnan(a) & np.isnan(b)), 0.0, d
         )  # equal infinities, asked-for nans
         d = np.where(np.isnan(d), math.inf, d)  # any other NaN
+        d = d if per is None else d / np.broadcast_to(array(per), d.shape)
     if d.size == 0:
         return 0.0, ""
     i = int(np.argmax(d))
     where = [int(k) for k in np.unravel_index(i, d.shape)]
-    values = f"got {a.flat[i]:.4g}, expected {b.flat[i]:.4g}"
+    n = digits(float(a.flat[i]), float(b.flat[i]))
+    values = f"got {a.flat[i]:.{n}g}, expected {b.flat[i]:.{n}g}"
     return float(d.flat[i]), f" at {where} ({values})" if where else f" ({values})"
+
+
+def digits(a: float, b: float) -> int:
+    """Significant digits that show a and b apart (4 at least, 17 at most)."""
+    gap, scale = abs(a - b), max(abs(a), abs(b))
+    if not (math.isfinite(gap) and gap > 0 and scale > 0):
+        return 4
+    return min(17, max(4, math.ceil(math.log10(scale / gap)) + 2))
 
 
 def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
@@ -280,7 +292,7 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
             hidden += 1
             continue
         run = run or floating(value)
-        diff, where = difference(p.got, value)
+        diff, where = difference(p.got, value, p.per)
         held = CALLS[0] > before
         ta_only |= held
         if best is None or diff < best[0] or math.isnan(best[0]):
@@ -306,6 +318,8 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     diff, at, name, _ = best
     against = f" against {name}" if name else ""
     account = f"{p.label}: largest difference {diff:.2e}{at}{against} (tolerance {tol:.0e})"
+    if p.per is not None:
+        account = f"{p.label}: {diff:.3g} times an element's tolerance{at}{against}"
     return False, diff, account, ta_only
 
 

@@ -82,6 +82,28 @@ def multitask():
         yield part(f"a batch of one: {method}'s shape", shape, want)
     yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
     yield from sst_readout()
+    yield from sts_in_training()
+
+
+def sts_in_training():
+    """MultitaskBERT.readout of siamese STS pairs in training: the cosine of u and v after
+    the given dropout, so two draws differ (of the sentences before it, they would not)."""
+    u, v = torch.randn(2, 4, 32, generator=gen(3)).unbind(0)
+    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
+
+    def mine():
+        model = tiny_multitask(("sst", "para", "sts")).train()
+        draws = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            draws.append(model.readout("sts", pair, torch.cat([u, v])).detach())
+        return draws
+
+    a, b = student(mine)
+    same_shape = torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape
+    differ = float(same_shape and not torch.equal(a, b))
+    label = "the STS head in training: the cosine of u and v after dropout (two draws differ)"
+    yield part(label, differ, 1.0)
 
 
 def sst_readout():

@@ -4,6 +4,9 @@ stand-ins that answer for the other exercises while one is graded. Nothing here 
 an exercise's module before a check calls it.
 """
 
+from contextlib import contextmanager
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -160,18 +163,16 @@ def tiny_self_attention(p: float = 0.0):
 
 def hf_attention_in(ours, hf, i: int = 0):
     """Layer i's BertSelfAttention of ours answered by Hugging Face's (same weights): the
-    attention exercise's stand-in while another is graded. Given a list, it appends one
-    tensor, as the real one appends its probabilities."""
+    attention exercise's stand-in while another is graded."""
     theirs = hf.encoder.layer[i].attention.self
 
-    def forward(x, mask, probs=None):
-        if not torch.is_tensor(mask):  # Hugging Face's reads None as no mask; bert.py's raises
-            raise TypeError(f"the attention's mask must be a tensor, got {type(mask).__name__}")
-        if probs is not None:
-            probs.append(torch.zeros(()))
-        return theirs(x, attention_mask=mask)[0]
+    def forward(hidden_states, attention_mask):
+        if not torch.is_tensor(attention_mask):  # Hugging Face's reads None as no mask
+            kind = type(attention_mask).__name__
+            raise TypeError(f"the attention's mask must be a tensor, got {kind}")
+        return theirs(hidden_states, attention_mask=attention_mask)[0]
 
-    ours.encoder["layer"][i].attention["self"].forward = forward
+    ours.bert_layers[i].self_attention.forward = forward
 
 
 def tiny_multitask(tasks, dropout=0.1, heads=None):
@@ -197,13 +198,18 @@ class StandInBert(nn.Module):
     def __init__(self, table):
         super().__init__()
         self.table = table  # the grader's leaf itself (gradients reach it), no parameter
+        self.config = SimpleNamespace(hidden_size=table.size(1))  # BertModel's, what is read
 
-    def embed(self, input_ids, token_type_ids=None):
+    @contextmanager
+    def token_types(self, token_type_ids):
+        """BertModel's: the stand-in adds no token types, but refuses what a table would."""
+        if token_type_ids is not None:
+            F.embedding(token_type_ids, self.table.new_zeros(2, self.table.size(1)))
+        yield
+
+    def embed(self, input_ids):
         ids_checked(input_ids, len(self.table))
-        x = F.embedding(input_ids, self.table)  # (B, T, H)
-        if token_type_ids is None:
-            return x
-        return x + F.embedding(token_type_ids, self.table.new_zeros(2, self.table.size(1)))
+        return F.embedding(input_ids, self.table)  # (B, T, H)
 
     def encode(self, embeds, attention_mask, output_attentions=False):
         if attention_mask.dim() != 2 or embeds.shape[:2] != attention_mask.shape:
@@ -217,7 +223,8 @@ class StandInBert(nn.Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        return self.encode(self.embed(input_ids, token_type_ids), attention_mask)
+        with self.token_types(token_type_ids):
+            return self.encode(self.embed(input_ids), attention_mask)
 
 
 def ids_checked(ids, rows: int) -> None:
@@ -231,18 +238,54 @@ def ids_checked(ids, rows: int) -> None:
         raise ValueError(f"token ids must lie in [0, {rows})")
 
 
-def stand_in_classifier(head, table):
-    """classifier.py's BertSentimentClassifier with `head`'s weights in its linear layer and
-    BERT stood in for by StandInBert(table) (the student's side only)."""
-    from bert import BertModel
-    from classifier import BertSentimentClassifier
+class StandInLoader:
+    """classifier.py's BertModel while its __init__ runs: from_pretrained gives StandInBert."""
 
-    torch.manual_seed(0)
-    model = BertSentimentClassifier(BertModel(tiny_config()), head.out_features, P_DROP)
-    model.classifier.load_state_dict(head.state_dict())
-    model.classifier.to(dtype=table.dtype, device=table.device)
-    model.bert = StandInBert(table)
+    def __init__(self, table):
+        self.table = table
+
+    def from_pretrained(self, *args, **kwargs):
+        return StandInBert(self.table)
+
+
+def stand_in_classifier(head, table):
+    """classifier.py's BertSentimentClassifier built by its own __init__ from the handout's
+    config (num_labels, hidden_size, hidden_dropout_prob = P_DROP), BERT stood in for by
+    StandInBert(table), `head`'s weights in its linear layer (the student's side only)."""
+    import classifier
+
+    config = SimpleNamespace(
+        num_labels=head.out_features,
+        hidden_size=table.size(1),
+        hidden_dropout_prob=P_DROP,
+        option="finetune",
+        fine_tune_mode="full-model",
+        bert="stand-in",
+        attention="manual",
+        data_dir=".",
+    )
+    loader, classifier.BertModel = classifier.BertModel, StandInLoader(table)
+    try:
+        torch.manual_seed(0)
+        model = classifier.BertSentimentClassifier(config)
+    finally:
+        classifier.BertModel = loader
+    linear = classifier_head(model)
+    linear.load_state_dict(head.state_dict())
+    linear.to(dtype=table.dtype, device=table.device)
     return model
+
+
+def classifier_head(model) -> nn.Linear:
+    """The one nn.Linear a sentiment classifier adds to BERT (the student's, by any name)."""
+    found = [m for name, m in model.named_modules() if isinstance(m, nn.Linear) and name != "bert"]
+    found = [m for m in found if m not in set(model.bert.modules())]
+    if len(found) != 1:
+        raise ValueError(
+            "BertSentimentClassifier: expected one nn.Linear(hidden_size, num_labels) beside "
+            f"BERT, found {len(found)}"
+        )
+    return found[0]
 
 
 HEADS = {"sst": (32, 5), "cfimdb": (32, 2), "para": (96, 1)}  # the tiny model's: (in, out)

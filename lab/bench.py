@@ -35,7 +35,7 @@ from torch import nn
 
 import batches
 import datasets as data
-from base_bert import BertConfig, resolve_model_dir
+from base_bert import BertConfig, ours_to_hf, resolve_model_dir
 from bert import BertModel, mean_pool
 from engine import cli, flags, runtime
 from engine.command import PROBE_TOKENS
@@ -127,7 +127,7 @@ def encoders(ctx: Context, attention: str) -> tuple[BertModel, nn.Module]:
     cfg = {k: v for k, v in ours.config.to_dict().items() if k != "attention"}
     impl = "eager" if attention == "manual" else "sdpa"
     ref = transformers.BertModel(transformers.BertConfig(**cfg, attn_implementation=impl))
-    ref.load_state_dict(ours.state_dict())  # our parameter names are HF's
+    ref.load_state_dict({ours_to_hf(k): v for k, v in ours.state_dict().items()})
     return ours.to(ctx.rt.device), ref.to(ctx.rt.device)
 
 

@@ -70,7 +70,9 @@ def attention_maps(bert: BertModel, tokenizer, text: str, pair: str | None = Non
     enc = tokenizer(text, pair, max_length=bert.config.max_position_embeddings)
     ids, types = enc["input_ids"], enc["token_type_ids"]  # (1, n) each
     with torch.no_grad():
-        out = bert.encode(bert.embed(ids, types), enc["attention_mask"], output_attentions=True)
+        with bert.token_types(types):
+            embeds = bert.embed(ids)  # (1, n, H)
+        out = bert.encode(embeds, enc["attention_mask"], output_attentions=True)
     probs = torch.stack(out["attentions"])[:, 0]  # (L, 1, nh, n, n) -> (L, nh, n, n)
     return tokenizer.convert_ids_to_tokens(ids[0].tolist()), probs.float()
 

@@ -4,7 +4,7 @@
     python -m lab.export RUN_DIR --push_to_hub you/name   # and upload it (private)
 
 The folder holds the encoder in Hugging Face's format (config.json, model.safetensors: our
-parameter names are BertModel's; vocab.txt, tokenizer_config.json), the task heads in
+parameter names mapped to BertModel's; vocab.txt, tokenizer_config.json), the task heads in
 heads.safetensors, with mean pooling sentence-transformers' files too, and a card
 (README.md) with its forgetting table and its dev scores in the Hub's model-index format,
 on the CS224n handout's own dev files (named as such, with their row counts: no Hub data
@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import save
 
 import datasets as data
+from base_bert import ours_to_hf
 from engine import cli, command, flags, outputs
 from engine.checkpoint import atomic_write, read_rows, write_tensors
 from engine.flags import RunConfig
@@ -48,7 +49,7 @@ def export(cfg: RunConfig, run_dir: Path, model, info: dict):
 
 def model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> None:
     """The encoder in Hugging Face's format (config.json, model.safetensors: our parameter
-    names are BertModel's; vocab.txt and tokenizer_config.json), the task heads in
+    names mapped to BertModel's; vocab.txt and tokenizer_config.json), the task heads in
     heads.safetensors, the model card README.md, and with mean pooling sentence-transformers'
     files too. `--bert OUT` loads it here, transformers.BertModel.from_pretrained and
     SentenceTransformer(OUT) there."""
@@ -65,7 +66,11 @@ def model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> Non
         json.dumps(tokenizer_config | {"model_max_length": max_length}),
         out / "tokenizer_config.json",
     )
-    encoder = {k: v.detach().cpu().contiguous() for k, v in model.bert.state_dict().items()}
+    encoder = {  # by Hugging Face's names (base_bert.HF_NAMES), BERT's own weights only
+        ours_to_hf(k): v.detach().cpu().contiguous()
+        for k, v in model.bert.state_dict().items()
+        if ours_to_hf(k)
+    }
     atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
     heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
     write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")

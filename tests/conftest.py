@@ -115,14 +115,15 @@ def write_tiny_checkpoint(folder: Path, config: BertConfig, seed=0):
     import torch
     from safetensors.torch import save_file
 
+    from base_bert import ours_to_hf
     from bert import BertModel
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = SPECIALS + sorted(set(WORDS)) + ["?", ".", ","]
     config = BertConfig(**{**config.to_dict(), "vocab_size": len(vocab)})
     torch.manual_seed(seed)
-    state = BertModel(config).state_dict()
-    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    state = {ours_to_hf(k): v.contiguous() for k, v in BertModel(config).state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config.to_dict()))
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return folder

@@ -8,48 +8,68 @@ NAN = "float('nan')"  # a slip's text for a NaN
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "attention": [
-        (
-            "the heads split detached",
-            [("return x.transpose(1, 2)  # (B, nh, T, hs)", "return x.transpose(1, 2).detach()")],
-        ),
+        ("key and query swapped", [("query @ key.transpose", "key @ query.transpose")]),
         (
             "scores upcast to float64, never cast back",
             [
                 (
-                    "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
-                    "scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.size(-1))",
+                    "S = query @ key.transpose(-2, -1)",
+                    "S = query.double() @ key.double().transpose(-2, -1)",
                 )
             ],
         ),
-        ("every output NaN", [("return out, probs", f"return out * {NAN}, probs")]),
-        ("no dropout", [("self.dropout(probs) @ v", "probs @ v")]),
-        ("dropout on the output", [("self.dropout(probs) @ v", "self.dropout(probs @ v)")]),
+        (
+            "every output NaN",
+            [("reshape(bs, seq_len, -1)  #", f"reshape(bs, seq_len, -1) * {NAN}  #")],
+        ),
+        ("no dropout", [("self.dropout(probs) @ value", "probs @ value")]),
+        ("dropout on the output", [("self.dropout(probs) @ value", "self.dropout(probs @ value)")]),
         (
             "dropout without 1 / (1 - p)",
-            [("self.dropout(probs) @ v", "self.dropout(probs) * (1 - self.dropout.p) @ v")],
+            [("self.dropout(probs) @ value", "self.dropout(probs) * (1 - self.dropout.p) @ value")],
         ),
-        ("no 1 / sqrt(hs)", [(" / math.sqrt(q.size(-1))", "")]),
-        ("the mask ignored", [("F.softmax(scores + mask, dim=-1)", "F.softmax(scores, dim=-1)")]),
+        (
+            "dropout always on (training=True)",
+            [("self.dropout(probs) @ value", "F.dropout(probs, self.dropout.p, True) @ value")],
+        ),
+        ("no 1 / sqrt(hs)", [(" / math.sqrt(self.attention_head_size)", "")]),
+        (
+            "1 / hs, not 1 / sqrt(hs)",
+            [("math.sqrt(self.attention_head_size)", "self.attention_head_size")],
+        ),
+        (
+            "1 / sqrt(H), the hidden size",
+            [("math.sqrt(self.attention_head_size)", "math.sqrt(self.all_head_size)")],
+        ),
+        ("the mask ignored", [("F.softmax(S + attention_mask, dim=-1)", "F.softmax(S, dim=-1)")]),
+        (
+            "the mask added after the softmax",
+            [("F.softmax(S + attention_mask, dim=-1)", "F.softmax(S, dim=-1) + attention_mask")],
+        ),
         (
             "softmax over the queries",
-            [("F.softmax(scores + mask, dim=-1)", "F.softmax(scores + mask, dim=-2)")],
-        ),
-        (
-            "heads split without the transpose",
-            [
-                (
-                    "return x.transpose(1, 2)  # (B, nh, T, hs)",
-                    "return x.reshape(B, self.num_attention_heads, T, -1)",
-                )
-            ],
+            [("F.softmax(S + attention_mask, dim=-1)", "F.softmax(S + attention_mask, dim=-2)")],
         ),
         (
             "heads merged without the transpose",
-            [("x.transpose(1, 2).reshape(B, T, -1)", "x.reshape(B, T, -1)")],
+            [("out.transpose(1, 2).reshape(bs", "out.reshape(bs")],
+        ),
+        (
+            "heads not merged: (B, nh, T, hs)",
+            [("return out.transpose(1, 2).reshape(bs, seq_len, -1)", "return out")],
+        ),
+        (
+            "heads merged in the wrong order",
+            [
+                (
+                    "out.transpose(1, 2).reshape(bs, seq_len, -1)",
+                    "out.permute(0, 2, 3, 1).reshape(bs, seq_len, -1)",
+                )
+            ],
         ),
         (
             "p written in, 0.5, not the module's",
-            [("self.dropout(probs) @ v", "F.dropout(probs, 0.5, self.training) @ v")],
+            [("self.dropout(probs) @ value", "F.dropout(probs, 0.5, self.training) @ value")],
         ),
     ],
     "layer": [
@@ -66,8 +86,8 @@ SLIPS = {
             "the feed-forward upcast to float64",
             [
                 (
-                    'F.gelu(self.intermediate["dense"](a))',
-                    'F.gelu(self.intermediate["dense"](a).double())',
+                    "self.interm_af(self.interm_dense(a))",
+                    "self.interm_af(self.interm_dense(a).double())",
                 )
             ],
         ),
@@ -92,21 +112,19 @@ SLIPS = {
             "the tanh GELU",
             [
                 (
-                    'F.gelu(self.intermediate["dense"](a))',
-                    'F.gelu(self.intermediate["dense"](a), approximate="tanh")',
+                    "self.interm_af(self.interm_dense(a))",
+                    'F.gelu(self.interm_dense(a), approximate="tanh")',
                 )
             ],
         ),
-        (
-            "ReLU",
-            [('F.gelu(self.intermediate["dense"](a))', 'F.relu(self.intermediate["dense"](a))')],
-        ),
+        ("ReLU", [("self.interm_af(self.interm_dense(a))", "F.relu(self.interm_dense(a))")]),
+        ("no activation", [("self.interm_af(self.interm_dense(a))", "self.interm_dense(a)")]),
         (
             "the tanh GELU, the dense layers by F.linear (no hook sees the activation)",
             [
                 (
-                    'F.gelu(self.intermediate["dense"](a))',
-                    'F.gelu(self.intermediate["dense"](a), approximate="tanh")',
+                    "self.interm_af(self.interm_dense(a))",
+                    'F.gelu(self.interm_dense(a), approximate="tanh")',
                 ),
                 (
                     "dropout(dense_layer(output))",
@@ -116,19 +134,18 @@ SLIPS = {
         ),
         (
             "the layer's input as the second residual",
-            [
-                (
-                    'return self.add_norm(a, h, out["dense"]',
-                    'return self.add_norm(x, h, out["dense"]',
-                )
-            ],
+            [("return self.add_norm(a, inner", "return self.add_norm(hidden_states, inner")],
+        ),
+        (
+            "the feed-forward fed the layer's input",
+            [("self.interm_dense(a))", "self.interm_dense(hidden_states))")],
         ),
         (
             "dropout after the GELU",
             [
                 (
-                    'h = F.gelu(self.intermediate["dense"](a))',
-                    'h = out["dropout"](F.gelu(self.intermediate["dense"](a)))',
+                    "inner = self.interm_af(self.interm_dense(a))",
+                    "inner = self.out_dropout(self.interm_af(self.interm_dense(a)))",
                 )
             ],
         ),
@@ -136,14 +153,29 @@ SLIPS = {
             "dropout on the attention's output before add_norm",
             [
                 (
-                    'h = self.attention["self"](x, mask, probs)',
-                    'h = att["dropout"](self.attention["self"](x, mask, probs))',
+                    "attended = self.self_attention(hidden_states, attention_mask)",
+                    "attended = self.attention_dropout(self.self_attention(hidden_states, attention_mask))",
                 )
             ],
         ),
         (
-            "probabilities not passed on",
-            [('self.attention["self"](x, mask, probs)', 'self.attention["self"](x, mask)')],
+            "the attention's mask left out",
+            [
+                (
+                    "self.self_attention(hidden_states, attention_mask)",
+                    "self.self_attention(hidden_states, torch.zeros_like(attention_mask))",
+                )
+            ],
+        ),
+        (
+            "the two add_norms' LayerNorms swapped",
+            [
+                ("            self.attention_layer_norm,\n", "            self.out_layer_norm,\n"),
+                (
+                    "self.out_dropout, self.out_layer_norm)",
+                    "self.out_dropout, self.attention_layer_norm)",
+                ),
+            ],
         ),
         (
             "input and output swapped in add_norm",
@@ -158,29 +190,63 @@ SLIPS = {
     "embeddings": [
         (
             "position ids made without device=",
-            [("pos = torch.arange(T, device=input_ids.device)", "pos = torch.arange(T)")],
+            [("self.pos_embedding(pos_ids)", "self.pos_embedding(torch.arange(seq_length))")],
+        ),
+        ("positions from 1", [("self.pos_embedding(pos_ids)", "self.pos_embedding(pos_ids + 1)")]),
+        (
+            "no token types",
+            [("inputs_embeds + pos_embeds + tk_type_embeds", "inputs_embeds + pos_embeds")],
         ),
         (
-            "positions from 1",
+            "token types made 0 again, the given ones unread",
             [
                 (
-                    "torch.arange(T, device=input_ids.device)",
-                    "torch.arange(1, T + 1, device=input_ids.device)",
+                    "inputs_embeds + pos_embeds + tk_type_embeds",
+                    "inputs_embeds + pos_embeds + self.tk_type_embedding(torch.zeros_like(input_ids))",
                 )
             ],
         ),
-        ("no token types", [("+ e.token_type_embeddings(token_type_ids)  # (B, T, H)", "")]),
-        ("no dropout", [("return e.dropout(e.LayerNorm(x))", "return e.LayerNorm(x)")]),
+        (
+            "no positions",
+            [("inputs_embeds + pos_embeds + tk_type_embeds", "inputs_embeds + tk_type_embeds")],
+        ),
+        (
+            "the word table read at the positions",
+            [("self.word_embedding(input_ids)", "self.word_embedding(torch.arange(seq_length))")],
+        ),
+        (
+            "no dropout",
+            [
+                (
+                    "return self.embed_dropout(self.embed_layer_norm(embeds))",
+                    "return self.embed_layer_norm(embeds)",
+                )
+            ],
+        ),
+        (
+            "no LayerNorm",
+            [
+                (
+                    "return self.embed_dropout(self.embed_layer_norm(embeds))",
+                    "return self.embed_dropout(embeds)",
+                )
+            ],
+        ),
         (
             "dropout before the LayerNorm",
-            [("return e.dropout(e.LayerNorm(x))", "return e.LayerNorm(e.dropout(x))")],
+            [
+                (
+                    "self.embed_dropout(self.embed_layer_norm(embeds))",
+                    "self.embed_layer_norm(self.embed_dropout(embeds))",
+                )
+            ],
         ),
         (
             "every output NaN",
             [
                 (
-                    "return e.dropout(e.LayerNorm(x))",
-                    f"return e.dropout(e.LayerNorm(x)) * {NAN}",
+                    "return self.embed_dropout(self.embed_layer_norm(embeds))",
+                    f"return self.embed_dropout(self.embed_layer_norm(embeds)) * {NAN}",
                 )
             ],
         ),
@@ -199,8 +265,8 @@ SLIPS = {
             "weight decay read from the defaults, not the group",
             [
                 (
-                    'p.mul_(1.0 - lr * group["weight_decay"])',
-                    'p.mul_(1.0 - lr * self.defaults["weight_decay"])',
+                    'p.mul_(1.0 - alpha * group["weight_decay"])',
+                    'p.mul_(1.0 - alpha * self.defaults["weight_decay"])',
                 )
             ],
         ),
@@ -208,7 +274,7 @@ SLIPS = {
             "lr read from the defaults, not the group",
             [
                 (
-                    "p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)",
+                    "p.addcdiv_(exp_avg, denom, value=-alpha * root2 / bias1)",
                     'p.addcdiv_(exp_avg, denom, value=-self.defaults["lr"] * root2 / bias1)',
                 )
             ],
@@ -217,8 +283,8 @@ SLIPS = {
             "no bias correction",
             [
                 (
-                    'bias1, bias2 = self._bias_corrections(group, state["step"])',
-                    "bias1, bias2 = 1.0, 1.0",
+                    "bias1, bias2 = (1 - beta1**t, 1 - beta2**t) if group",
+                    "bias1, bias2 = (1.0, 1.0) if group",
                 )
             ],
         ),
@@ -229,25 +295,74 @@ SLIPS = {
                     "exp_avg.lerp_(grad, 1.0 - beta1)",
                     'grad = grad + group["weight_decay"] * p\n            exp_avg.lerp_(grad, 1.0 - beta1)',
                 ),
-                ('p.mul_(1.0 - lr * group["weight_decay"])', "pass"),
+                ('p.mul_(1.0 - alpha * group["weight_decay"])', "pass"),
             ],
         ),
-        ("no weight decay", [('p.mul_(1.0 - lr * group["weight_decay"])', "pass")]),
+        ("no weight decay", [('p.mul_(1.0 - alpha * group["weight_decay"])', "pass")]),
+        (
+            "weight decay only with correct_bias",
+            [('if group["weight_decay"]:', 'if group["weight_decay"] and group["correct_bias"]:')],
+        ),
         (
             "beta2 for the first moment",
             [("exp_avg.lerp_(grad, 1.0 - beta1)", "exp_avg.lerp_(grad, 1.0 - beta2)")],
+        ),
+        ("the step counted twice", [('state["step"] += 1', 'state["step"] += 2')]),
+        (
+            "the step count never kept (t = 1 each step)",
+            [('state["step"] += 1', 'state["step"] = 1')],
+        ),
+        ("the moments started afresh each step", [("if not state:", "if True:")]),
+        (
+            "the first moment updated out of place, never kept",
+            [("exp_avg.lerp_(grad, 1.0 - beta1)", "exp_avg = exp_avg.lerp(grad, 1.0 - beta1)")],
+        ),
+        (
+            "the state on the optimizer, shared by every parameter",
+            [
+                (
+                    "if not state:",
+                    "state = self.state.setdefault('shared', {})\n            if not state:",
+                )
+            ],
+        ),
+        (
+            "decay by the defaults' lr",
+            [("1.0 - alpha * group", '1.0 - self.defaults["lr"] * group')],
         ),
         (
             "correct_bias ignored",
             [
                 (
-                    'bias1, bias2 = self._bias_corrections(group, state["step"])',
-                    'bias1, bias2 = 1 - beta1 ** state["step"], 1 - beta2 ** state["step"]',
+                    'if group["correct_bias"] else (1.0, 1.0)',
+                    "if True else (1.0, 1.0)",
                 )
             ],
         ),
     ],
     "classifier": [
+        (
+            "dropout's p written in, 0.3, not the config's",
+            [("nn.Dropout(config.hidden_dropout_prob)", "nn.Dropout(0.3)")],
+        ),
+        (
+            "the head onto 5 classes, whatever the task",
+            [
+                (
+                    "nn.Linear(config.hidden_size, self.num_labels)",
+                    "nn.Linear(config.hidden_size, 5)",
+                )
+            ],
+        ),
+        (
+            "a linear layer without its bias",
+            [
+                (
+                    "nn.Linear(config.hidden_size, self.num_labels)",
+                    "nn.Linear(config.hidden_size, self.num_labels, bias=False)",
+                )
+            ],
+        ),
         (
             "float token types handed to BERT",
             [

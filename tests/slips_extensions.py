@@ -38,6 +38,10 @@ SLIPS = {
     ],
     "adamw_foreach": [
         (
+            "weight decay only with correct_bias",
+            [('if group["weight_decay"]:', 'if group["weight_decay"] and group["correct_bias"]:')],
+        ),
+        (
             "the first tensor's step count for the whole group",
             [
                 (

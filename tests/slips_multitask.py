@@ -6,6 +6,15 @@ tests/slips_checks.py holds Part 1's."""
 SLIPS = {
     "multitask": [
         (
+            "the STS cosine of the sentences before the given dropout",
+            [
+                (
+                    "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
+                    "cosine_to_score(F.cosine_similarity(*sentences.view(2, -1, sentences.size(-1)).unbind(0), dim=-1))",
+                )
+            ],
+        ),
+        (
             "predict_sentiment's token types in float",
             [
                 (

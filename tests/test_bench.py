@@ -218,10 +218,10 @@ def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
     cfg = BertConfig(
         hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=20
     )
-    layer = BertModel(cfg).encoder["layer"][0]
+    layer = BertModel(cfg).bert_layers[0]
     weights = sum(p.numel() for n, p in layer.named_parameters() if n.endswith("weight"))
     weights -= sum(
-        p.numel() for n, p in layer.named_parameters() if "LayerNorm" in n and n.endswith("weight")
+        p.numel() for n, p in layer.named_parameters() if "layer_norm" in n and n.endswith("weight")
     )
     B, T = 3, 5
     attention_flops = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer

@@ -11,7 +11,7 @@ import transformers
 from safetensors.torch import save_file
 
 import bert
-from base_bert import BertConfig, ModelError, hf_to_ours, resolve_model_dir
+from base_bert import BertConfig, ModelError, hf_to_ours, ours_to_hf, resolve_model_dir
 from bert import BertModel, BertSelfAttention, mean_pool
 from engine import command, runtime
 
@@ -37,6 +37,12 @@ def batch(vocab_size, B=4, T=19, seed=0):
     types[:, 7:] = 1
     types[mask == 0] = 0
     return ids, mask, types
+
+
+def embedded(model, ids, types):
+    """The embedding output (B, T, H) of ids with their token types."""
+    with model.token_types(types):
+        return model.embed(ids)
 
 
 def max_diff(ours, ref, mask):
@@ -133,19 +139,19 @@ def test_attention_probabilities_equal_a_hand_computation_and_change_nothing(tin
         for keep in (False, True):
             torch.manual_seed(1)  # the same dropout masks both times
             with torch.no_grad():
-                outs.append(model.encode(model.embed(ids, types), mask, output_attentions=keep))
+                outs.append(model.encode(embedded(model, ids, types), mask, output_attentions=keep))
         if kind == "manual":
             assert torch.equal(outs[0]["last_hidden_state"], outs[1]["last_hidden_state"])
             assert torch.equal(outs[0]["pooler_output"], outs[1]["pooler_output"])
         assert "attentions" not in outs[0]
     model.eval()
     with torch.no_grad():
-        x = model.embed(ids, types)  # (B, T, H)
+        x = embedded(model, ids, types)  # (B, T, H)
         probs = model.encode(x, mask, output_attentions=True)["attentions"]
         additive = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         assert len(probs) == tiny_config.num_hidden_layers
-        for layer, got in zip(model.encoder["layer"], probs, strict=True):
-            sa = layer.attention["self"]
+        for layer, got in zip(model.bert_layers, probs, strict=True):
+            sa = layer.self_attention
             assert got.shape == (len(ids), nh, ids.size(1), ids.size(1))
             for b in range(len(ids)):
                 n = int(mask[b].sum())  # its real tokens come first
@@ -163,7 +169,7 @@ def test_attention_probabilities_equal_hf(minilm_pair):
     ours, ref = minilm_pair
     ids, mask, types = batch(ours.config.vocab_size)
     with torch.no_grad():
-        a = ours.encode(ours.embed(ids, types), mask, output_attentions=True)["attentions"]
+        a = ours.encode(embedded(ours, ids, types), mask, output_attentions=True)["attentions"]
         b = ref(ids, mask, types, output_attentions=True).attentions
     assert len(a) == len(b) == 6
     for x, y in zip(a, b, strict=True):
@@ -181,20 +187,24 @@ def test_sdpa_equals_manual_on_embedded_checkpoint(minilm_pair):
 
 
 def test_attention_function_against_loop(tiny_config):
+    """attention(key, query, value, mask), the handout's order, merges the heads: head h of
+    token i is columns h * hs .. (h + 1) * hs of its row."""
     torch.manual_seed(0)
-    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)  # (B=2, nh=2, T=5, hs=4) each
+    nh = tiny_config.num_attention_heads
+    hs = tiny_config.hidden_size // nh
+    q, k, v = torch.randn(3, 2, nh, 5, hs).unbind(0)  # (B=2, nh, T=5, hs) each
     mask = torch.zeros(2, 1, 1, 5)
     mask[1, ..., 3:] = torch.finfo(torch.float32).min
-    out, probs = BertSelfAttention(tiny_config).eval().attention(q, k, v, mask)
+    out = BertSelfAttention(tiny_config).eval().attention(k, q, v, mask)  # (B, T, H)
+    assert out.shape == (2, 5, nh * hs)
     for b in range(2):
-        for h in range(2):
+        for h in range(nh):
             T_b = 5 if b == 0 else 3
             for i in range(5):
-                s = torch.tensor([q[b, h, i] @ k[b, h, j] / 2.0 for j in range(T_b)])
+                s = torch.tensor([q[b, h, i] @ k[b, h, j] / hs**0.5 for j in range(T_b)])
                 w = torch.softmax(s, dim=0)
                 ref = sum(w[j] * v[b, h, j] for j in range(T_b))
-                assert torch.allclose(out[b, h, i], ref, atol=1e-6)
-                assert probs[b, h, i, T_b:].sum() == 0
+                assert torch.allclose(out[b, i, h * hs : (h + 1) * hs], ref, atol=1e-6)
 
 
 def test_gradients_reach_every_parameter(tiny_config):
@@ -204,7 +214,7 @@ def test_gradients_reach_every_parameter(tiny_config):
     out = model(ids, mask, types)
     (out["last_hidden_state"].pow(2).mean() + out["pooler_output"].sum()).backward()
     for name, p in model.named_parameters():
-        if name == "embeddings.word_embeddings.weight":
+        if name == "word_embedding.weight":
             assert p.grad[ids.unique()].abs().sum() > 0
         else:
             assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -217,6 +227,8 @@ def test_mean_pool_ignores_padding():
 
 
 def save_hf_checkpoint(path, cfg, state, fmt="safetensors"):
+    """A checkpoint folder in Hugging Face's format: our names in `state` mapped to HF's."""
+    state = {(ours_to_hf(k) or k): v for k, v in state.items()}
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg.to_dict()))
     if fmt == "safetensors":
@@ -231,7 +243,7 @@ def test_loads_local_folder_with_prefix_and_old_names(tmp_path, tiny_config, fmt
     src = BertModel(tiny_config)
     state = {}
     for k, v in src.state_dict().items():  # as task checkpoints and old TF ports store them
-        k = "bert." + k.replace("LayerNorm.weight", "LayerNorm.gamma")
+        k = "bert." + ours_to_hf(k).replace("LayerNorm.weight", "LayerNorm.gamma")
         state[k.replace("LayerNorm.bias", "LayerNorm.beta")] = v
     state["cls.predictions.bias"] = torch.zeros(tiny_config.vocab_size)  # pretraining head: ignored
     save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state, fmt)
@@ -242,13 +254,13 @@ def test_loads_local_folder_with_prefix_and_old_names(tmp_path, tiny_config, fmt
 
 def test_missing_and_unexpected_keys_are_reported(tmp_path, tiny_config):
     state = BertModel(tiny_config).state_dict()
-    state.pop("pooler.dense.weight")
+    state.pop("pooler_dense.weight")
     state["encoder.layer.9.extra"] = torch.zeros(1)
     save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state)
     with pytest.warns(UserWarning) as record:
         BertModel.from_pretrained(str(tmp_path / "ckpt"))
     text = " ".join(str(r.message) for r in record)
-    assert "pooler.dense.weight" in text and "encoder.layer.9.extra" in text
+    assert "pooler_dense.weight" in text and "encoder.layer.9.extra" in text
 
 
 def test_shape_mismatch_names_tensor_and_shapes(tmp_path, tiny_config):
@@ -318,9 +330,9 @@ def test_broken_checkpoint_files_name_the_file(tmp_path, tiny_config):
 
 
 def test_a_checkpoint_with_fewer_layers_than_its_config_is_refused(tmp_path, tiny_config):
-    state = {k: v for k, v in BertModel(tiny_config).state_dict().items() if ".layer.1." not in k}
+    state = {k: v for k, v in BertModel(tiny_config).state_dict().items() if "layers.1." not in k}
     save_hf_checkpoint(tmp_path / "ckpt", tiny_config, state)
-    with pytest.raises(ModelError, match=r"lack \d+ of the model's tensors, e.g. encoder.layer.1"):
+    with pytest.raises(ModelError, match=r"lack \d+ of the model's tensors, e.g. bert_layers.1"):
         BertModel.from_pretrained(str(tmp_path / "ckpt"))
 
 
@@ -402,8 +414,8 @@ class ScaledAttention(BertSelfAttention):
         super().__init__(config)
         self.temperature = torch.nn.Parameter(torch.tensor(2.0))
 
-    def attention(self, q, k, v, mask):
-        return super().attention(q / self.temperature, k, v, mask)
+    def attention(self, key, query, value, attention_mask):
+        return super().attention(key, query / self.temperature, value, attention_mask)
 
 
 def test_an_edited_attention_runs_on_every_device_and_the_plain_one_may_be_fused(
@@ -435,14 +447,14 @@ def test_a_model_with_new_weights_loads_the_checkpoint_and_names_them(
     save_hf_checkpoint(tmp_path / "ckpt", tiny_config, src.state_dict())
     monkeypatch.setattr(bert, "BertSelfAttention", ScaledAttention)
     loaded = bert.BertModel.from_pretrained(str(tmp_path / "ckpt"))
-    new = [f"encoder.layer.{i}.attention.self.temperature" for i in range(2)]
+    new = [f"bert_layers.{i}.self_attention.temperature" for i in range(2)]
     assert capsys.readouterr().out == (
         f"new weights, initialised (not in ckpt): {', '.join(new)}\n"
     )
     for name, tensor in src.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
     assert all(loaded.state_dict()[n] == 2.0 for n in new)
-    state = {k: v for k, v in src.state_dict().items() if "layer.1.output.dense" not in k}
+    state = {k: v for k, v in src.state_dict().items() if "layers.1.out_dense" not in k}
     save_hf_checkpoint(tmp_path / "partial", tiny_config, state)
     with pytest.raises(ModelError, match="lack 2 of the model's tensors"):
         bert.BertModel.from_pretrained(str(tmp_path / "partial"))

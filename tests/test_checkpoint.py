@@ -164,3 +164,32 @@ def test_rows_round_trip_through_the_run_folder(tmp_path):
 def test_generator_states_come_back_in_the_order_of_their_devices():
     states = {"cuda.10": "ten", "cuda.2": "two", "cuda.0": "zero", "torch": "cpu"}
     assert checkpoint.by_index(states, "cuda.") == ["zero", "two", "ten"]
+
+
+def test_a_model_saved_by_hugging_faces_names_loads_and_a_stranger_is_refused(
+    tiny_config, tmp_path
+):
+    """A run written before bert.py took the handout's names (its encoder's tensors by
+    Hugging Face's: bert.encoder.layer.0.attention.self.query.weight, ...) loads through
+    BertModel's name map; a tensor this model lacks is refused in one line, naming it."""
+    from base_bert import ours_to_hf
+
+    model = tiny(tiny_config)
+    path = tmp_path / "m.safetensors"
+    checkpoint.save_best(model, {}, path)
+    tensors, info = checkpoint.read_tensors(path)
+    bert = "model.bert."
+    old = {
+        bert + ours_to_hf(k[len(bert) :]) if k.startswith(bert) else k: v
+        for k, v in tensors.items()
+    }
+    assert "model.bert.encoder.layer.0.attention.self.query.weight" in old
+    checkpoint.write_tensors(old, info, path)
+    other = tiny(tiny_config)
+    torch.nn.init.zeros_(other.bert.bert_layers[0].self_attention.query.weight)
+    checkpoint.load_model(other, path)
+    for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    checkpoint.write_tensors(old | {"model.bert.stray.weight": torch.zeros(1)}, info, path)
+    with pytest.raises(checkpoint.CheckpointError, match="not this model's .*bert.stray.weight"):
+        checkpoint.load_model(tiny(tiny_config), path)

@@ -3,7 +3,6 @@
 import torch
 
 import classifier
-from bert import BertModel
 from engine import classify
 from engine.flags import ModelConfig
 from helpers import tiny_flags, weights
@@ -41,6 +40,19 @@ def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
     assert tuned[0].optim.lr == 1e-5
 
 
+def test_the_2024_full_model_lr_is_named_where_it_differs_from_the_handouts():
+    """The 2024 handout's classifier.py trains at 1e-3 in both modes; full-model here trains
+    at 1e-5 and says so, unless --lr is typed (then nothing differs)."""
+    said = classify.typed_2024_full_model_lr
+    assert said(["--fine-tune-mode", "full-model"]) and said(["--fine-tune-mode=full-model"])
+    assert not said(["--fine-tune-mode", "full-model", "--lr", "1e-3"])
+    assert not said(["--fine-tune-mode=full-model", "--lr=1e-3"])
+    assert not said(["--fine-tune-mode", "last-linear-layer"]) and not said(
+        ["--option", "finetune"]
+    )
+    assert "1e-5" in classify.LR_2024 and "--lr 1e-3" in classify.LR_2024
+
+
 def test_negative_sizes_are_refused():
     import pytest
 
@@ -54,9 +66,10 @@ def test_the_handouts_sentiment_classifier_is_a_model_of_its_own(tiny_config, ti
     (sentences -> readout, predict) is that forward; a classifier.py run trains this class."""
     torch.manual_seed(0)
     for task, classes in (("sst", 5), ("cfimdb", 2)):
-        bert = BertModel(tiny_config)
-        model = classifier.BertSentimentClassifier(bert, classes).eval()
-        ids = torch.randint(1, tiny_config.vocab_size, (3, 6))
+        cfg = classify.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
+        model = classifier.BertSentimentClassifier(classify.handout_config(cfg, task)).eval()
+        bert = model.bert
+        ids = torch.randint(1, bert.config.vocab_size, (3, 6))
         mask = torch.ones_like(ids)
         mask[1, 4:] = 0
         batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": 0 * ids}

@@ -62,8 +62,8 @@ def test_an_edited_attention_runs_on_cuda_under_auto(tiny_config, monkeypatch):
     what a CUDA run computes: the probe finds it unlike SDPA, so auto runs it."""
 
     class Edited(bert.BertSelfAttention):
-        def attention(self, q, k, v, mask):
-            return super().attention(q / 2, k, v, mask)
+        def attention(self, key, query, value, attention_mask):
+            return super().attention(key, query / 2, value, attention_mask)
 
     sdpa = twin_berts(tiny_config, attention="sdpa")[1]
     monkeypatch.setattr(bert, "BertSelfAttention", Edited)

@@ -30,7 +30,7 @@ pytestmark = [  # two processes each: several seconds a test
 
 # Attention key biases get no gradient in exact arithmetic (a shift that softmax ignores), so
 # AdamW turns their rounding noise into +-lr steps, differently in one process and in two.
-NOISE_ONLY = "attention.self.key.bias"
+NOISE_ONLY = "self_attention.key.bias"
 
 
 @pytest.fixture

@@ -224,7 +224,7 @@ def test_a_copy_follows_its_handout_year(tmp_path, year, flag, frozen):
     text = (tmp_path / "copy" / "ASSIGNMENT.md").read_text()
     assert f"CS224n {year} handout" in text and "The handout's exercises (18 points)" in text
     assert f"python classifier.py {flag} {frozen}" in text and f"{frozen}-sst-dev-out.csv" in text
-    for place in ("`BertModel.embed`", "classifier.py: `BertSentimentClassifier.forward`"):
+    for place in ("`BertModel.embed`", "classifier.py: `BertSentimentClassifier.__init__`"):
         assert place in text
     assert "make venv && . .venv/bin/activate" in text and "make check" in text
 
@@ -289,3 +289,26 @@ def test_a_students_scorecard_is_honest_and_grades_each_exercise_alone(tmp_path)
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert "SyntaxError: invalid syntax (trainer.py:" in lines["multitask_step"]
     assert "(multitask_classifier.py:" in lines["pair_head"], lines["pair_head"]
+
+
+def test_a_copy_graded_from_the_tas_tree_is_judged_by_its_grader(tmp_path):
+    """`check --dir COPY` run in a tree that holds the answers judges with that tree's
+    grader, never the copy's; AdamW's decay gated on correct_bias fails there and on the
+    student's side alike (a public part: the first step without the correction decays)."""
+    copy = tmp_path / "copy"
+    exercises.make(copy, ["adamw"], quiet=True)
+    body = solution("adamw")
+    gated = [
+        line.replace(
+            'if group["weight_decay"]:', 'if group["weight_decay"] and group["correct_bias"]:'
+        )
+        for line in body[0]
+    ]
+    assert gated != body[0]
+    write_body(copy, "adamw", [gated])
+    ta = run(REPO, "exercises.py", "check", "--dir", str(copy), "adamw")
+    assert f"judged by this tree's grader ({REPO / 'grader'})" in ta.stdout
+    assert dict(ROW.findall(ta.stdout)) == {"adamw": "fail"} and "correct_bias=False" in ta.stdout
+    student = run(copy, "exercises.py", "check", "adamw")
+    assert "judged by" not in student.stdout
+    assert dict(ROW.findall(student.stdout)) == {"adamw": "fail"}

@@ -29,21 +29,19 @@ import scorecard
 import slips_checks
 import slips_extensions
 import slips_multitask
+from handout_bodies import (
+    HANDOUT_ADAMW,
+    HANDOUT_ATTENTION,
+    HANDOUT_CLASSIFIER,
+    HANDOUT_EMBED,
+    HANDOUT_LAYER,
+)
 
 REPO = exercises.HERE
 WEIGHTS = scorecard.check_docs(REPO)
 
 # exercise -> [(what the slip is, edits)]: the handout's exercises, then the project's
 SLIPS = slips_checks.SLIPS | slips_multitask.SLIPS | slips_extensions.SLIPS
-HANDOUT_ADAMW = (  # the CS224n handout's AdamW: Kingma & Ba's efficient bias correction,
-    # eps on sqrt(v), the decay after the update with the lr
-    "            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)\n"
-    "            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)\n"
-    '            bias1, bias2 = self._bias_corrections(group, state["step"])  # given\n'
-    "            alpha = lr * math.sqrt(bias2) / bias1\n"
-    "            p.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(eps), value=-alpha)\n"
-    '            p.mul_(1 - lr * group["weight_decay"])\n'
-)
 HANDOUT_FOREACH = (
     "        for p, m, v, s in zip(params, exp_avgs, exp_avg_sqs, states, strict=True):\n"
     "            m.mul_(beta1).add_(p.grad, alpha=1 - beta1)\n"
@@ -70,12 +68,12 @@ VARIANTS = {
             "torch's eps, decay after",
             [
                 (
-                    'if group["weight_decay"]:\n                p.mul_(1.0 - lr * group["weight_decay"])',
+                    'if group["weight_decay"]:\n                p.mul_(1.0 - alpha * group["weight_decay"])',
                     "pass",
                 ),
                 (
-                    "p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)",
-                    'p.addcdiv_(exp_avg, denom, value=-lr * root2 / bias1)\n            p.mul_(1.0 - lr * group["weight_decay"])',
+                    "p.addcdiv_(exp_avg, denom, value=-alpha * root2 / bias1)",
+                    'p.addcdiv_(exp_avg, denom, value=-alpha * root2 / bias1)\n            p.mul_(1.0 - alpha * group["weight_decay"])',
                 ),
             ],
         ),
@@ -107,35 +105,43 @@ VARIANTS = {
         )
     ],
     "attention": [
+        ("the handout's skeleton, its names", [HANDOUT_ATTENTION]),
         (
             "F.dropout",
-            [("self.dropout(probs) @ v", "F.dropout(probs, self.dropout.p, self.training) @ v")],
+            [
+                (
+                    "self.dropout(probs) @ value",
+                    "F.dropout(probs, self.dropout.p, self.training) @ value",
+                )
+            ],
         ),
         (
             "SDPA with its dropout for the output",
             [
                 (
-                    "out = self.dropout(probs) @ v  # (B, nh, T, hs)",
+                    "out = self.dropout(probs) @ value  # (B, nh, T, hs)",
                     "p = self.dropout.p if self.training else 0.0\n"
-                    "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)",
+                    "        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=p)",
                 )
             ],
         ),
         (
-            "einsum",
+            "einsum, 1 / sqrt of the head's size read off the key",
             [
                 (
-                    "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
-                    'scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.size(-1) ** 0.5',
+                    "S = query @ key.transpose(-2, -1) / math.sqrt(self.attention_head_size)",
+                    'S = torch.einsum("bhqd,bhkd->bhqk", query, key) / key.size(-1) ** 0.5',
                 ),
                 (
-                    "out = self.dropout(probs) @ v",
-                    'out = torch.einsum("bhqk,bhkd->bhqd", self.dropout(probs), v)',
+                    "out = self.dropout(probs) @ value",
+                    'out = torch.einsum("bhqk,bhkd->bhqd", self.dropout(probs), value)',
                 ),
             ],
         ),
     ],
+    "embeddings": [("the handout's skeleton, its names", HANDOUT_EMBED)],
     "classifier": [
+        ("the handout's skeleton, its names", HANDOUT_CLASSIFIER),
         (
             "F.dropout",
             [
@@ -271,11 +277,12 @@ VARIANTS = {
             "exact GELU by name",
             [
                 (
-                    'F.gelu(self.intermediate["dense"](a))',
-                    'F.gelu(self.intermediate["dense"](a), approximate="none")',
+                    "self.interm_af(self.interm_dense(a))",
+                    'F.gelu(self.interm_dense(a), approximate="none")',
                 )
             ],
         ),
+        ("the handout's skeleton, its names", HANDOUT_LAYER),
     ],
 }
 

@@ -92,7 +92,7 @@ def test_a_float32_smart_step_under_autocast_runs_each_pass_once(tiny_env):
     for p in teacher.params.values():  # a teacher some steps behind: D_Breg is not 0
         p.add_(1e-3 * torch.randn_like(p))
     passes, grads = [], {}
-    layer = model.bert.encoder["layer"][0]
+    layer = model.bert.bert_layers[0]
     hook = layer.register_forward_hook(lambda *_: passes.append(torch.is_autocast_enabled("cpu")))
     for precision in ("fp32", "bf16"):
         passes.clear()

@@ -69,7 +69,7 @@ def test_teacher_moves_after_an_optimizer_step():
     nn.functional.cross_entropy(model(ids, mask), torch.tensor([0, 1, 2, 0])).backward()
     opt.step()
     teacher.update(model, beta=0.99)
-    name = "bert.encoder.layer.0.attention.self.query.weight"
+    name = "bert.bert_layers.0.self_attention.query.weight"
     assert not torch.equal(teacher.params[name], before[name])
     for n, p in model.named_parameters():
         assert torch.allclose(teacher.params[n], 0.99 * before[n] + 0.01 * p.detach(), atol=TOL)
@@ -154,9 +154,9 @@ def test_gradients_reach_the_encoder(term):
         )
     loss.backward()
     for name in (
-        "bert.embeddings.word_embeddings.weight",
-        "bert.encoder.layer.0.attention.self.query.weight",
-        "bert.encoder.layer.1.output.dense.weight",
+        "bert.word_embedding.weight",
+        "bert.bert_layers.0.self_attention.query.weight",
+        "bert.bert_layers.1.out_dense.weight",
     ):
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().max() > 0, name

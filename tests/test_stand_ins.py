@@ -121,7 +121,7 @@ def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():
     hf = setups.tiny_hf()
     ours = copy.deepcopy(BertModel(setups.tiny_config())).double()
     setups.hf_attention_in(ours, hf.double())
-    stand_in = ours.encoder["layer"][0].attention["self"]
+    stand_in = ours.bert_layers[0].self_attention
     real = BertSelfAttention(setups.tiny_config()).double().eval()
     x, mask = (
         torch.randn(2, 5, 32, dtype=torch.float64),

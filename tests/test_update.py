@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 import multitask_classifier as mt
 import simcse
 import trainer
+from base_bert import hf_to_ours
 from bert import BertModel
 from engine import runtime
 from engine.flags import OptimConfig
@@ -126,7 +127,7 @@ def test_l2sp_keeps_the_encoder_near_its_pretrained_weights(tiny_env, tmp_path):
     def drift(*flags):
         run(tiny_env, tmp_path / "-".join(flags or ("plain",)), *flags)
         trained = weights(tmp_path / "-".join(flags or ("plain",)) / "state.safetensors")
-        sq = [(trained[f"bert.{k}"] - v).pow(2).sum() for k, v in start.items()]
+        sq = [(trained[f"bert.{hf_to_ours(k)}"] - v).pow(2).sum() for k, v in start.items()]
         return torch.stack(sq).sum().sqrt().item()
 
     assert drift("--l2sp", "1000") < 0.5 * drift()

@@ -62,7 +62,7 @@ def model_bytes(config: BertConfig) -> tuple[int, int]:
     with torch.device("meta"):
         named = dict(MultitaskBERT(BertModel(config)).named_parameters())
     params = sum(p.numel() for p in named.values())
-    pooler = sum(p.numel() for name, p in named.items() if name.startswith("bert.pooler"))
+    pooler = sum(p.numel() for name, p in named.items() if name.startswith("bert.pooler_dense"))
     return 4 * params, 8 * (params - pooler)
 
 

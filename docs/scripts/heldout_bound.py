@@ -44,15 +44,16 @@ from evaluation import MULTITASK  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 
 KINDS = (  # a weight in every layer, by its name inside the layer
-    "attention.self.query",
-    "attention.self.key",
-    "attention.self.value",
-    "attention.output.dense",
-    "attention.output.LayerNorm",
-    "intermediate.dense",
-    "output.dense",
-    "output.LayerNorm",
+    "self_attention.query",
+    "self_attention.key",
+    "self_attention.value",
+    "attention_dense",
+    "attention_layer_norm",
+    "interm_dense",
+    "out_dense",
+    "out_layer_norm",
 )
+EMBEDDINGS = ("word_embedding.", "pos_embedding.", "tk_type_embedding.", "embed_layer_norm.")
 
 
 class Runs:
@@ -123,11 +124,11 @@ def reset(runs: Runs) -> None:
     keys = list(runs.last.bert.state_dict())
     n_layers = runs.last.bert.config.num_hidden_layers
     parts = {"nothing (the last model)": []}
-    parts["embeddings"] = [k for k in keys if k.startswith("embeddings.")]
+    parts["embeddings"] = [k for k in keys if k.startswith(EMBEDDINGS)]
     for i in range(n_layers):
-        parts[f"layer {i}"] = [k for k in keys if k.startswith(f"encoder.layer.{i}.")]
+        parts[f"layer {i}"] = [k for k in keys if k.startswith(f"bert_layers.{i}.")]
     for kind in KINDS:
-        names = [f"encoder.layer.{i}.{kind}." for i in range(n_layers)]
+        names = [f"bert_layers.{i}.{kind}." for i in range(n_layers)]
         parts[f"{kind}, every layer"] = [k for k in keys if k.startswith(tuple(names))]
     print("| reset to the loaded values | SST acc | QQP acc | STS r | held-out AUC |")
     print("| --- | --- | --- | --- | --- |")
