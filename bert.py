@@ -195,11 +195,11 @@ class BertModel(nn.Module):
     def token_types(self, token_type_ids):
         """Token types (B, T) for the `embed` calls inside, e.g. a cross-encoded pair's 0s
         and 1s: embed(input_ids), the handout's, has no argument for them. None: all 0."""
-        self.tk_type_ids = token_type_ids
+        outer, self.tk_type_ids = self.tk_type_ids, token_type_ids
         try:
             yield
         finally:
-            self.tk_type_ids = None
+            self.tk_type_ids = outer
 
     def embed(self, input_ids):
         """(B, T) token ids -> (B, T, H) embedding output: word + position + token type
@@ -306,7 +306,8 @@ def recorded(layers, on: bool):
     if len(probs) != len(layers):
         raise ValueError(
             f"output_attentions: {len(probs)} of {len(layers)} layers handed their "
-            "probabilities to the attention's self.dropout, where they are read"
+            "probabilities to self.dropout, where they are read; an attention that drops "
+            "them out by F.dropout or SDPA computes the same but cannot show them"
         )
 
 

@@ -71,7 +71,7 @@ class BertSentimentClassifier(nn.Module):
     def predict(self, task, batch):
         return self(batch["input_ids"], batch["attention_mask"])
 
-    def config(self) -> dict:
+    def checkpoint_config(self) -> dict:
         """What a checkpoint must match to load into this model."""
         bert = {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"}
         return {"bert": bert, "classes": self.num_labels, "dropout": self.hidden_dropout_prob}

@@ -269,21 +269,23 @@ def main(argv=None) -> int:
         gradescope.run(args.root, check)
         return 0
     root = args.dir.resolve()
-    return check(root, args.names, judge_of(root, args.grader), args.results, verbose=args.verbose)
+    ta, markers = judge_of(root, args.grader)
+    return check(root, args.names, ta, args.results, markers=markers, verbose=args.verbose)
 
 
-def judge_of(root: Path, grader: Path | None) -> Path | None:
-    """The grader that judges the copy in root: --grader's; else, from a tree that holds the
-    answers (the TA's) grading another folder, this tree's own, never the copy's; else the
-    copy's (None)."""
+def judge_of(root: Path, grader: Path | None) -> tuple[Path | None, Path | None]:
+    """(the grader, where the judge runs) for the copy in root. From a tree that holds the
+    answers (the TA's) grading another folder, the judge runs here, never in the copy, whose
+    modules it would import, and the grader is --grader's or this tree's; else --grader's
+    (None: the copy's) and the copy's own folder (None)."""
     if not (root / "exercises.py").is_file():
         raise SystemExit(
             f"{root}: no exercises.py; is it this repository, a handout or a TA's grader?"
         )
-    if grader is None and root != HERE and (HERE / ANSWERS[0]).is_file():
-        print(f"judged by this tree's grader ({HERE / 'grader'}), not {root}'s")
-        return HERE
-    return grader
+    if root != HERE and (HERE / ANSWERS[0]).is_file():
+        print(f"judged in this tree ({HERE}) by {grader or HERE / 'grader'}, not in {root}")
+        return grader or HERE, HERE
+    return grader, None
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command

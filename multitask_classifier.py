@@ -90,7 +90,7 @@ class MultitaskBERT(nn.Module):
         for name in self.cross:  # cross-encoded pairs: a linear head on [CLS] a [SEP] b [SEP]
             self.heads[f"{name}_cross"] = nn.Linear(H, 1)
 
-    def config(self) -> dict:
+    def checkpoint_config(self) -> dict:
         """What a checkpoint must match to load into this model."""
         saved = {
             # the attention kernel does not change the weights, so it may differ

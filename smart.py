@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from base_bert import rename_hf_keys
+
 KINDS = ("classification", "binary", "regression")
 DROPOUT = ("shared", "independent")  # dropout masks of SMART's passes (SmartConfig.dropout)
 VARIANTS = ("paper", "reference")  # R_s's ascent as the paper states it, or as its code runs it
@@ -347,6 +349,12 @@ class EMATeacher:
     def __init__(self, model: nn.Module, cfg: SmartConfig | None = None, total_steps: int = 1):
         self.params = {n: p.detach().clone() for n, p in model.named_parameters()}
         self.cfg, self.total_steps, self.step = cfg or SmartConfig(), total_steps, 0
+
+    def restore(self, params: dict, step: int) -> None:
+        """Parameters and a step saved by a checkpoint; a run saved while bert.py had
+        Hugging Face's names has its encoder's renamed to ours."""
+        rename_hf_keys(params, "bert.")
+        self.params, self.step = params, step
 
     @torch.no_grad()
     def update(self, model: nn.Module, beta: float | None = None) -> None:

@@ -155,7 +155,7 @@ def split(tensors: dict, prefix: str) -> dict:
 
 
 def _load_weights(model, tensors: dict, info: dict, path: Path) -> None:
-    check_compatible(info["config"], json.loads(json.dumps(model.config())), path)
+    check_compatible(info["config"], json.loads(json.dumps(model.checkpoint_config())), path)
     weights = split(tensors, "model.")
     try:  # strict: every tensor by its name (a module's pre-hook may rename older names)
         model.load_state_dict(weights)
@@ -173,7 +173,7 @@ def load_model(model, path: Path) -> dict:
 
 
 def save_best(model, row: dict, path: Path):
-    write_best(model.state_dict(), model.config(), row, path)
+    write_best(model.state_dict(), model.checkpoint_config(), row, path)
 
 
 def write_best(weights: dict, config: dict, row: dict, path: Path):
@@ -199,7 +199,7 @@ def save_state(model, optimizer, scaler, progress: dict, path: Path, extra=None,
                 opt_info["state"].setdefault(str(index), {})[name] = value
     rng_tensors, rng_info = rng or rng_state()
     tensors |= {f"rng.{k}": v for k, v in rng_tensors.items()}
-    info = {"config": model.config(), "optimizer": opt_info, "rng": rng_info}
+    info = {"config": model.checkpoint_config(), "optimizer": opt_info, "rng": rng_info}
     info["scaler"] = scaler.state_dict() if scaler else None
     write_tensors(tensors, info | progress, path)
 

@@ -66,7 +66,7 @@ class InStage:
         if not self.resume:
             return 0, 0.0
         if teacher and self.resume["teacher"]:
-            teacher.params, teacher.step = self.resume["teacher"]
+            teacher.restore(*self.resume["teacher"])
         return self.resume["step"], self.resume["running"]
 
     def replaying(self, step: int, rt: Runtime) -> bool:

@@ -170,7 +170,7 @@ class Run:
         if self.stage_checkpoints:
             return checkpoint.save_best(model, row, self.run_dir / checkpoint.BEST)
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        self.unsaved_best = weights, model.config(), row
+        self.unsaved_best = weights, model.checkpoint_config(), row
 
     def record(self, model, optimizer, row, k, progress: Progress, candidate=True) -> Progress:
         """After stage k: its row written to the table, its model kept if it is the new

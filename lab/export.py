@@ -66,14 +66,15 @@ def model_folder(model, tokenizer, out: Path, card: str, max_length: int) -> Non
         json.dumps(tokenizer_config | {"model_max_length": max_length}),
         out / "tokenizer_config.json",
     )
+    state = model.bert.state_dict()
     encoder = {  # by Hugging Face's names (base_bert.HF_NAMES), BERT's own weights only
-        ours_to_hf(k): v.detach().cpu().contiguous()
-        for k, v in model.bert.state_dict().items()
-        if ours_to_hf(k)
+        ours_to_hf(k): v.detach().cpu().contiguous() for k, v in state.items() if ours_to_hf(k)
     }
+    if left := [k for k in state if not ours_to_hf(k)]:  # weights bert.py adds to BERT's
+        print(f"not exported (Hugging Face's BertModel has no such weight): {', '.join(left)}")
     atomic_write(save(encoder, metadata={"format": "pt"}), out / "model.safetensors")
     heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
-    write_tensors(heads, {"config": model.config()}, out / "heads.safetensors")
+    write_tensors(heads, {"config": model.checkpoint_config()}, out / "heads.safetensors")
     if model.pooling == "mean":  # sentence-transformers pools the last hidden states itself
         write_sentence_transformers(out, model.bert.config.hidden_size, max_length)
     atomic_write(card, out / "README.md")

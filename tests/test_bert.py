@@ -220,6 +220,23 @@ def test_gradients_reach_every_parameter(tiny_config):
             assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
+def test_token_types_hold_for_the_calls_inside_and_nest(tiny_config):
+    """embed reads the token types `token_types` holds, 0 outside; an inner block (forward's
+    own) gives the outer one's back."""
+    torch.manual_seed(0)
+    model = BertModel(tiny_config).eval()
+    ids, mask, types = batch(tiny_config.vocab_size)
+    with torch.no_grad():
+        plain = model.embed(ids)
+        with model.token_types(types):
+            paired = model.embed(ids)
+            model(ids, mask)  # its own token_types(None) inside
+            assert torch.equal(model.embed(ids), paired)
+        assert torch.equal(model.embed(ids), plain) and not torch.equal(paired, plain)
+        ours = model(ids, mask, types)["last_hidden_state"]
+        assert torch.equal(ours, model.encode(paired, mask)["last_hidden_state"])
+
+
 def test_mean_pool_ignores_padding():
     hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])  # (1, 3, 2)
     mask = torch.tensor([[1, 1, 0]])

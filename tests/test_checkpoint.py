@@ -11,6 +11,7 @@ import torch
 import multitask_classifier as mt
 from bert import BertModel
 from engine import checkpoint
+from smart import EMATeacher
 
 
 def tiny(tiny_config, **kw):
@@ -193,3 +194,10 @@ def test_a_model_saved_by_hugging_faces_names_loads_and_a_stranger_is_refused(
     checkpoint.write_tensors(old | {"model.bert.stray.weight": torch.zeros(1)}, info, path)
     with pytest.raises(checkpoint.CheckpointError, match="not this model's .*bert.stray.weight"):
         checkpoint.load_model(tiny(tiny_config), path)
+    teacher = EMATeacher(model)  # its saved parameters, by the same old names
+    saved = {
+        "bert." + ours_to_hf(k[5:]) if k.startswith("bert.") else k: v.clone()
+        for k, v in teacher.params.items()
+    }
+    teacher.restore(saved, 7)
+    assert teacher.params.keys() == dict(model.named_parameters()).keys() and teacher.step == 7

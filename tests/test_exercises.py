@@ -307,8 +307,8 @@ def test_a_copy_graded_from_the_tas_tree_is_judged_by_its_grader(tmp_path):
     assert gated != body[0]
     write_body(copy, "adamw", [gated])
     ta = run(REPO, "exercises.py", "check", "--dir", str(copy), "adamw")
-    assert f"judged by this tree's grader ({REPO / 'grader'})" in ta.stdout
+    assert f"judged in this tree ({REPO}) by {REPO / 'grader'}, not in {copy}" in ta.stdout
     assert dict(ROW.findall(ta.stdout)) == {"adamw": "fail"} and "correct_bias=False" in ta.stdout
     student = run(copy, "exercises.py", "check", "adamw")
-    assert "judged by" not in student.stdout
+    assert "judged in" not in student.stdout
     assert dict(ROW.findall(student.stdout)) == {"adamw": "fail"}

@@ -143,6 +143,15 @@ VARIANTS = {
     "classifier": [
         ("the handout's skeleton, its names", HANDOUT_CLASSIFIER),
         (
+            "the config kept as self.config",
+            [
+                (
+                    "self.dropout = nn.Dropout(config.hidden_dropout_prob)",
+                    "self.config = config\n        self.dropout = nn.Dropout(config.hidden_dropout_prob)",
+                )
+            ],
+        ),
+        (
             "F.dropout",
             [
                 (

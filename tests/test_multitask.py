@@ -133,7 +133,7 @@ def test_euclidean_siamese_outputs_the_distance_and_cuts_on_it(tiny_config):
         d = torch.tensor([math.dist(a, b) for a, b in zip(u.tolist(), v.tolist(), strict=True)])
         assert torch.allclose(model("sts", batch), d, atol=1e-5)
         assert torch.allclose(model("para", batch), d - 0.7, atol=1e-5)  # d > 0.7: paraphrase
-    assert model.config()["siamese"] == "euclidean"
+    assert model.checkpoint_config()["siamese"] == "euclidean"
 
 
 def test_the_euclidean_output_is_the_distance_of_the_embeddings_not_of_dropped_ones(
