@@ -207,6 +207,8 @@ HF_LAYER_NAMES = {
     "output.dense": "out_dense",
     "output.LayerNorm": "out_layer_norm",
 }
+OUR_NAMES = {ours: hf for hf, ours in HF_NAMES.items()}  # the map read the other way
+OUR_LAYER_NAMES = {ours: hf for hf, ours in HF_LAYER_NAMES.items()}
 HF_LAYERS, OUR_LAYERS = "encoder.layer.", "bert_layers."
 HEADS = ("cls.", "classifier.", "qa_outputs.")  # a checkpoint's heads: not the encoder's
 
@@ -237,9 +239,7 @@ def hf_to_ours(name: str) -> str | None:
 
 def ours_to_hf(name: str) -> str | None:
     """One of our parameter names as Hugging Face's (None: a weight BERT lacks)."""
-    modules = {v: k for k, v in HF_NAMES.items()}
-    layers = {v: k for k, v in HF_LAYER_NAMES.items()}
-    return rename(name, modules, layers, (OUR_LAYERS, HF_LAYERS))
+    return rename(name, OUR_NAMES, OUR_LAYER_NAMES, (OUR_LAYERS, HF_LAYERS))
 
 
 def is_bert_weight(name: str) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 # presets.py is the one table of every preset and its settings: it grows a row at a time
 LINES = {"lab/bench.py": 540, "presets.py": 640}
-LINES_DEFAULT = 585
+LINES_DEFAULT = 650
 LESSON_LINES, LESSON_TOTAL = 500, 5_900  # a top-level module, and all of them: the lesson
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000
 TEST_LINES = 500  # a test file holds one concern, named after what it tests

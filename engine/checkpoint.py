@@ -159,9 +159,9 @@ def _load_weights(model, tensors: dict, info: dict, path: Path) -> None:
     weights = split(tensors, "model.")
     try:  # strict: every tensor by its name (a module's pre-hook may rename older names)
         model.load_state_dict(weights)
-    except RuntimeError as e:
-        first = str(e).splitlines()[1 if len(str(e).splitlines()) > 1 else 0].strip()
-        raise CheckpointError(f"{path}: its tensors are not this model's ({first})") from None
+    except RuntimeError as e:  # its first line names the model; the next, the keys
+        detail = (str(e).splitlines()[1:] or [str(e)])[0].strip()
+        raise CheckpointError(f"{path}: its tensors are not this model's ({detail})") from None
 
 
 def load_model(model, path: Path) -> dict:

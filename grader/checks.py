@@ -77,13 +77,15 @@ def attention():
         module = tiny_self_attention()
         out = module.attention(k, q, v, mask)
         probs = heads(module.attention(k.detach(), q.detach(), eye, mask), NH)
+        one = module.attention(k[:1], q[:1], v[:1], mask[:1]).detach()
         shaped = torch.is_tensor(out) and out.shape == w.shape  # else the output's part fails
-        return out, probs, grads(out, (q, k, v), w) if shaped else None
+        return out, probs, grads(out, (q, k, v), w) if shaped else None, one
 
-    out, probs, got = student(mine)
+    out, probs, got, one = student(mine)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
     merged = sdpa.transpose(1, 2).flatten(2)  # (B, T, H)
     yield part("output (B, T, H), the heads merged", out, lambda: merged)
+    yield part("a batch of one: (1, T, H)", one, lambda: merged[:1].detach())
     yield part("gradients of query, key, value", got, lambda: grads(merged, (q, k, v), w))
     probs = probs[..., :T] if torch.is_tensor(probs) and probs.dim() == 4 else probs
     yield part("probabilities (value = identity)", probs, lambda: R.attention(q, k, v, keep)[1])
@@ -126,7 +128,7 @@ def attention_dropout():
     yield part(
         "training: output = dropped probabilities times value",
         out[..., T:],
-        lambda: dropped @ extra,
+        lambda: dropped.to(extra.dtype) @ extra,
     )
     sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
     yield part("eval mode: no dropout", not_training, sdpa)
@@ -313,11 +315,12 @@ def embeddings():
         got = grads(pair, [p for t in tables for p in getattr(ours, t).parameters()], w)
         ours.train().embed_dropout.p = P_DROP
         torch.manual_seed(0)
-        return out, pair, got, ours.embed(ids)
+        return out, pair, got, ours.embed(ids), ours.eval().embed(ids[:1]).detach()
 
-    out, pair, got, dropped = student(mine)
+    out, pair, got, dropped, one = student(mine)
     ref = hf.embeddings(ids, token_type_ids=torch.zeros_like(ids))
     yield part("output, token types 0", out, lambda: ref)
+    yield part("a batch of one: (1, T, H)", one, lambda: ref[:1].detach())
     ref_pair = hf.embeddings(ids, token_type_ids=types)
     yield part("output, a pair's token types (tk_type_embeds)", pair, lambda: ref_pair)
     yield part(

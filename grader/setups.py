@@ -278,8 +278,8 @@ def stand_in_classifier(head, table):
 
 def classifier_head(model) -> nn.Linear:
     """The one nn.Linear a sentiment classifier adds to BERT (the student's, by any name)."""
-    found = [m for name, m in model.named_modules() if isinstance(m, nn.Linear) and name != "bert"]
-    found = [m for m in found if m not in set(model.bert.modules())]
+    bert = set(model.bert.modules())
+    found = [m for m in model.modules() if isinstance(m, nn.Linear) and m not in bert]
     if len(found) != 1:
         raise ValueError(
             "BertSentimentClassifier: expected one nn.Linear(hidden_size, num_labels) beside "

@@ -10,6 +10,14 @@ SLIPS = {
     "attention": [
         ("key and query swapped", [("query @ key.transpose", "key @ query.transpose")]),
         (
+            "squeeze(0) on the output: a batch of one loses its batch",
+            [("reshape(bs, seq_len, -1)  #", "reshape(bs, seq_len, -1).squeeze(0)  #")],
+        ),
+        (
+            "the output in float16",
+            [("reshape(bs, seq_len, -1)  #", "reshape(bs, seq_len, -1).half()  #")],
+        ),
+        (
             "scores upcast to float64, never cast back",
             [
                 (
@@ -193,6 +201,15 @@ SLIPS = {
             [("self.pos_embedding(pos_ids)", "self.pos_embedding(torch.arange(seq_length))")],
         ),
         ("positions from 1", [("self.pos_embedding(pos_ids)", "self.pos_embedding(pos_ids + 1)")]),
+        (
+            "squeeze(0) on the output: a batch of one loses its batch",
+            [
+                (
+                    "self.embed_dropout(self.embed_layer_norm(embeds))",
+                    "self.embed_dropout(self.embed_layer_norm(embeds)).squeeze(0)",
+                )
+            ],
+        ),
         (
             "no token types",
             [("inputs_embeds + pos_embeds + tk_type_embeds", "inputs_embeds + pos_embeds")],
