@@ -1,16 +1,14 @@
-"""Multitask Sentence-BERT: the model the command `python multitask_classifier.py` trains.
+"""The CS224n handout's Part 2: MultitaskBERT, one BERT for three tasks, and the command
+`python multitask_classifier.py` that trains a model on them.
 
-One shared BERT encoder, three task heads (Reimers & Gurevych, 2019, Sentence-BERT):
-- sentiment (SST-5): mean-pooled sentence -> dropout -> Linear(5), cross-entropy;
-- paraphrase (Quora): siamese [u, v, |u - v|] -> Linear(1), one logit, binary cross-entropy;
-- similarity (STS-B): the cosine of u and v stretched onto 0-5, mean squared error.
-(losses.TASK_LOSSES lists the losses each task may train with; they decide the heads.)
-
-The CS224n handout's three methods are one call here, `model(task, batch)`:
-    predict_sentiment(ids, mask)          -> model("sst", batch)    (B, 5) logits
-    predict_paraphrase(ids1, m1, ids2, m2) -> model("para", batch)  (B,) one logit
-    predict_similarity(ids1, m1, ids2, m2) -> model("sts", batch)   (B,) a 0-5 score
-where a pair batch holds both sentences as (2, B, T) tensors, encoded in one pass.
+MultitaskBERT is the handout's, by its names: its design is yours (the heads in __init__,
+forward's embeddings, the three predict_*), and the `handout` preset trains it. Its
+outputs:
+    predict_sentiment(ids, mask)             (B, 5) logits, SST-5's classes
+    predict_paraphrase(ids1, m1, ids2, m2)   (B,) one logit each (> 0: a paraphrase)
+    predict_similarity(ids1, m1, ids2, m2)   (B,) a similarity, scored by its Pearson r
+This project's own model, on the same encoder, is Sentence-BERT (sbert.py); every other
+preset trains that one.
 
 Training is a plan: a list of stages (presets.Stage), each trained by trainer.train_stage;
 the command (engine/command.py: flags, run folder, --resume) runs a preset's plans.
@@ -19,6 +17,7 @@ defense against catastrophic forgetting") trains sequentially: one QQP epoch, th
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
 every stage all three dev sets are scored: one row of the forgetting table.
 
+    python multitask_classifier.py --option finetune --lr 1e-5    # the handout's run
     python multitask_classifier.py                    # thesis preset, bert-base-uncased
     python multitask_classifier.py --preset sequential --bert minilm
     python multitask_classifier.py --preset defended --show   # what it trains, stage by stage
@@ -27,229 +26,102 @@ every stage all three dev sets are scored: one row of the forgetting table.
 """
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401  (the handout's import: your bodies may use it)
 from torch import nn
 
-import simcse
-from bert import BertModel, mean_pool
-from engine.flags import OptimConfig, RunConfig
-from evaluation import MULTITASK, TASKS
-from losses import cosine_to_score, loss_of
+from bert import BertModel
+from engine.flags import OptimConfig
 from optimizer import AdamW
-from presets import loss_choices
+
+BERT_HIDDEN_SIZE = 768  # the handout's: bert-base's width (a run sets its checkpoint's)
+N_SENTIMENT_CLASSES = 5
 
 
 class MultitaskBERT(nn.Module):
-    """A shared BERT with one small head per task.
+    """The handout's model: BERT for 3 tasks, sentiment classification (predict_sentiment),
+    paraphrase detection (predict_paraphrase) and semantic textual similarity
+    (predict_similarity)."""
 
-    `forward(task, batch, embeds=None)` is the only prediction path: given `embeds` (the
-    embedding output, e.g. perturbed by SMART) it runs from there instead of from ids; it
-    is `readout(task, batch, sentences(batch, embeds))`, so a training step can keep the
-    sentence embeddings it computed on the way. Pair batches are siamese, (2, B, T): both
-    sentences go through BERT in one forward.
-    """
-
-    def __init__(
-        self,
-        bert: BertModel,
-        tasks=MULTITASK,
-        pooling="mean",
-        dropout=0.1,
-        cross=(),
-        cosine=(),
-        concat=(),
-        siamese="cosine",
-    ):
-        """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
-        their siamese similarity against a threshold (their loss trains only the embeddings,
-        e.g. --para_loss contrastive): no head, evaluation.fit_thresholds; concat: pair tasks
-        with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the score of pairs
-        without a head, the cosine or d = ||u - v|| (Auslin et al.; STS then outputs d)."""
+    def __init__(self, config):
+        """config (the handout's): hidden_size, hidden_dropout_prob, option (2024:
+        fine_tune_mode); and bert, the checkpoint to load, with its attention (bert.py).
+        Frozen or fine-tuned, BERT's parameters are set by each stage (trainer.train_stage)."""
         super().__init__()
-        if pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
-        if siamese not in simcse.DISTANCES:
-            raise ValueError(f"siamese must be one of {simcse.DISTANCES}, got {siamese!r}")
-        self.bert, self.pooling, self.tasks = bert, pooling, tuple(tasks)
-        self.dropout = nn.Dropout(dropout)
-        H = bert.config.hidden_size
-        self.cosine, self.concat, self.siamese = tuple(cosine), tuple(concat), siamese
-        self.heads = nn.ModuleDict()
-        for name in self.tasks:
-            spec = TASKS[name]
-            if spec.kind == "classification":
-                self.heads[name] = nn.Linear(H, spec.num_labels)
-            elif name in self.concat:
-                self.heads[name] = nn.Linear(2 * H, 1)  # on [u, v]
-            elif spec.kind == "binary" and name not in self.cosine:
-                self.heads[name] = nn.Linear(3 * H, 1)  # on [u, v, |u - v|]
-            # otherwise (STS; thresholded QQP) the siamese similarity: no parameters
-        for name in self.cosine:  # a paraphrase when similarity(u, v) > threshold
-            self.register_buffer(f"{name}_threshold", torch.zeros(()))
-        self.cross = tuple(cross)
-        for name in self.cross:  # cross-encoded pairs: a linear head on [CLS] a [SEP] b [SEP]
-            self.heads[f"{name}_cross"] = nn.Linear(H, 1)
+        self.bert = BertModel.from_pretrained(config.bert, attention=config.attention)
+        # BEGIN EXERCISE multitask: the layers of your three tasks' heads, e.g. dropout (config.hidden_dropout_prob), a linear layer onto SST's 5 classes, one on a pair's [u, v] for each pair task
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.sentiment = nn.Linear(BERT_HIDDEN_SIZE, N_SENTIMENT_CLASSES)
+        self.paraphrase = nn.Linear(2 * BERT_HIDDEN_SIZE, 1)
+        self.similarity = nn.Linear(2 * BERT_HIDDEN_SIZE, 1)
+        # END EXERCISE multitask
 
-    def checkpoint_config(self) -> dict:
-        """What a checkpoint must match to load into this model."""
-        saved = {
-            # the attention kernel does not change the weights, so it may differ
-            "bert": {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"},
-            "tasks": list(self.tasks),
-            "pooling": self.pooling,
-            "dropout": self.dropout.p,
-            "cross": list(self.cross),
-        }
-        # settings that older runs lack, kept only where they are not the default
-        newer = {"cosine": list(self.cosine), "concat": list(self.concat)}
-        newer["siamese"] = self.siamese if self.siamese != "cosine" else None
-        return saved | {k: v for k, v in newer.items() if v}
+    def forward(self, input_ids, attention_mask):
+        """Takes a batch of sentences, (B, T), and produces embeddings for them."""
+        # BEGIN EXERCISE multitask: the sentences' embeddings, e.g. BERT's pooled [CLS] vector (its "pooler_output"): (B, H)
+        return self.bert(input_ids, attention_mask)["pooler_output"]  # (B, H)
+        # END EXERCISE multitask
 
-    @staticmethod
-    def flat_inputs(batch):
-        """(B, T) tensors as they are; K sentences per example (K, B, T) -> (K * B, T)."""
-        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
-        if ids.dim() == 3:
-            T = ids.size(-1)
-            ids, mask, types = ids.view(-1, T), mask.view(-1, T), types.view(-1, T)  # (KB, T)
-        return ids, mask, types
-
-    def embed(self, batch):
-        """Embedding output (N, T, H) of a batch; N = 2B for siamese pairs."""
-        ids, _, types = self.flat_inputs(batch)
-        with self.bert.token_types(types):
-            return self.bert.embed(ids)
-
-    def sentences(self, batch, embeds=None):
-        """Pooled sentence embeddings (N, H) of every sentence in the batch, before dropout."""
-        if embeds is None:
-            embeds = self.embed(batch)
-        _, mask, _ = self.flat_inputs(batch)
-        out = self.bert.encode(embeds, mask)
-        if self.pooling == "mean":
-            return mean_pool(out["last_hidden_state"], mask)  # (N, H)
-        return out["pooler_output"]  # (N, H): BERT's pooled [CLS]
-
-    def forward(self, task, batch, embeds=None):
-        return self.readout(task, batch, self.sentences(batch, embeds))
-
-    def readout(self, task, batch, sentences):
-        """The task's output from the batch's pooled sentence embeddings (N, H)."""
-        kind = TASKS[task].kind
-        if batch["input_ids"].dim() == 2 and TASKS[task].pair:  # a cross-encoded pair
-            return self.heads[f"{task}_cross"](self.dropout(sentences)).squeeze(-1)  # (B,)
-        if batch["input_ids"].dim() == 2:  # one sentence per example: SST's classes
-            # BEGIN EXERCISE multitask: dropout on the pooled sentences, then the task's linear head: (B, C) logits
-            return self.heads[task](self.dropout(sentences))  # (B, C)
-            # END EXERCISE multitask
-        pooled = self.dropout(sentences)
-        u, v = pooled.view(2, -1, pooled.size(-1)).unbind(0)  # (2B, H) -> (B, H), (B, H)
-        if task in self.concat:
-            return self.heads[task](torch.cat([u, v], -1)).squeeze(-1)  # (B,)
-        if self.siamese == "euclidean" and (kind == "regression" or task in self.cosine):
-            # d of the embeddings themselves, as the pair losses see them: dropout's masks
-            # would inflate it in training only
-            u, v = sentences.view(2, -1, sentences.size(-1)).unbind(0)  # (B, H) each
-        if kind == "regression":
-            if self.siamese == "euclidean":
-                return self.similarity(u, v)  # (B,): d, trained toward the 0-5 score
-            # BEGIN EXERCISE multitask: the cosine of u and v, stretched from [-1, 1] onto 0-5 (losses.cosine_to_score)
-            return cosine_to_score(F.cosine_similarity(u, v, dim=-1))  # (B,) in [0, 5]
-            # END EXERCISE multitask
-        if task in self.cosine:  # > 0: a paraphrase
-            return self.similarity(u, v) - getattr(self, f"{task}_threshold")  # (B,)
-        # BEGIN EXERCISE pair_head: the head on [u, v, |u - v|] and on [v, u, |u - v|], averaged: (B,)
-        head, d = self.heads[task], (u - v).abs()
-        # A paraphrase is symmetric, so average both orders: W_u and W_v then act alike.
-        both = head(torch.cat([u, v, d], -1)) + head(torch.cat([v, u, d], -1))  # (B, 1)
-        return both.squeeze(-1) / 2  # (B,)
-        # END EXERCISE pair_head
-
-    def similarity(self, u, v):
-        """(B,) the pair score a threshold cuts: the cosine, or (siamese='euclidean') Auslin
-        et al.'s output d = ||u - v||, which their losses make grow with similarity."""
-        if self.siamese == "cosine":
-            return F.cosine_similarity(u, v, dim=-1)
-        return simcse.euclidean_distance(u, v)
-
-    def predict(self, task, batch):
-        return self(task, batch)
-
-    # The CS224n handout's methods, by its names: each builds the batch forward takes.
     def predict_sentiment(self, input_ids, attention_mask):
-        """(B, T) ids and mask -> (B, 5) logits."""
-        # BEGIN EXERCISE multitask: a batch of the ids, their mask and zero token types; the model's "sst" output
-        types = torch.zeros_like(input_ids)
-        return self(
-            "sst",
-            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types},
-        )
+        """(B, T) ids and mask -> (B, 5) logits, SST's classes (0 negative ... 4 positive)."""
+        # BEGIN EXERCISE multitask: 5 logits per sentence, unnormalized (no softmax): (B, 5)
+        return self.sentiment(self.dropout(self(input_ids, attention_mask)))  # (B, 5)
         # END EXERCISE multitask
 
     def predict_paraphrase(self, input_ids_1, attention_mask_1, input_ids_2, attention_mask_2):
-        """Two sentences per example, (B, T1) and (B, T2) -> (B,) logits (> 0: paraphrase)."""
-        return self(
-            "para", self.pair_batch(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
-        )
-
-    def predict_similarity(self, input_ids_1, attention_mask_1, input_ids_2, attention_mask_2):
-        """Two sentences per example, (B, T1) and (B, T2) -> (B,) similarities on 0-5."""
-        return self(
-            "sts", self.pair_batch(input_ids_1, attention_mask_1, input_ids_2, attention_mask_2)
-        )
-
-    @staticmethod
-    def pair_batch(ids_1, mask_1, ids_2, mask_2) -> dict:
-        """The siamese batch of two (B, T1), (B, T2) sides: each (2, B, max(T1, T2))."""
-        # BEGIN EXERCISE multitask: pad the shorter side (ids and mask 0) to the longer's T, stack the sides: (2, B, T); zero token types
-        T = max(ids_1.size(1), ids_2.size(1))
-        ids = torch.stack(
-            [F.pad(ids_1, (0, T - ids_1.size(1))), F.pad(ids_2, (0, T - ids_2.size(1)))]
-        )
-        mask = torch.stack(
-            [F.pad(mask_1, (0, T - mask_1.size(1))), F.pad(mask_2, (0, T - mask_2.size(1)))]
-        )
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        """Two sentences per pair, (B, T1) and (B, T2) -> (B,) logits: unnormalized, the
+        evaluation's sigmoid and the loss take them as logits (> 0: a paraphrase)."""
+        # BEGIN EXERCISE multitask: one logit per pair from both sentences' embeddings: (B,)
+        u = self.dropout(self(input_ids_1, attention_mask_1))  # (B, H)
+        v = self.dropout(self(input_ids_2, attention_mask_2))  # (B, H)
+        return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)
         # END EXERCISE multitask
 
+    def predict_similarity(self, input_ids_1, attention_mask_1, input_ids_2, attention_mask_2):
+        """Two sentences per pair, (B, T1) and (B, T2) -> (B,) similarities, unnormalized:
+        trained toward STS's 0-5 scores, judged by their Pearson correlation."""
+        # BEGIN EXERCISE multitask: one similarity per pair from both sentences' embeddings: (B,)
+        u = self.dropout(self(input_ids_1, attention_mask_1))  # (B, H)
+        v = self.dropout(self(input_ids_2, attention_mask_2))  # (B, H)
+        return self.similarity(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)
+        # END EXERCISE multitask
+
+    # How the one training loop (trainer.train_step: embed -> sentences -> readout) and the
+    # evaluation (model.predict) read this model: through predict_*, whole, so nothing is
+    # perturbed (no SMART) and no sentence embedding is kept (no SimCSE). A pair batch holds
+    # both sides as (2, B, T), the shorter padded.
+    cosine = ()  # no pair task cut by a threshold (evaluation.fit_thresholds)
+
+    def embed(self, batch):
+        return None
+
+    def sentences(self, batch, embeds=None):
+        return None
+
+    def readout(self, task, batch, sentences):
+        return self.predict(task, batch)
+
+    def predict(self, task, batch):
+        """The output of `task`'s predict_*: (B, 5) logits, or (B,) for a pair task, each
+        side cut to its own longest sentence."""
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        if task == "sst":
+            return self.predict_sentiment(ids, mask)
+        pair = {"para": self.predict_paraphrase, "sts": self.predict_similarity}[task]
+        T1, T2 = (int(m.sum(-1).max()) for m in mask)  # (2, B, T): each side's length
+        out = pair(ids[0, :, :T1], mask[0, :, :T1], ids[1, :, :T2], mask[1, :, :T2])
+        return out.reshape(ids.size(1))  # (B, 1) or (B,) -> (B,)
+
+    def checkpoint_config(self) -> dict:
+        """What a checkpoint must match to load into this model."""
+        bert = {k: v for k, v in self.bert.config.to_dict().items() if k != "attention"}
+        return {"bert": bert, "model": "multitask_classifier.MultitaskBERT"}
+
     def configure_optimizers(self, cfg: OptimConfig) -> AdamW:
-        """AdamW over two parameter groups: the encoder, then the heads (lr x
-        --head_lr_scale: a fresh head barely moves at an encoder's lr)."""
-        heads = [p for name, p in self.named_parameters() if not name.startswith("bert.")]
-        groups = [
-            {"params": list(self.bert.parameters()), "lr_scale": 1.0},
-            {"params": heads, "lr_scale": cfg.head_lr_scale},
-        ]
-        groups = [g for g in groups if g["params"]]
-        return AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw)
-
-
-# ---------------------------------------------------------------------------------------
-# The heads a run's losses ask for
-
-
-def cosine_tasks(cfg: RunConfig) -> tuple:
-    """Binary pair tasks whose loss trains only the sentence embeddings: the model reads them
-    out by a cosine threshold, not by a head that loss would never train."""
-    return tuple(
-        t
-        for t, loss in loss_choices(cfg).items()
-        if loss_of(t, loss).pair and TASKS[t].kind == "binary"
-    )
-
-
-def concat_tasks(cfg: RunConfig) -> tuple:
-    """Siamese pair tasks that get a Linear on [u, v] (--pair_head concat): those whose loss
-    trains a head's output."""
-    if cfg.model.pair_head != "concat":
-        return ()
-    chosen = loss_choices(cfg)
-    return tuple(
-        t
-        for t in ("para", "sts")
-        if not (loss_of(t, chosen.get(t)).pair or loss_of(t, chosen.get(t)).cosine)
-        and t not in cfg.multitask.cross_encode
-    )
+        """AdamW over every parameter at one learning rate, as the handout's
+        multitask_classifier.py: a frozen BERT has no gradients, and AdamW skips it."""
+        return AdamW(
+            self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=cfg.foreach_adamw
+        )
 
 
 if __name__ == "__main__":  # the command: flags, run folder, resume (engine/command.py)

@@ -236,6 +236,9 @@ class Preset:
     label: str = ""  # a report's row: its name in the report's table
     published: tuple | None = None  # a report's row: its dev SST acc, QQP acc, STS r
     select_by: str = ""  # a task whose dev metric keeps the best model ("": the overall score)
+    # the model it trains: multitask_classifier.MultitaskBERT (the handout's, the student's
+    # design) where True, else sbert.SentenceBERT
+    handout_model: bool = False
 
     def plans_of(self, cfg: RunConfig) -> Plans:
         """Sub-run name -> its stages (Plans); '' is the one model scored on all three
@@ -266,16 +269,14 @@ DEFENDED = {
     "schedule.loop_decay": "linear",
 }
 # The CS224n 2023 handout's multitask_classifier.py: its argparse defaults (--epochs 10,
-# --batch_size 8, --hidden_dropout_prob 0.3, --lr 1e-5), 512 tokens (its tokenizer call
-# truncates at BERT's limit), BERT's pooled [CLS], and a Linear on [u, v] for the pairs.
+# --batch_size 8, --hidden_dropout_prob 0.3, --lr 1e-5) and 512 tokens (its tokenizer call
+# truncates at BERT's limit); the model is its MultitaskBERT, the student's design.
 HANDOUT = {
     "multitask.multitask_epochs": 10,
     "optim.batch_size": 8,
     "model.dropout": 0.3,
     "optim.lr": 1e-5,
     "data.max_length": 512,
-    "model.pooling": "cls",
-    "model.pair_head": "concat",
 }
 BROADHURST = {  # section 5.3: lr 1e-5, batch 8, dropout 0.3, random weights, concat heads
     "optim.lr": 1e-5,
@@ -431,11 +432,14 @@ PRESETS = {
         help="this project's completion of the handout's starter, picked by the handout's flags "
         "(--option or --fine-tune-mode, --epochs, --use_gpu, its data and output paths) when no "
         "--preset is typed: --epochs passes over SST, then QQP, then STS, the best overall dev "
-        "score kept; BERT's pooled [CLS]; a Linear on [u, v] for the pairs; 512 tokens, batch "
-        "8, dropout 0.3, lr 1e-5; the frozen option (its default) trains the heads at --head_lr",
+        "score kept; the model is multitask_classifier.py's MultitaskBERT (your design; the "
+        "given one: BERT's pooled [CLS], a Linear on [u, v] for each pair task); 512 tokens, "
+        "batch 8, dropout 0.3, lr 1e-5; the frozen option (its default) trains the heads at "
+        "--head_lr",
         source="this project, on the CS224n handouts' multitask_classifier.py (2023, 2024)",
         plan=handout_plan,
         overrides=HANDOUT,
+        handout_model=True,
     ),
     "handout-starter": Preset(
         help="the handout's starter itself: its train_multitask trains SST alone (\"currently "
@@ -445,6 +449,7 @@ PRESETS = {
         plan=sst_plan,
         overrides=HANDOUT,
         select_by="sst",
+        handout_model=True,
     ),
     "broadhurst-1": broadhurst(
         "exp. 1: SST only, 10 epochs, all three scored",

@@ -6,9 +6,9 @@ the flag.
 
 from base_bert import load_config, missing_files, resolve_model_dir
 from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES
-from engine.flags import OptimConfig, RunConfig, refuse
+from engine.flags import ModelConfig, OptimConfig, RunConfig, refuse
 from losses import loss_of
-from presets import Plans, Stage, loss_choices
+from presets import PRESETS, Plans, Stage, loss_choices
 from simcse import OBJECTIVES
 
 
@@ -113,6 +113,7 @@ def check_plans(cfg: RunConfig, plans: Plans):
     """What only the stages tell, refused before the run folder is made."""
     stages = plans.stages()
     check_frozen(cfg, stages)
+    check_handout_model(cfg, stages)
     name = f"--preset {cfg.preset}"
     refuse(
         cfg.smart.enabled and not any(s.smart.active for s in stages),
@@ -138,6 +139,33 @@ def check_plans(cfg: RunConfig, plans: Plans):
             f"--simcse_loss {objective} needs {need} sentences per example "
             f"and --simcse_data {source} has {has}: use --simcse_data snli",
         )
+
+
+def check_handout_model(cfg: RunConfig, stages: list[Stage]):
+    """The handout's MultitaskBERT is read through its predict_* alone: its heads and
+    embeddings are its own, its losses the handout's, and no sentence embedding of it
+    reaches SMART, SimCSE or distillation."""
+    if not PRESETS[cfg.preset].handout_model:
+        return
+    model = cfg.model
+    sbert_only = {
+        "--pooling": model.pooling != ModelConfig.pooling,
+        # the handout's frozen option sets concat, for this project's presets
+        "--pair_head": model.pair_head != ModelConfig.pair_head and not model.freeze_encoder,
+        "--siamese": model.siamese != ModelConfig.siamese,
+        "--cross_encode": bool(cfg.multitask.cross_encode),
+        "--para_loss or --sts_loss": any(s.losses for s in stages),
+        "--smart": any(s.smart.active for s in stages),
+        "--simcse_weight": any(s.contrastive for s in stages),
+        "--distill": cfg.optim.distill > 0,
+    }
+    typed = [flag for flag, on in sbert_only.items() if on]
+    refuse(
+        bool(typed),
+        f"{typed[0] if typed else ''}: preset {cfg.preset} trains multitask_classifier.py's "
+        "MultitaskBERT through its predict_* (your design, the handout's losses); this flag "
+        "is sbert.py's SentenceBERT's: pick one of this project's presets",
+    )
 
 
 def check_frozen(cfg: RunConfig, stages: list[Stage]):

@@ -1,7 +1,7 @@
 """The command `python multitask_classifier.py`: its flags, what it checks before a run
 folder is made, and what it runs: a preset's plans trained in a run folder, --resume,
 --predict, --show, --score, --estimate. It builds a run from the lesson's pieces
-(MultitaskBERT, presets, trainer) and the engine's.
+(sbert.py's SentenceBERT, or the handout's MultitaskBERT; presets, trainer) and the engine's.
 
 A preset under the flags the user typed (`settings_of`): the settings it overrides, its
 sizes under --scale, and the rules that keep a typed flag from being replaced without a
@@ -16,14 +16,17 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
+from torch import nn
 
 import datasets as data
+import multitask_classifier
 import simcse
 import trainer
-from base_bert import read_json_object
+from base_bert import load_config, read_json_object, resolve_model_dir
 from bert import BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, checks, flags, handout, outputs
@@ -32,7 +35,7 @@ from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, RunConfig, from_dict, refuse
 from engine.handout import MULTITASK_HANDOUT
-from engine.runfolder import Run, finish, write_prediction_files
+from engine.runfolder import Run, evaluate_split, finish, write_prediction_files
 from engine.runner import run_plan
 from engine.runtime import (
     Runtime,
@@ -45,9 +48,9 @@ from engine.runtime import (
 )
 from engine.show import show
 from engine.tsv import require
-from evaluation import MULTITASK
-from multitask_classifier import MultitaskBERT, concat_tasks, cosine_tasks
+from evaluation import MULTITASK, TASKS, score_row
 from presets import PRESETS, Preset, Stage
+from sbert import SentenceBERT, concat_tasks, cosine_tasks
 from tokenizer import BertTokenizer
 
 # ---------------------------------------------------------------------------------------
@@ -199,7 +202,7 @@ def one_model(cfg: RunConfig, where: str) -> None:
         raise SystemExit(f"{where}: --preset {cfg.preset} keeps a model per task; this needs one")
 
 
-def kept_model(run_dir: Path, rt) -> tuple[RunConfig, MultitaskBERT, dict]:
+def kept_model(run_dir: Path, rt) -> tuple[RunConfig, nn.Module, dict]:
     """(config, best model, checkpoint info) of a finished run that keeps one model."""
     cfg = load_run_config(run_dir)
     one_model(cfg, str(run_dir))
@@ -215,8 +218,10 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
         run = sub_run(cfg, run_dir, name, rt)
         model, info = best_model(cfg, run.run_dir, rt)
         print(outputs.table_header(run.eval_tasks))
-        run.show({"stage": f"best: {info['row']['stage']}"} | run.evaluate(model, task_data))
-        out_dir = write_prediction_files(model, task_data, run, cfg.data.test_predictions)
+        dev = evaluate_split(model, task_data, "dev", run.eval_tasks, run)  # scored once
+        row = {"stage": f"best: {info['row']['stage']}"} | score_row(dev, run.eval_tasks)
+        run.show(row)
+        out_dir = write_prediction_files(model, task_data, run, cfg.data.test_predictions, dev)
         print(f"predictions: {out_dir}")
 
 
@@ -283,7 +288,7 @@ def main(argv=None):
 
 def model_factory(
     cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
-) -> Callable[[], MultitaskBERT]:
+) -> Callable[[], SentenceBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
     at the same point of every run)."""
 
@@ -292,7 +297,7 @@ def model_factory(
         check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:
             compile_layers(bert)
-        model = MultitaskBERT(
+        model = SentenceBERT(
             bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
         )
         return fast_dropout(model)
@@ -300,9 +305,11 @@ def model_factory(
     return make
 
 
-def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
-    """model_factory for a run: its model settings, cross-encoded, thresholded and
-    concatenation-head tasks."""
+def run_model(cfg: RunConfig, compile=False) -> Callable[[], nn.Module]:
+    """The factory of a run's model: the handout's MultitaskBERT for its presets, else
+    model_factory with the run's cross-encoded, thresholded and concatenation-head tasks."""
+    if PRESETS[cfg.preset].handout_model:
+        return handout_factory(cfg, compile)
     return model_factory(
         cfg.model,
         MULTITASK,
@@ -311,6 +318,34 @@ def run_model(cfg: RunConfig, compile=False) -> Callable[[], MultitaskBERT]:
         cosine_tasks(cfg),
         concat_tasks(cfg),
     )
+
+
+def handout_factory(cfg: RunConfig, compile=False) -> Callable[[], nn.Module]:
+    """Builds multitask_classifier.py's MultitaskBERT (the handout's: the student's design)
+    from the handout's config when called; the handout's BERT_HIDDEN_SIZE, bert-base's 768,
+    is set to the checkpoint's width first, so a body written with it runs on any."""
+
+    def make():
+        hidden = load_config(resolve_model_dir(cfg.model.bert)).hidden_size
+        multitask_classifier.BERT_HIDDEN_SIZE = hidden
+        frozen = cfg.model.freeze_encoder
+        config = SimpleNamespace(
+            hidden_dropout_prob=cfg.model.dropout,
+            num_labels=TASKS["sst"].num_labels,
+            hidden_size=hidden,
+            data_dir=".",
+            option="pretrain" if frozen else "finetune",
+            fine_tune_mode="last-linear-layer" if frozen else "full-model",
+            bert=cfg.model.bert,
+            attention=cfg.model.attention,
+        )
+        model = multitask_classifier.MultitaskBERT(config)
+        check_attention(model.bert)  # torch's SDPA only where it computes what bert.py's does
+        if compile:
+            compile_layers(model.bert)
+        return fast_dropout(model)
+
+    return make
 
 
 # ---------------------------------------------------------------------------------------

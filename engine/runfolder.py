@@ -259,12 +259,14 @@ def kept_best(run: Run) -> str:
     )
 
 
-def write_prediction_files(model, task_data, run: Run, test: bool) -> Path:
-    """Dev (and test) predictions of the model in the CS224n output format; with
-    run.copy_to, a copy of each there too."""
+def write_prediction_files(model, task_data, run: Run, test: bool, dev=None) -> Path:
+    """Dev (and test) predictions of the model in the CS224n output format, dev's from
+    `dev` where given (evaluate_split's results); with run.copy_to, a copy of each there
+    too."""
     out_dir = run.run_dir / "predictions"
     for split in ("dev", "test") if test else ("dev",):
-        results = evaluate_split(model, task_data, split, run.eval_tasks, run)
+        given = dev if split == "dev" else None
+        results = given or evaluate_split(model, task_data, split, run.eval_tasks, run)
         for task, res in results.items():
             path = run.prediction_file(out_dir, task, split)
             outputs.write_predictions(path, task, res.ids, res.preds)

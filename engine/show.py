@@ -6,8 +6,8 @@ from engine import flags
 from engine.flags import RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import default_loss
-from multitask_classifier import concat_tasks, cosine_tasks
-from presets import Stage, loss_choices
+from presets import PRESETS, Stage, loss_choices
+from sbert import concat_tasks, cosine_tasks
 
 
 def changed_settings(cfg: RunConfig) -> list[str]:
@@ -59,8 +59,10 @@ SNLI_NOTE = (
 
 def head_of(cfg: RunConfig, task: str) -> str:
     """What reads the task's output off the encoder, as the run's loss for it implies
-    (MultitaskBERT builds it from cosine_tasks and concat_tasks); --show prints it."""
+    (SentenceBERT builds it from cosine_tasks and concat_tasks); --show prints it."""
     spec, euclidean = TASKS[task], cfg.model.siamese == "euclidean"
+    if PRESETS[cfg.preset].handout_model:
+        return "MultitaskBERT's (multitask_classifier.py: your design)"
     if task in cfg.multitask.cross_encode:
         return "Linear on [CLS] of the pair as one sequence"
     if spec.kind == "classification":

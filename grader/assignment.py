@@ -26,7 +26,7 @@ HANDOUTS = {
 }
 # The handouts' TODOs (the same in both years), by the exercises that hold them: bert.py's
 # attention, add_norm and forward, embed; AdamW.step; BertSentimentClassifier.forward;
-# MultitaskBERT's predict_* and what they call. The others are this project's.
+# MultitaskBERT (its heads, forward and predict_*). The others are this project's.
 COURSE = ("attention", "layer", "embeddings", "adamw", "classifier", "multitask")
 
 

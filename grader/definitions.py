@@ -1,5 +1,5 @@
 """The public definitions: what the handout's words and the exercises' hints say, written
-out plainly, as checks that need no answer (a masked mean, a pair batch, the STS score,
+out plainly, as checks that need no answer (a masked mean, the STS score,
 the step's loss by its definition). A student's copy holds this file, so a wrong body
 fails on the student's side too; references.py, the TA's, keeps what would give an answer
 away (attention, AdamW, SMART, SimCSE, PCGrad, ...).
@@ -18,18 +18,6 @@ def mean_pool(hidden, mask):
 def sentiment_logits(sentences, head):
     """The handout's sentiment classifier's logits (eval: dropout is the identity)."""
     return torch.stack([head.weight @ z + head.bias for z in sentences])
-
-
-def pair_batch(ids1, mask1, ids2, mask2):
-    """The two sentences of each pair as one (2, B, T) batch, the shorter side padded."""
-    T = max(ids1.size(1), ids2.size(1))
-
-    def pad(x):
-        return torch.cat([x, x.new_zeros(x.size(0), T - x.size(1))], 1)
-
-    ids, mask = torch.stack([pad(ids1), pad(ids2)]), torch.stack([pad(mask1), pad(mask2)])
-    types = torch.zeros_like(ids)  # one segment per side
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 def sts_score(u, v):

@@ -1,178 +1,202 @@
-"""The handout's Part 2 checks: predict_* and the SST head of MultitaskBERT (`multitask`),
-and one multitask training step (`multitask_step`), as grader/checks.py grades Part 1:
-values and gradients beside an independent reference, stand-ins for the other exercises.
+"""The handout's Part 2 checks: its MultitaskBERT (`multitask`), whose design is the
+student's, judged by the handout's interface and by learning; and one multitask training
+step (`multitask_step`), as grader/checks.py grades Part 1: values and gradients beside an
+independent reference, stand-ins for the other exercises.
 """
 
 import copy
+import math
 
 import torch
+import torch.nn.functional as F
 
 import definitions as D
-from harness import cached, check, part, references, student
+from harness import cached, check, part, student
 from setups import (
-    P_DROP,
     STEP,
     ScaleBy8,
     StandInModel,
     as_run,
+    f64,
     gen,
     grads,
-    logits_in_training,
+    handout_multitask,
     padded,
-    seeded_heads,
-    stand_in_readout,
-    stand_in_sentences,
-    stand_in_table,
-    stand_ins,
     step_batches,
     stepped,
-    tiny_multitask,
 )
 
-R = references()
-
-
-@check(1e-5, stands_in=("attention", "layer", "embeddings", "mean_pool", "pair_head"))
-def multitask():
-    """The handout's predict_sentiment, predict_paraphrase and predict_similarity against
-    the model's forward on the batches they stand for (pairs of different lengths; a
-    stand-in encoder and heads), the STS head's 0-5 score of the cosine, and the SST
-    head's logits (dropout, then the head)."""
-    heads, (table, position) = seeded_heads(("sst", "para")), stand_in_table()
-    leaves = [table, *heads["sst"].parameters(), *heads["para"].parameters()]
-    ids1, _, m1 = padded(B=3, T=7, seed=1)
-    ids2, _, m2 = padded(B=3, T=4, seed=2)
-    m2[0, 3:] = 0
-    both = [(ids1, m1, ids2, m2), (ids2, m2, ids1, m1)]  # the longer first, then second
-    u, v = torch.randn(2, 4, 32, generator=gen(3)).requires_grad_().unbind(0)
-    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-    w = {"sst": torch.randn(3, 5, generator=gen(8)), "pair": torch.randn(3, generator=gen(9))}
-    w["sts"] = torch.randn(4, generator=gen(4))
-    ones = [padded(B=1, T=5, seed=5), padded(B=1, T=3, seed=6)]  # a batch of one
-
-    def mine():
-        model = tiny_multitask(("sst", "para", "sts")).eval()
-        score = model.readout("sts", pair, torch.cat([u, v]))
-        got = {"score": [score, grads(score, (u, v), w["sts"])]}
-        got["same"] = model.readout("sts", pair, torch.cat([u, u]))
-        stand_ins(model, heads, table, position)
-        out = model.predict_sentiment(ids1, m1)
-        got["sst"] = [out, grads(out, leaves, w["sst"])]
-        for task, method in (("para", model.predict_paraphrase), ("sts", model.predict_similarity)):
-            got[task] = [[out := method(*s), grads(out, leaves, w["pair"])] for s in both]
-        (i1, _, o1), (i2, _, o2) = ones
-        got["one"] = [
-            list(model.predict_sentiment(i1, o1).shape),
-            list(model.predict_paraphrase(i1, o1, i2, o2).shape),
-            list(model.predict_similarity(i1, o1, i2, o2).shape),
-        ]
-        return got
-
-    got = student(mine)
-    yield from predicted(got, heads, (table, position), leaves, w, both)
-
-    run = lambda dtype, device: predict_on(dtype, device, heads, (table, position), both[0])  # noqa: E731
-    values = torch.cat([got["sst"][0].flatten(), got["para"][0][0], got["sts"][0][0]])
-    yield from as_run("predict_*", run, values)
-    yield part("the STS head's score", got["score"][0], lambda: D.sts_score(u, v))
-    expected = lambda: grads(D.sts_score(u, v), (u, v), w["sts"])  # noqa: E731
-    yield part("the STS score's gradients of u and v", got["score"][1], expected)
-    shapes = ([1, 5], [1], [1])
-    for method, shape, want in zip(PREDICT, got["one"], shapes, strict=True):
-        yield part(f"a batch of one: {method}'s shape", shape, want)
-    yield part("the STS score of identical sentences", got["same"], lambda: torch.full((4,), 5.0))
-    yield from sst_readout()
-    yield from sts_in_training()
-
-
-def sts_in_training():
-    """MultitaskBERT.readout of siamese STS pairs in training: the cosine of u and v after
-    the given dropout, so two draws differ (of the sentences before it, they would not)."""
-    u, v = torch.randn(2, 4, 32, generator=gen(3)).unbind(0)
-    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-
-    def mine():
-        model = tiny_multitask(("sst", "para", "sts")).train()
-        draws = []
-        for seed in (1, 2):
-            torch.manual_seed(seed)
-            draws.append(model.readout("sts", pair, torch.cat([u, v])).detach())
-        return draws
-
-    a, b = student(mine)
-    same_shape = torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape
-    differ = float(same_shape and not torch.equal(a, b))
-    label = "the STS head in training: the cosine of u and v after dropout (two draws differ)"
-    yield part(label, differ, 1.0)
-
-
-def sst_readout():
-    """MultitaskBERT.readout of one sentence: dropout on the pooled sentences, then SST's
-    head; its logits and gradients in eval, their statistics in training."""
-    head, n = seeded_heads(("sst",))["sst"], 4000
-    z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
-    single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
-    w = torch.randn(3, 5, generator=gen(4))
-
-    def mine():
-        model = tiny_multitask(("sst",), P_DROP, {"sst": head}).eval()
-        logits = model.readout("sst", single, z)
-        got = {"logits": logits}
-        if logits.shape == w.shape:  # else its logits' part fails
-            got["gradients"] = grads(logits, [z, *model.heads["sst"].parameters()], w)
-        torch.manual_seed(0)
-        many = {"input_ids": torch.zeros(3 * n, 7)}
-        got["draws"] = model.train().readout("sst", many, z.detach().repeat(n, 1)).detach()
-        return got
-
-    got = student(mine)
-    yield part("the SST head's logits", got["logits"], lambda: D.sentiment_logits(z, head))
-    if "gradients" in got:
-        ins = [z, *head.parameters()]
-        expected = lambda: grads(D.sentiment_logits(z, head), ins, w)  # noqa: E731
-        yield part(
-            "the SST head: gradients of the sentences and the head", got["gradients"], expected
-        )
-    yield from logits_in_training(got["draws"], head, z.detach(), n, "the SST head in training")
-
-
-def predict_on(dtype, device, heads, encoder, sides):
-    """predict_*'s three outputs, flat, their inputs and the stand-ins in dtype on device
-    (the student's side)."""
-    model = tiny_multitask(("sst", "para", "sts")).eval()
-    moved = {t: copy.deepcopy(h).to(dtype=dtype, device=device) for t, h in heads.items()}
-    stand_ins(model, moved, *(x.detach().to(dtype=dtype, device=device) for x in encoder))
-    i1, o1, i2, o2 = (x.to(device) for x in sides)
-    outs = [model.predict_sentiment(i1, o1), model.predict_paraphrase(i1, o1, i2, o2)]
-    outs.append(model.predict_similarity(i1, o1, i2, o2))
-    return torch.cat([x.flatten() for x in outs])
-
-
-def predicted(got, heads, encoder, leaves, w, both):
-    """predict_*'s outputs and their gradients (the stand-in encoder's table and the heads')
-    against the grader's forward on the batches they stand for."""
-    ids1, m1 = both[0][:2]
-    single = {"input_ids": ids1, "attention_mask": m1, "token_type_ids": torch.zeros_like(ids1)}
-
-    def forward(task, batch):  # the model's forward, its encoder and heads stood in for
-        return stand_in_readout(task, batch, stand_in_sentences(batch, *encoder), heads)
-
-    def against(task, batch, w):  # (the output's reference, its gradients' reference)
-        value = cached(lambda: forward(task, batch()))
-        return value, lambda: grads(value(), leaves, w)
-
-    value, gradients = against("sst", lambda: single, w["sst"])
-    yield part("predict_sentiment", got["sst"][0], value)
-    yield part("predict_sentiment: gradients of the encoder and the head", got["sst"][1], gradients)
-    for task, method in (("para", "predict_paraphrase"), ("sts", "predict_similarity")):
-        for sides, (out, out_grads) in zip(both, got[task], strict=True):
-            value, gradients = against(task, lambda s=sides: D.pair_batch(*s), w["pair"])
-            what = f"{method}, sides of {sides[0].size(1)} and {sides[2].size(1)}"
-            yield part(what, out, value)
-            yield part(f"{what}: gradients", out_grads, gradients)
-
-
 PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
+
+
+@check(1e-6, stands_in=("attention", "layer", "embeddings"))
+def multitask():
+    """The handout's MultitaskBERT, built by its own __init__ on a tiny real BERT (Hugging
+    Face's, standing in for bert.py's): the three predict_*'s shapes (a pair's one output
+    each, (B,) or (B, 1)) and dtypes, in float64, float32 and on another device; outputs
+    unchanged by more padding, by the batch around an example and by a second call in
+    eval; the gradient reaching BERT, along a random direction of every parameter against
+    finite differences; and each task learnt from its handout loss on a tiny task (torch's
+    AdamW): SST's classes, the paraphrase logit's sign, STS's Pearson r."""
+    sides = sides_of(padded(B=3, T=7, seed=1), padded(B=3, T=4, seed=2))
+
+    def mine():
+        model = handout_multitask().double().eval()
+        got = {"outs": outputs(model, sides), "again": outputs(model, sides)}
+        more = [(F.pad(x, (0, 3)) if x.dim() == 2 else x) for x in sides]  # 3 more pads
+        got["padded"] = outputs(model, more)
+        got["one"] = outputs(model, [x[:1] for x in sides])
+        found = [directional(model, method, sides) for method in PREDICT]
+        got["bert"], got["directional"] = [x for x, _ in found], [y for _, y in found]
+        return got
+
+    got = student(mine)
+    outs = got["outs"]
+    shapes = [list(o.shape) if torch.is_tensor(o) else None for o in outs]
+    yield part("predict_sentiment's shape", shapes[0], [3, 5])
+    for method, shape in zip(PREDICT[1:], shapes[1:], strict=True):
+        yield part(f"{method}'s shape: one output a pair", pair_shape(shape), [3])
+    yield part("float64 outputs of a float64 model", dtypes(outs), [True] * 3)
+    for k, method in enumerate(PREDICT):
+        yield part(f"{method}: the same in eval, called twice", got["again"][k], outs[k], tol=0)
+        yield part(f"{method}: unchanged by 3 more pad tokens", got["padded"][k], outs[k])
+        yield part(f"{method}: a batch of one, its example's outputs", got["one"][k], outs[k][:1])
+        yield part(f"{method}: a gradient reaches BERT's parameters", got["bert"][k], True)
+        autograd, finite = got["directional"][k]
+        what = f"{method}: the gradient along a random direction, against finite differences"
+        yield part(what, autograd, finite, tol=1e-6 * max(1.0, abs(float(finite))))
+    yield from as_run("predict_*", lambda d, dev: run_on(d, dev, sides), flat(outs))
+    if shapes[0] == [3, 5] and all(pair_shape(s) == [3] for s in shapes[1:]):
+        yield from learnt()
+
+
+def sides_of(one, two):
+    """[ids1, mask1, ids2, mask2] of two padded batches (setups.padded: ids, types, mask)."""
+    return [one[0], one[2], two[0], two[2]]
+
+
+def outputs(model, sides):
+    """The three predict_*'s outputs on `sides`, a pair's flattened from (B, 1)."""
+    ids1, m1, ids2, m2 = sides
+    outs = [model.predict_sentiment(ids1, m1)]
+    outs += [model.predict_paraphrase(*sides), model.predict_similarity(*sides)]
+    return [pairwise(o) for o in outs[:1]] + [pairwise(o, pair=True) for o in outs[1:]]
+
+
+def pairwise(out, pair=False):
+    """A pair task's (B, 1) output as (B,), as the handout's evaluation flattens it."""
+    if pair and torch.is_tensor(out) and out.dim() == 2 and out.size(1) == 1:
+        return out.squeeze(1)
+    return out
+
+
+def pair_shape(shape):
+    return shape[:1] if shape and shape[1:] == [1] else shape
+
+
+def dtypes(outs):
+    return [torch.is_tensor(o) and o.dtype == f64 for o in outs]
+
+
+def flat(outs):
+    return torch.cat([o.detach().flatten() for o in outs])
+
+
+def directional(model, method: str, sides, h: float = 1e-6):
+    """(whether a gradient of `method`'s weighted outputs reaches BERT's parameters, (the
+    derivative along a random direction of every parameter by autograd, by central
+    differences)); float64, eval."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    bert = {id(p) for p in model.bert.parameters()}
+    g = gen(11)
+    d = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
+
+    def f():
+        out = outputs(model, sides)[PREDICT.index(method)]
+        return (out * torch.randn(out.shape, generator=gen(12), dtype=out.dtype)).sum()
+
+    grads_ = torch.autograd.grad(f(), params, allow_unused=True)
+    reached = any(
+        x is not None and x.abs().sum() > 0
+        for p, x in zip(params, grads_, strict=True)
+        if id(p) in bert
+    )
+    along = sum((x * v).sum() for x, v in zip(grads_, d, strict=True) if x is not None)
+    with torch.no_grad():
+        ends = []
+        for sign in (1, -1):
+            for p, v in zip(params, d, strict=True):
+                p.add_(sign * h * v)
+            ends.append(f())
+            for p, v in zip(params, d, strict=True):
+                p.sub_(sign * h * v)
+    return reached, (torch.as_tensor(along, dtype=f64), (ends[0] - ends[1]) / (2 * h))
+
+
+def run_on(dtype, device, sides):
+    """predict_*'s outputs, flat, of the model and its inputs in dtype on device."""
+    model = handout_multitask().eval().to(dtype=dtype, device=device)
+    return flat(outputs(model, [x.to(device) for x in sides]))
+
+
+# Tiny tasks each head learns, as the handout trains them: ten sentences of SST's five
+# classes; four pairs of sentences a or b then c or d, the paraphrase (a, c) alone, STS's
+# scores the sum of each side's (a: 2.5, c: 2.5). Neither side alone tells them apart.
+LEARN_STEPS, LEARN_LR = 60, 1e-3
+# softmax probabilities taken as logits reach at best log(1 + 4 / e) = 0.9 on five classes
+CE_AT_MOST, R_AT_LEAST = 0.7, 0.9
+
+
+def learnt():
+    """Each predict_* trained alone from the fresh model on its tiny task, its outputs then
+    in eval: SST's predicted classes, the paraphrase logit's sign, STS's Pearson r."""
+    ids, _, mask = padded(B=10, T=6, seed=20)
+    a_b, _, m_ab = padded(B=2, T=5, seed=21)
+    c_d, _, m_cd = padded(B=2, T=5, seed=22)
+    left, right = [0, 0, 1, 1], [0, 1, 0, 1]
+    pairs = [a_b[left], m_ab[left], c_d[right], m_cd[right]]
+    labels = {
+        "sst": torch.arange(10) % 5,
+        "para": torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        "sts": torch.tensor([5.0, 2.5, 2.5, 0.0]),
+    }
+    inputs = {"sst": [ids, mask], "para": pairs, "sts": pairs}
+    got = student(lambda: {t: trained(t, inputs[t], labels[t]) for t in labels})
+    if not all(torch.is_tensor(got.get(t)) for t in labels):  # a hostile body's
+        yield part("predict_* in training: tensors", False, True)
+        return
+    sst, para, sts = (got[t] for t in labels)
+    yield part("predict_sentiment learns 10 sentences' classes", sst.argmax(-1), labels["sst"])
+    ce = float(F.cross_entropy(sst.double(), labels["sst"]))
+    label = "predict_sentiment learns 10 sentences: their cross-entropy as logits (at most 0.7)"
+    yield part(label, max(ce, CE_AT_MOST) if ce == ce else math.inf, CE_AT_MOST, tol=0)
+    yield part(
+        "predict_paraphrase learns 4 pairs: its logits' sign", (para > 0).float(), labels["para"]
+    )
+    r = torch.corrcoef(torch.stack([sts.double(), labels["sts"].double()]))[0, 1]
+    label = "predict_similarity learns 4 pairs: the Pearson r of its outputs (at least 0.9)"
+    yield part(label, min(float(r), R_AT_LEAST) if r == r else 0.0, R_AT_LEAST, tol=0)
+
+
+LOSSES = {
+    "sst": F.cross_entropy,
+    "para": F.binary_cross_entropy_with_logits,
+    "sts": F.mse_loss,
+}
+
+
+def trained(task: str, inputs, labels):
+    """The task's outputs in eval after LEARN_STEPS of torch's AdamW on its handout loss."""
+    model = handout_multitask().train()
+    method = PREDICT[["sst", "para", "sts"].index(task)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARN_LR)
+    for _ in range(LEARN_STEPS):
+        optimizer.zero_grad()
+        out = pairwise(getattr(model, method)(*inputs), pair=task != "sst")
+        LOSSES[task](out.float(), labels).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return pairwise(getattr(model.eval(), method)(*inputs), pair=task != "sst").detach()
 
 
 @check(
@@ -183,7 +207,7 @@ PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
         "embeddings",
         "mean_pool",
         "pair_head",
-        "multitask",
+        "sbert",
     ),
 )
 def multitask_step():

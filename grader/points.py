@@ -26,6 +26,7 @@ POINTS = {
     "adamw_foreach": {"points": 2, "held": 1},
     "mean_pool": {"points": 2, "held": 0},
     "pair_head": {"points": 2, "held": 0},
+    "sbert": {"points": 2, "held": 0},
     "symmetric_kl": {"points": 2, "held": 1},
     "smart_ascent": {"points": 3, "held": 2},
     "momentum_teacher": {"points": 2, "held": 1},

@@ -176,16 +176,75 @@ def hf_attention_in(ours, hf, i: int = 0):
 
 
 def tiny_multitask(tasks, dropout=0.1, heads=None):
-    """multitask_classifier.py's MultitaskBERT on a tiny BertModel; `heads` ({task: a
-    Linear}) loaded into its heads (the student's side only)."""
+    """sbert.py's SentenceBERT on a tiny BertModel; `heads` ({task: a Linear}) loaded into
+    its heads (the student's side only)."""
     from bert import BertModel
-    from multitask_classifier import MultitaskBERT
+    from sbert import SentenceBERT
 
     torch.manual_seed(0)
-    model = MultitaskBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
+    model = SentenceBERT(BertModel(tiny_config()), tasks=tasks, dropout=dropout)
     for task, head in (heads or {}).items():
         model.heads[task].load_state_dict(head.state_dict())
     return model
+
+
+class HFBert(nn.Module):
+    """BERT for MultitaskBERT's check: Hugging Face's tiny BertModel behind bert.py's
+    BertModel's interface (forward, embed, encode, config), so a design that calls any of
+    them runs on a real BERT that none of the student's other exercises answer for."""
+
+    def __init__(self):
+        super().__init__()
+        self.hf = tiny_hf().float().train()
+        self.config = tiny_config()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        return self.encode(self.embed(input_ids, token_type_ids), attention_mask)
+
+    def embed(self, input_ids, token_type_ids=None):
+        return self.hf.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+
+    def encode(self, hidden_states, attention_mask):
+        mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        mask = mask if attention_mask is None else attention_mask
+        dtype = hidden_states.dtype  # (B, T) 1/0 -> (B, 1, 1, T): 0 kept, dtype's min padded
+        additive = (1 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        last = self.hf.encoder(hidden_states, attention_mask=additive).last_hidden_state
+        return {"last_hidden_state": last, "pooler_output": self.hf.pooler(last)}
+
+
+class TinyLoader:
+    """multitask_classifier.py's BertModel while MultitaskBERT's __init__ runs:
+    from_pretrained gives HFBert."""
+
+    def from_pretrained(self, *args, **kwargs):
+        return HFBert()
+
+
+def handout_multitask():
+    """multitask_classifier.py's MultitaskBERT built by its own __init__ from the handout's
+    config (hidden_dropout_prob = P_DROP, fine-tuned) on HFBert, all of it seeded; the
+    handout's BERT_HIDDEN_SIZE set to the tiny width, as a run sets it (the student's side
+    only)."""
+    import multitask_classifier as handout
+
+    hidden = tiny_config().hidden_size
+    config = SimpleNamespace(
+        hidden_size=hidden,
+        hidden_dropout_prob=P_DROP,
+        num_labels=5,
+        option="finetune",
+        fine_tune_mode="full-model",
+        bert="tiny",
+        attention="manual",
+        data_dir=".",
+    )
+    loader, handout.BertModel = handout.BertModel, TinyLoader()
+    handout.BERT_HIDDEN_SIZE = hidden
+    try:
+        return handout.MultitaskBERT(config)
+    finally:
+        handout.BertModel = loader
 
 
 class StandInBert(nn.Module):
@@ -306,7 +365,7 @@ def seeded_heads(tasks) -> dict:
 
 def flat(batch):
     """(ids, mask, types), K sentences per example (K, B, T) -> (K * B, T), viewed as
-    MultitaskBERT.flat_inputs views them (a tensor that cannot be viewed so is refused)."""
+    SentenceBERT.flat_inputs views them (a tensor that cannot be viewed so is refused)."""
     keys = ("input_ids", "attention_mask", "token_type_ids")
     return (batch[k].view(-1, batch[k].size(-1)) for k in keys)
 
@@ -350,7 +409,7 @@ def stand_ins(model, heads, table, position):
 
 
 class StandInModel(nn.Module):
-    """What a training step calls of MultitaskBERT, answered by an embedding table and one
+    """What a training step calls of SentenceBERT, answered by an embedding table and one
     linear head per task: the step's check needs none of the other exercises."""
 
     def __init__(self):

@@ -60,9 +60,9 @@ from lab.timing import (
     time_interleaved,
     timed_row,
 )
-from multitask_classifier import MultitaskBERT
 from optimizer import AdamW
 from presets import Stage
+from sbert import SentenceBERT
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext, train_step
@@ -165,7 +165,7 @@ def step_runs(ctx: Context, B: int, attentions=("manual", "sdpa")) -> dict[str, 
     device, runs = ctx.rt.device, {}
     for attention in attentions:
         bert, ref_bert = encoders(ctx, attention)
-        ours = runtime.fast_dropout(MultitaskBERT(bert)).to(device).train()  # as a run's
+        ours = runtime.fast_dropout(SentenceBERT(bert)).to(device).train()  # as a run's
         runs[attention] = own_step(ctx, B, model=ours)
         ref = nn.ModuleDict({"bert": ref_bert, "head": nn.Linear(bert.config.hidden_size, 5)})
         ref_opt = torch.optim.AdamW(ref.to(device).parameters(), **ADAMW, foreach=ctx.cuda)
@@ -185,7 +185,7 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
     if model is None:
         torch.manual_seed(0)  # random weights and heads: the same for every precision
         bert = runtime.compile_layers(our_bert(ctx)) if compiled else our_bert(ctx)
-        model = runtime.fast_dropout(MultitaskBERT(bert)).to(ctx.rt.device).train()  # as a run's
+        model = runtime.fast_dropout(SentenceBERT(bert)).to(ctx.rt.device).train()  # as a run's
     batch = random_batch(ctx, B, model.bert.config.vocab_size)
     scaler = torch.amp.GradScaler(ctx.rt.device.type, enabled=precision == "fp16")
     teacher = EMATeacher(model, smart) if smart else None

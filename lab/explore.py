@@ -79,7 +79,7 @@ def attention_maps(bert: BertModel, tokenizer, text: str, pair: str | None = Non
 
 def load(run_dir: Path) -> tuple:
     """(the run's config, its tokenizer, {'untouched': the model it started from, 'kept':
-    the one it kept}): MultitaskBERTs in eval mode on the CPU, with the run's attention
+    the one it kept}): SentenceBERTs in eval mode on the CPU, with the run's attention
     (the hand-written one there; it returns its probabilities). The untouched model's heads
     are fresh, and nothing here reads them."""
     cfg = command.load_run_config(str(run_dir))

@@ -1,57 +1,191 @@
-"""Slips of the handout's Part 2 exercises (grader/multitask_checks.py): each a small
-change of the solution that its check must fail (tests/test_grader.py grades them), as
-tests/slips_checks.py holds Part 1's."""
+"""Slips of the handout's Part 2 exercises (grader/multitask_checks.py) and of
+SentenceBERT's heads (`sbert`, grader/extensions.py): each a small change of the solution
+that its check must fail (tests/test_grader.py grades them), as tests/slips_checks.py
+holds Part 1's."""
 
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "multitask": [
+        (
+            "the mask left out: every token attended",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]',
+                    'return self.bert(input_ids, torch.ones_like(attention_mask))["pooler_output"]',
+                ),
+            ],
+        ),
+        (
+            "a sigmoid on the paraphrase logit",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return torch.sigmoid(self.paraphrase(torch.cat([u, v], -1))).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "softmax probabilities, not SST's logits",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return F.softmax(self.sentiment(self.dropout(self(input_ids, attention_mask))), -1)",
+                ),
+            ],
+        ),
+        (
+            "the SST head made in predict_sentiment, not in __init__",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return nn.Linear(BERT_HIDDEN_SIZE, N_SENTIMENT_CLASSES)(self.dropout(self(input_ids, attention_mask)))",
+                ),
+            ],
+        ),
+        (
+            "BERT under torch.no_grad()",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]',
+                    'with torch.no_grad():\n            return self.bert(input_ids, attention_mask)["pooler_output"]',
+                ),
+            ],
+        ),
+        (
+            "the embeddings detached",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]',
+                    'return self.bert(input_ids, attention_mask)["pooler_output"].detach()',
+                ),
+            ],
+        ),
+        (
+            "the paraphrase from the first sentence twice",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.paraphrase(torch.cat([u, u], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "the similarity from the second sentence twice",
+            [
+                (
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.similarity(torch.cat([v, v], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "the first mask for the second sentence",
+            [
+                (
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1)",
+                    "v = self.dropout(self(input_ids_2, attention_mask_1))\n        return self.similarity(torch.cat([u, v], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "squeeze() without a dim",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze()",
+                ),
+            ],
+        ),
+        (
+            "the embeddings centred on the batch's mean",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]',
+                    'out = self.bert(input_ids, attention_mask)["pooler_output"]\n        return out - out.mean(0)',
+                ),
+            ],
+        ),
+        (
+            "a mean over every token, padding included",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]',
+                    'return self.bert(input_ids, attention_mask)["last_hidden_state"].mean(1)',
+                ),
+            ],
+        ),
+        (
+            "SST's logits in float64 whatever the model's dtype",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask))).double()",
+                ),
+            ],
+        ),
+        (
+            "a tensor made without device= in the paraphrase head",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.paraphrase(torch.cat([u, v], -1) + torch.zeros(2 * BERT_HIDDEN_SIZE)).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "dropout left on in eval",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return self.sentiment(F.dropout(self(input_ids, attention_mask), 0.3, training=True))",
+                ),
+            ],
+        ),
+        (
+            "the predicted class, not logits",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask))).argmax(-1)",
+                ),
+            ],
+        ),
+        (
+            "the hidden size written in: 768, bert-base's",
+            [
+                (
+                    "        self.sentiment = nn.Linear(BERT_HIDDEN_SIZE, N_SENTIMENT_CLASSES)",
+                    "        self.sentiment = nn.Linear(768, N_SENTIMENT_CLASSES)",
+                ),
+            ],
+        ),
+        (
+            "BERT frozen whatever the option",
+            [
+                (
+                    "        self.dropout = nn.Dropout(config.hidden_dropout_prob)",
+                    "        self.bert.requires_grad_(False)\n        self.dropout = nn.Dropout(config.hidden_dropout_prob)",
+                ),
+            ],
+        ),
+        (
+            "the second mask for the first sentence of a paraphrase",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "u = self.dropout(self(input_ids_1, attention_mask_2))\n        return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
+    ],
+    "sbert": [
         (
             "the STS cosine of the sentences before the given dropout",
             [
                 (
                     "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
                     "cosine_to_score(F.cosine_similarity(*sentences.view(2, -1, sentences.size(-1)).unbind(0), dim=-1))",
-                )
-            ],
-        ),
-        (
-            "predict_sentiment's token types in float",
-            [
-                (
-                    "types = torch.zeros_like(input_ids)",
-                    "types = torch.zeros_like(input_ids, dtype=torch.float)",
-                )
-            ],
-        ),
-        (
-            "the pairs' token types in float",
-            [
-                (
-                    '"token_type_ids": torch.zeros_like(ids)}',
-                    '"token_type_ids": torch.zeros_like(ids, dtype=torch.float)}',
-                )
-            ],
-        ),
-        (
-            "the shorter side padded with id -1",
-            [
-                (
-                    "F.pad(ids_1, (0, T - ids_1.size(1)))",
-                    "F.pad(ids_1, (0, T - ids_1.size(1)), value=-1)",
                 ),
-                (
-                    "F.pad(ids_2, (0, T - ids_2.size(1)))",
-                    "F.pad(ids_2, (0, T - ids_2.size(1)), value=-1)",
-                ),
-            ],
-        ),
-        (
-            "the sides stacked as (B, 2, T), then transposed: not contiguous",
-            [
-                (
-                    "        )\n        mask = torch.stack(",
-                    "        , 1).transpose(0, 1)\n        mask = torch.stack(",
-                )
             ],
         ),
         (
@@ -60,54 +194,26 @@ SLIPS = {
                 (
                     "return cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
                     "return 5 * F.relu(F.cosine_similarity(u, v, dim=-1))",
-                )
-            ],
-        ),
-        (
-            "the pairs stacked as (B, 2, T)",
-            [
-                (
-                    'return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
-                    "ids, mask = ids.transpose(0, 1), mask.transpose(0, 1)\n"
-                    '        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
-                )
-            ],
-        ),
-        (
-            "the pairs' padding unmasked",
-            [
-                (
-                    "F.pad(mask_1, (0, T - mask_1.size(1)))",
-                    "F.pad(mask_1, (0, T - mask_1.size(1)), value=1)",
-                ),
-                (
-                    "F.pad(mask_2, (0, T - mask_2.size(1)))",
-                    "F.pad(mask_2, (0, T - mask_2.size(1)), value=1)",
-                ),
-            ],
-        ),
-        (
-            "the pairs padded on the left",
-            [
-                ("F.pad(ids_1, (0, T - ids_1.size(1)))", "F.pad(ids_1, (T - ids_1.size(1), 0))"),
-                ("F.pad(ids_2, (0, T - ids_2.size(1)))", "F.pad(ids_2, (T - ids_2.size(1), 0))"),
-                (
-                    "F.pad(mask_1, (0, T - mask_1.size(1)))",
-                    "F.pad(mask_1, (T - mask_1.size(1), 0))",
-                ),
-                (
-                    "F.pad(mask_2, (0, T - mask_2.size(1)))",
-                    "F.pad(mask_2, (T - mask_2.size(1), 0))",
                 ),
             ],
         ),
         (
             "the sentences detached before the head",
-            [("self.dropout(sentences)", "self.dropout(sentences.detach())")],
+            [
+                (
+                    "self.dropout(sentences)",
+                    "self.dropout(sentences.detach())",
+                ),
+            ],
         ),
         (
             "no dropout",
-            [("self.heads[task](self.dropout(sentences))", "self.heads[task](sentences)")],
+            [
+                (
+                    "self.heads[task](self.dropout(sentences))",
+                    "self.heads[task](sentences)",
+                ),
+            ],
         ),
         (
             "dropout on the logits",
@@ -115,7 +221,7 @@ SLIPS = {
                 (
                     "self.heads[task](self.dropout(sentences))",
                     "self.dropout(self.heads[task](sentences))",
-                )
+                ),
             ],
         ),
         (
@@ -124,7 +230,7 @@ SLIPS = {
                 (
                     "self.heads[task](self.dropout(sentences))",
                     "self.heads[task](self.dropout(self.dropout(sentences)))",
-                )
+                ),
             ],
         ),
         (
@@ -133,7 +239,7 @@ SLIPS = {
                 (
                     "self.heads[task](self.dropout(sentences))",
                     "self.heads[task](self.dropout(sentences)).softmax(-1)",
-                )
+                ),
             ],
         ),
         (
@@ -142,45 +248,7 @@ SLIPS = {
                 (
                     "self.heads[task](self.dropout(sentences))",
                     "self.heads[task](F.dropout(sentences, 0.5, self.training))",
-                )
-            ],
-        ),
-        (
-            "predict_sentiment's token types made without device=",
-            [
-                (
-                    "types = torch.zeros_like(input_ids)",
-                    "types = torch.zeros(input_ids.shape, dtype=torch.long)",
-                )
-            ],
-        ),
-        (
-            "the pairs' token types made without device=",
-            [
-                (
-                    '"token_type_ids": torch.zeros_like(ids)}',
-                    '"token_type_ids": torch.zeros(ids.shape, dtype=ids.dtype)}',
-                )
-            ],
-        ),
-        (
-            "predict_sentiment's logits detached",
-            [
-                (
-                    '"token_type_ids": types},\n        )',
-                    '"token_type_ids": types},\n        ).detach()',
-                )
-            ],
-        ),
-        (
-            "the longer side stacked first",
-            [
-                (
-                    'return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
-                    "if ids_2.size(1) > ids_1.size(1):\n"
-                    "            ids, mask = ids.flip(0), mask.flip(0)\n"
-                    '        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}',
-                )
+                ),
             ],
         ),
         (
@@ -189,7 +257,7 @@ SLIPS = {
                 (
                     "return cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
                     "return cosine_to_score(F.cosine_similarity(u, v, dim=-1)).detach()",
-                )
+                ),
             ],
         ),
         (
@@ -198,7 +266,7 @@ SLIPS = {
                 (
                     "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
                     "F.cosine_similarity(u, v, dim=-1)",
-                )
+                ),
             ],
         ),
         (
@@ -207,42 +275,8 @@ SLIPS = {
                 (
                     "cosine_to_score(F.cosine_similarity(u, v, dim=-1))",
                     "5 * F.cosine_similarity(u, v, dim=-1)",
-                )
-            ],
-        ),
-        (
-            "token types of 1",
-            [("types = torch.zeros_like(input_ids)", "types = torch.ones_like(input_ids)")],
-        ),
-        (
-            "the first mask for both sides",
-            [("F.pad(mask_2, (0, T - mask_2.size(1)))", "F.pad(mask_1, (0, T - mask_1.size(1)))")],
-        ),
-        (
-            "pairs stacked side by side",
-            [
-                (
-                    'return {"input_ids": ids, "attention_mask": mask',
-                    'ids, mask = ids.transpose(0, 1).reshape(ids.shape), mask.transpose(0, 1).reshape(ids.shape)\n        return {"input_ids": ids, "attention_mask": mask',
-                )
-            ],
-        ),
-        (
-            "the shorter side padded on the left",
-            [
-                (
-                    "[F.pad(ids_1, (0, T - ids_1.size(1))), F.pad(ids_2, (0, T - ids_2.size(1)))]",
-                    "[F.pad(ids_1, (T - ids_1.size(1), 0)), F.pad(ids_2, (T - ids_2.size(1), 0))]",
-                ),
-                (
-                    "[F.pad(mask_1, (0, T - mask_1.size(1))), F.pad(mask_2, (0, T - mask_2.size(1)))]",
-                    "[F.pad(mask_1, (T - mask_1.size(1), 0)), F.pad(mask_2, (T - mask_2.size(1), 0))]",
                 ),
             ],
-        ),
-        (
-            "T taken from the first side",
-            [("T = max(ids_1.size(1), ids_2.size(1))", "T = ids_1.size(1)")],
         ),
     ],
     "multitask_step": [

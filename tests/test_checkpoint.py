@@ -8,7 +8,7 @@ import signal
 import pytest
 import torch
 
-import multitask_classifier as mt
+import sbert
 from bert import BertModel
 from engine import checkpoint
 from smart import EMATeacher
@@ -16,7 +16,7 @@ from smart import EMATeacher
 
 def tiny(tiny_config, **kw):
     torch.manual_seed(0)
-    return mt.MultitaskBERT(BertModel(tiny_config), **kw)
+    return sbert.SentenceBERT(BertModel(tiny_config), **kw)
 
 
 def test_checkpoint_from_another_config_says_what_differs(tiny_config, tmp_path):

@@ -4,7 +4,7 @@ that gives a run's model it in place of bert.py's and the heads' nn.Dropout."""
 import pytest
 import torch
 
-import multitask_classifier as mt
+import sbert
 from bert import BertModel
 from engine.runtime import Dropout, dropout, fast_dropout
 
@@ -53,7 +53,7 @@ def test_a_runs_model_draws_the_engines_dropout_everywhere(tiny_config, monkeypa
     the engine's; a swapped model in training equals, bit for bit, the same model whose
     dropouts call `dropout` by hand with the same seed."""
     torch.manual_seed(0)
-    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.3).train()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.3).train()
     plain = [m for m in model.modules() if type(m) is torch.nn.Dropout]
     assert len(plain) == 3 * tiny_config.num_hidden_layers + 2  # + embeddings, the heads'
     ids = torch.randint(1, tiny_config.vocab_size, (3, 6))
@@ -68,7 +68,7 @@ def test_a_runs_model_draws_the_engines_dropout_everywhere(tiny_config, monkeypa
     assert not torch.equal(before, after)  # another draw: the CPU's 16-bit one
     by_hand = lambda m, x: dropout(x, m.p, m.training)  # noqa: E731
     monkeypatch.setattr(torch.nn.Dropout, "forward", by_hand)  # the engine's, unswapped
-    plain_model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.3).train()
+    plain_model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.3).train()
     plain_model.load_state_dict(model.state_dict())
     torch.manual_seed(1)
     assert torch.equal(plain_model("sst", batch), after)

@@ -288,7 +288,7 @@ def test_a_students_scorecard_is_honest_and_grades_each_exercise_alone(tmp_path)
     }
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert "SyntaxError: invalid syntax (trainer.py:" in lines["multitask_step"]
-    assert "(multitask_classifier.py:" in lines["pair_head"], lines["pair_head"]
+    assert "(sbert.py:" in lines["pair_head"], lines["pair_head"]
 
 
 def test_a_copy_graded_from_the_tas_tree_is_judged_by_its_grader(tmp_path):

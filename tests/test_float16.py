@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-import multitask_classifier as mt
+import sbert
 import trainer
 from bert import BertModel
 from engine import checkpoint, command, runtime
@@ -75,7 +75,7 @@ def test_an_overflowing_float16_step_is_skipped_and_the_scale_falls(tiny_env):
 
 def test_pcgrad_under_a_scaler_is_the_surgery_scaled(tiny_config):
     torch.manual_seed(0)
-    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0).eval()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0).eval()
     batches = {"sst": sentence_batch(), "para": pair_batch(), "sts": pair_batch(seed=3)}
     batches["sst"]["labels"] = torch.tensor([0, 4, 2])
     batches["para"]["labels"] = torch.tensor([1.0, 0.0, 1.0])

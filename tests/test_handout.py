@@ -144,8 +144,8 @@ def test_a_test_row_that_cannot_be_read_stops_the_run_before_its_folder(tiny_env
 
 def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env):
     """No --preset and a handout flag: the handout's defaults (pretrain, 10 epochs over SST,
-    QQP, STS, batch 8, dropout 0.3, [CLS], 512 tokens) with heads at --head_lr, or at a
-    typed --lr; a typed --preset keeps the project's defaults."""
+    QQP, STS, batch 8, dropout 0.3, 512 tokens) on the handout's MultitaskBERT, with heads
+    at --head_lr, or at a typed --lr; a typed --preset keeps the project's defaults."""
     cfg, _ = command.parse_args(["--use_gpu", "--device", "cpu"])
     stages = PRESETS[cfg.preset].plans_of(cfg)[""]
     assert (
@@ -154,7 +154,7 @@ def test_the_handout_preset_has_the_handouts_settings_and_head_lr_works(tiny_env
         and cfg.predictions_dir == "predictions"
     )
     assert (cfg.optim.batch_size, cfg.model.dropout, cfg.data.max_length) == (8, 0.3, 512)
-    assert cfg.model.pooling == "cls" and len(stages) == 30
+    assert PRESETS[cfg.preset].handout_model and len(stages) == 30
     assert [s.tasks[0] for s in stages[:3]] == ["sst", "para", "sts"]
     assert {s.lr for s in stages} == {1e-3} and all(s.freeze_encoder for s in stages)
     typed, _ = command.parse_args(["--option", "pretrain", "--lr", "2e-3"])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import evaluation
 import losses
-import multitask_classifier as mt
+import sbert
 import simcse
 import smart
 import trainer
@@ -302,7 +302,7 @@ def test_a_simcse_term_adds_the_weighted_loss_of_two_dropout_views(tiny_config):
     torch.manual_seed(0)
     quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     bert = BertModel(BertConfig(**tiny_config.to_dict() | quiet))  # two equal views
-    model = mt.MultitaskBERT(bert, dropout=0.0).train()
+    model = sbert.SentenceBERT(bert, dropout=0.0).train()
     rt = runtime.make_runtime("cpu", "fp32")
     term = SimCSEConfig(simcse_weight=0.3)
     plain = Stage(("sst",), 1e-3, 3)

@@ -1,4 +1,4 @@
-"""MultitaskBERT's heads on a tiny random BERT: shapes, symmetric and siamese pairs,
+"""SentenceBERT's heads on a tiny random BERT: shapes, symmetric and siamese pairs,
 cross-encoding, concatenation and Euclidean heads, each task's read-out, compiled layers."""
 
 import math
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import datasets as data
-import multitask_classifier as mt
+import sbert
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
 from engine import command, runtime
@@ -19,15 +19,15 @@ from helpers import (
     pair_batch,
     sentence_batch,
 )
-from multitask_classifier import concat_tasks, cosine_tasks
 from presets import Stage
+from sbert import concat_tasks, cosine_tasks
 from smart import SmartConfig
 from trainer import StepContext
 
 
 def tiny_model(tiny_config, dropout=0.0):
     torch.manual_seed(0)
-    return mt.MultitaskBERT(BertModel(tiny_config), dropout=dropout).eval()
+    return sbert.SentenceBERT(BertModel(tiny_config), dropout=dropout).eval()
 
 
 def swapped(batch):
@@ -87,7 +87,7 @@ def test_cross_encoded_pairs_carry_token_types_and_use_a_linear_head(tiny_config
     assert batch["input_ids"].tolist() == [[2, 10, 3, 20, 21, 3]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0, 1, 1, 1]]
     torch.manual_seed(0)
-    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0, cross=("para", "sts")).eval()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, cross=("para", "sts")).eval()
     with torch.no_grad():
         pooled = mean_pool(
             model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[
@@ -110,7 +110,7 @@ class FakePairTok:
 
 def test_concatenation_heads_are_a_linear_on_u_and_v(tiny_config):
     torch.manual_seed(0)
-    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0, concat=("para", "sts")).eval()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, concat=("para", "sts")).eval()
     H = tiny_config.hidden_size
     assert model.heads["para"].in_features == model.heads["sts"].in_features == 2 * H
     batch = pair_batch()
@@ -125,7 +125,7 @@ def test_concatenation_heads_are_a_linear_on_u_and_v(tiny_config):
 def test_euclidean_siamese_outputs_the_distance_and_cuts_on_it(tiny_config):
     torch.manual_seed(0)
     bert = BertModel(tiny_config)
-    model = mt.MultitaskBERT(bert, dropout=0.0, cosine=("para",), siamese="euclidean").eval()
+    model = sbert.SentenceBERT(bert, dropout=0.0, cosine=("para",), siamese="euclidean").eval()
     model.para_threshold.fill_(0.7)
     batch = pair_batch()
     with torch.no_grad():
@@ -142,7 +142,7 @@ def test_the_euclidean_output_is_the_distance_of_the_embeddings_not_of_dropped_o
     torch.manual_seed(0)
     quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     bert = BertModel(BertConfig(**tiny_config.to_dict() | quiet))
-    model = mt.MultitaskBERT(bert, dropout=0.5, siamese="euclidean").train()  # head dropout on
+    model = sbert.SentenceBERT(bert, dropout=0.5, siamese="euclidean").train()  # head dropout on
     batch = pair_batch()
     u, v = embeddings(model, batch)
     assert torch.allclose(model("sts", batch), (u - v).norm(dim=-1), atol=1e-5)
@@ -180,7 +180,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     for compiled in (False, True):
         torch.manual_seed(0)
         models[compiled] = command.model_factory(
-            ModelConfig(bert=str(bert_dir)), mt.MULTITASK, (), compiled
+            ModelConfig(bert=str(bert_dir)), sbert.MULTITASK, (), compiled
         )()
     grads, outs = {}, {}
     for compiled, model in models.items():
@@ -202,3 +202,26 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     torch.manual_seed(2)
     without = batch_loss(models[True], "sst", batch, plain, ctx)
     assert 0 <= (with_r_s - without).item() < 1e-9  # the perturbed pass saw the same masks
+
+
+def test_the_handout_preset_builds_the_handouts_model_and_reads_it_through_predict(tiny_env):
+    """--preset handout builds multitask_classifier.py's MultitaskBERT (its BERT_HIDDEN_SIZE
+    the checkpoint's width, so the given heads fit the tiny BERT); a training step and the
+    evaluation read a pair task through predict_*, each side cut to its own length: the
+    same as predict_* on the unpadded sides."""
+    import multitask_classifier
+
+    bert_dir, _ = tiny_env
+    cfg, _ = command.parse_args(["--preset", "handout", "--bert", str(bert_dir)])
+    model = command.run_model(cfg)().eval()
+    assert type(model) is multitask_classifier.MultitaskBERT
+    assert multitask_classifier.BERT_HIDDEN_SIZE == model.bert.config.hidden_size
+    batch = pair_batch(vocab=40)  # (2, B, T): the sides padded to one T
+    batch["attention_mask"][1, :, -2:] = 0  # the second side two tokens shorter
+    out = model.predict("sts", batch)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    T = ids.size(-1)
+    alone = model.predict_similarity(ids[0], mask[0], ids[1, :, : T - 2], mask[1, :, : T - 2])
+    assert out.shape == (ids.size(1),)
+    torch.testing.assert_close(out, alone, rtol=0, atol=0)
+    assert model.readout("sst", sentence_batch(vocab=40), None).shape == (3, 5)

@@ -253,7 +253,7 @@ def test_a_typed_batch_size_is_never_replaced_by_smarts(argv, batch):
     ],
 )
 def test_the_head_show_names_is_the_head_the_model_builds(tiny_env, argv):
-    """show.head_of (the head --show prints for each task) against the MultitaskBERT the
+    """show.head_of (the head --show prints for each task) against the SentenceBERT the
     run builds: a Linear of the named width, a cross-encoder's, or no weights at all."""
     cfg, _ = command.parse_args(["--bert", str(tiny_env[0]), *argv])
     model, H = command.run_model(cfg)(), 32

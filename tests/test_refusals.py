@@ -176,3 +176,25 @@ def test_pcgrad_on_a_frozen_encoder_stops_before_its_folder(tiny_env, tmp_path, 
     with pytest.raises(SystemExit, match="--weighting pcgrad projects the encoder's gradients"):
         command.main([*argv, *frozen.split()])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ("--pooling cls", "--pooling"),
+        ("--smart", "--smart"),
+        ("--para_loss mnrl", "--para_loss or --sts_loss"),
+        ("--cross_encode para", "--cross_encode"),
+        ("--simcse_weight 0.1", "--simcse_weight"),
+        ("--option finetune --pair_head concat", "--pair_head"),
+    ],
+)
+def test_a_sentence_bert_flag_on_the_handouts_model_stops_before_its_folder(
+    tiny_env, tmp_path, flags, named
+):
+    """The handout preset trains multitask_classifier.py's MultitaskBERT through its
+    predict_*: a flag of sbert.py's SentenceBERT is refused in one line naming it."""
+    argv = tiny_argv(tiny_env, tmp_path / "run", "--preset", "handout", *flags.split())
+    with pytest.raises(SystemExit, match=f"^{named}: preset handout trains multitask_classifier"):
+        command.main(argv)
+    assert not (tmp_path / "run").exists()

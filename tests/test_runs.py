@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import batches
 import datasets as data
 import evaluation
-import multitask_classifier as mt
+import sbert
 import trainer
 from engine import checkpoint, command, estimate, runner, runtime
 from helpers import (
@@ -97,13 +97,13 @@ def test_frozen_encoder_presets_train_only_the_heads(tiny_env, tmp_path, monkeyp
 
 def test_thesis_smart_preset_runs_with_smart_on(tiny_env, tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = mt.MultitaskBERT.forward
+    real = sbert.SentenceBERT.forward
 
     def counting(self, task, batch, embeds=None):  # SMART's passes start from embeddings
         calls["n"] += embeds is not None
         return real(self, task, batch, embeds)
 
-    monkeypatch.setattr(mt.MultitaskBERT, "forward", counting)
+    monkeypatch.setattr(sbert.SentenceBERT, "forward", counting)
     rows = run(tiny_env, tmp_path / "run", "--preset", "thesis-smart", "--smart_batch_size", "8")
     assert len(rows) == 4 and calls["n"] > 0
     assert all(math.isfinite(r["overall"]) for r in rows)
@@ -131,10 +131,10 @@ def test_multitask_preset_runs(tiny_env, tmp_path, flags):
 def test_individual_preset_trains_one_model_per_task(tiny_env, tmp_path):
     flags = "--preset individual --individual_epochs 1 --batch_size 16 --max_length 64"
     command.main(tiny_flags(tiny_env, tmp_path / "run", flags))
-    for task in mt.MULTITASK:  # a sub-run per task, scored on its own task only
+    for task in sbert.MULTITASK:  # a sub-run per task, scored on its own task only
         rows = (tmp_path / "run" / task / "metrics.jsonl").read_text().splitlines()
         last = json.loads(rows[-1])
-        assert last["tasks"] == [task] and set(mt.MULTITASK) & set(last) == {task}
+        assert last["tasks"] == [task] and set(sbert.MULTITASK) & set(last) == {task}
         assert (tmp_path / "run" / task / "predictions" / f"{task}-test-output.csv").is_file()
     for use in (export.main, lambda argv: explore.main(["label", *argv])):  # one model each
         with pytest.raises(SystemExit, match="a model per task"):
@@ -210,7 +210,7 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
     run(tiny_env, tmp_path / "run", "--preset", "defended")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
-    assert kept == evaluation.forgetting(rows, mt.MULTITASK)
+    assert kept == evaluation.forgetting(rows, sbert.MULTITASK)
     assert set(kept) == {"sst", "para", "sts", "overall"}
 
 

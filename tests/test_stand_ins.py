@@ -12,7 +12,7 @@ import ascent  # grader/ is on pytest's path
 import setups
 import smart
 from bert import BertModel, BertSelfAttention
-from multitask_classifier import MultitaskBERT
+from sbert import SentenceBERT
 
 
 def runs(fn, *args) -> bool:
@@ -85,7 +85,7 @@ def pair(ids_, types=None, contiguous=True):
 
 def test_the_sentences_stand_in_refuses_what_multitask_bert_refuses():
     table, position = setups.stand_in_table()
-    model = MultitaskBERT(BertModel(setups.tiny_config()), tasks=("sst", "para", "sts")).eval()
+    model = SentenceBERT(BertModel(setups.tiny_config()), tasks=("sst", "para", "sts")).eval()
     cases = [
         (pair(ids(2, 5)),),
         (pair(ids(2, 5), contiguous=False),),

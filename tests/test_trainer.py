@@ -11,7 +11,7 @@ import batches
 import datasets as data
 import evaluation
 import losses
-import multitask_classifier as mt
+import sbert
 import trainer
 from bert import BertModel
 from engine import checkpoint, command, runfolder, runner, runtime
@@ -62,7 +62,7 @@ def test_short_training_lowers_every_task_loss(tiny_env):
                 losses.loss_of(task, None).fn(model(task, b), b["labels"]).item() for b in loader
             )
 
-    for task in mt.MULTITASK:
+    for task in sbert.MULTITASK:
         before = loss_of(task)
         stage = Stage((task,), lr=1e-3, batch_size=8, epochs=5)
         steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0))
@@ -82,7 +82,7 @@ def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, mo
     assert (tmp_path / "run" / "best.safetensors").is_file()
     monkeypatch.undo()
     command.main(["--predict", str(tmp_path / "run")])  # the kept model still gives predictions
-    for task in mt.MULTITASK:
+    for task in sbert.MULTITASK:
         assert (tmp_path / "run" / "predictions" / f"{task}-test-output.csv").is_file()
 
 
@@ -262,10 +262,10 @@ def test_split_dev_scores_both_halves_and_prints_what_choosing_on_dev_adds(
 def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     rt = runtime.make_runtime("cpu", "fp32")
-    run = runfolder.Run(tiny_env[1], rt, mt.MULTITASK, 8, seed=0)
+    run = runfolder.Run(tiny_env[1], rt, sbert.MULTITASK, 8, seed=0)
     state = torch.get_rng_state()
     row = run.score(model, task_data)
-    assert set(mt.MULTITASK) <= set(row)
+    assert set(sbert.MULTITASK) <= set(row)
     assert torch.equal(torch.get_rng_state(), state)  # training's draws do not depend on it
 
 
@@ -275,7 +275,7 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
     task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tokenizer, ("para",), 0)
     bert = BertModel.from_pretrained(str(bert_dir))
-    model = mt.MultitaskBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
+    model = sbert.SentenceBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
     rt = runtime.make_runtime("cpu", "fp32")
     evaluation.fit_thresholds(model, task_data, rt, 16)
     pairs = task_data["para"].train
@@ -292,18 +292,18 @@ def test_every_epoch_of_a_multitask_plan_trains_the_same_examples(tiny_env):
     the epochs (stages) reshuffle it but never draw another."""
     _, task_data = tiny_model_and_data(tiny_env)
     multitask = MultitaskConfig(examples_per_task=20, mixing="simultaneous")
-    stage = Stage(mt.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
+    stage = Stage(sbert.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
 
     def examples(epoch, seed=3):
         order = torch.Generator().manual_seed(1000 * seed + epoch)  # as run_stage seeds it
-        drawn = {task: [] for task in mt.MULTITASK}
+        drawn = {task: [] for task in sbert.MULTITASK}
         for step in trainer.stage_steps(task_data, stage, order, seed):
             for task, batch in step:
                 drawn[task] += batch["ids"]
         return drawn
 
     first, second = examples(0), examples(1)
-    for task in mt.MULTITASK:
+    for task in sbert.MULTITASK:
         assert len(first[task]) == 20 < len(task_data[task].train)  # a subset, drawn once
         assert sorted(first[task]) == sorted(second[task]) and first[task] != second[task]
     assert sorted(examples(0, seed=4)["sst"]) != sorted(first["sst"])  # another run, another set
@@ -315,7 +315,7 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     """STS's output forced constant when the row after the second stage is scored: its
     Pearson r is nan (as scipy's), the table prints nan, the overall score is nan, and the
     kept stage is another."""
-    import multitask_classifier as mt
+    import sbert
     from engine import runfolder
 
     constant, calls, score = [False], [], runfolder.Run.score
@@ -328,10 +328,10 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
         finally:
             constant[0] = False
 
-    to_score = mt.cosine_to_score
+    to_score = sbert.cosine_to_score
     monkeypatch.setattr(runfolder.Run, "score", scored)
     monkeypatch.setattr(
-        mt, "cosine_to_score", lambda c: to_score(c) * 0 + 2.5 if constant[0] else to_score(c)
+        sbert, "cosine_to_score", lambda c: to_score(c) * 0 + 2.5 if constant[0] else to_score(c)
     )
     rows = run(tiny_env, tmp_path / "run")
     assert math.isnan(rows[1]["sts"]["pearson"]) and math.isnan(rows[1]["overall"])

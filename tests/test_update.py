@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import multitask_classifier as mt
+import sbert
 import simcse
 import trainer
 from base_bert import hf_to_ours
@@ -32,7 +32,7 @@ from trainer import StepContext
 
 def test_pcgrad_applies_the_surgery_to_the_shared_encoder(tiny_config):
     torch.manual_seed(0)
-    model = mt.MultitaskBERT(BertModel(tiny_config), dropout=0.0).train()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0).train()
     for m in model.modules():  # deterministic forwards so both computations see one graph
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0

@@ -215,18 +215,85 @@ VARIANTS = {
     ],
     "multitask": [
         (
-            "token types by new_zeros, in int32",
+            "the pair outputs (B, 1), unsqueezed",
             [
                 (
-                    "types = torch.zeros_like(input_ids)",
-                    "types = input_ids.new_zeros(input_ids.shape, dtype=torch.int32)",
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)",
+                    "return self.paraphrase(torch.cat([u, v], -1))  # (B, 1)",
                 ),
                 (
-                    '"token_type_ids": torch.zeros_like(ids)}',
-                    '"token_type_ids": ids.new_zeros(ids.shape)}',
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)",
+                    "return self.similarity(torch.cat([u, v], -1))  # (B, 1)",
                 ),
             ],
-        )
+        ),
+        (
+            "mean pooling over the mask",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]  # (B, H)',
+                    'hidden = self.bert(input_ids, attention_mask)["last_hidden_state"]  # (B, T, H)\n        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)\n        return (hidden * mask).sum(1) / mask.sum(1)  # (B, H)',
+                ),
+            ],
+        ),
+        (
+            "[CLS] from the last hidden states",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]  # (B, H)',
+                    'return self.bert(input_ids, attention_mask)["last_hidden_state"][:, 0]  # (B, H)',
+                ),
+            ],
+        ),
+        (
+            "Sentence-BERT's [u, v, |u - v|] for the paraphrase",
+            [
+                (
+                    "        self.paraphrase = nn.Linear(2 * BERT_HIDDEN_SIZE, 1)",
+                    "        self.paraphrase = nn.Linear(3 * BERT_HIDDEN_SIZE, 1)",
+                ),
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)",
+                    "return self.paraphrase(torch.cat([u, v, (u - v).abs()], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
+        (
+            "the cosine, times 5, for the similarity",
+            [
+                (
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)",
+                    "return 5 * F.cosine_similarity(u, v, dim=-1)  # (B,)",
+                ),
+            ],
+        ),
+        (
+            "config.hidden_size and the heads in an nn.ModuleDict",
+            [
+                (
+                    "        self.dropout = nn.Dropout(config.hidden_dropout_prob)\n        self.sentiment = nn.Linear(BERT_HIDDEN_SIZE, N_SENTIMENT_CLASSES)\n        self.paraphrase = nn.Linear(2 * BERT_HIDDEN_SIZE, 1)\n        self.similarity = nn.Linear(2 * BERT_HIDDEN_SIZE, 1)\n",
+                    '        H = config.hidden_size\n        self.dropout = nn.Dropout(config.hidden_dropout_prob)\n        self.heads = nn.ModuleDict(\n            {"sst": nn.Linear(H, 5), "para": nn.Linear(2 * H, 1), "sts": nn.Linear(2 * H, 1)}\n        )\n        self.sentiment, self.paraphrase, self.similarity = (self.heads[k] for k in ("sst", "para", "sts"))\n',
+                ),
+            ],
+        ),
+        (
+            "F.dropout at the config's p, kept",
+            [
+                (
+                    "        self.dropout = nn.Dropout(config.hidden_dropout_prob)",
+                    "        self.p = config.hidden_dropout_prob\n        self.dropout = lambda x: F.dropout(x, self.p, self.training)",
+                ),
+            ],
+        ),
+        (
+            "both sentences through BERT in one batch",
+            [
+                (
+                    "u = self.dropout(self(input_ids_1, attention_mask_1))  # (B, H)\n        v = self.dropout(self(input_ids_2, attention_mask_2))  # (B, H)\n        return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)  # (B, 2H) -> (B,)",
+                    "T = max(input_ids_1.size(1), input_ids_2.size(1))\n        ids = torch.cat([F.pad(input_ids_1, (0, T - input_ids_1.size(1))), F.pad(input_ids_2, (0, T - input_ids_2.size(1)))])\n        mask = torch.cat([F.pad(attention_mask_1, (0, T - attention_mask_1.size(1))), F.pad(attention_mask_2, (0, T - attention_mask_2.size(1)))])\n        u, v = self.dropout(self(ids, mask)).chunk(2)  # (B, H) each\n        return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                ),
+            ],
+        ),
     ],
     "multitask_step": [
         (

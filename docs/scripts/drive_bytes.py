@@ -26,8 +26,8 @@ from base_bert import BertConfig, load_config  # noqa: E402
 from bert import BertModel  # noqa: E402
 from conftest import tiny_bert_config, write_tiny_checkpoint, write_tiny_data  # noqa: E402
 from engine import checkpoint  # noqa: E402
-from multitask_classifier import MultitaskBERT  # noqa: E402
 from notebook_kernel import drive_charges, kernel  # noqa: E402
+from sbert import SentenceBERT  # noqa: E402
 
 THESIS_STAGES, CHECKPOINT_MINUTES = 31, 60
 GB = 1e9
@@ -60,7 +60,7 @@ def model_bytes(config: BertConfig) -> tuple[int, int]:
     """(weights, AdamW's two moments) in bytes, float32, of the thesis model on `config`;
     the pooler gets no gradient (mean pooling), so AdamW keeps no moments for it."""
     with torch.device("meta"):
-        named = dict(MultitaskBERT(BertModel(config)).named_parameters())
+        named = dict(SentenceBERT(BertModel(config)).named_parameters())
     params = sum(p.numel() for p in named.values())
     pooler = sum(p.numel() for name, p in named.items() if name.startswith("bert.pooler_dense"))
     return 4 * params, 8 * (params - pooler)

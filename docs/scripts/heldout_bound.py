@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 import datasets as data  # noqa: E402
 import evaluation  # noqa: E402
-import multitask_classifier as mt  # noqa: E402
+import sbert  # noqa: E402
 from engine import checkpoint, command  # noqa: E402
 from engine.runtime import make_runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
@@ -83,7 +83,7 @@ class Runs:
                 self.tokenizer,
                 MULTITASK,
                 cfg.seed,
-                set(mt.cosine_tasks(cfg)),  # their cuts are fit on training pairs
+                set(sbert.cosine_tasks(cfg)),  # their cuts are fit on training pairs
                 cfg.multitask.cross_encode,
             )
         return self._task_data

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import batches  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
-import multitask_classifier as mt  # noqa: E402
+import sbert  # noqa: E402
 import trainer  # noqa: E402
 from engine import command, runtime  # noqa: E402
 from engine.flags import DataConfig, ModelConfig  # noqa: E402
@@ -85,7 +85,7 @@ def sst_batch(argv=None) -> dict:
 def main(argv=None):
     batch = sst_batch(argv)
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert="minilm"), mt.MULTITASK)()
+    model = command.model_factory(ModelConfig(bert="minilm"), sbert.MULTITASK)()
     rt = runtime.make_runtime("cpu", "fp32")
     print("| ascent | R_s, dropout on | perturbation | R_s, dropout off | perturbation |")
     print("| --- | ---: | ---: | ---: | ---: |")
