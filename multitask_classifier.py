@@ -107,7 +107,7 @@ class MultitaskBERT(nn.Module):
         if task == "sst":
             return self.predict_sentiment(ids, mask)
         pair = {"para": self.predict_paraphrase, "sts": self.predict_similarity}[task]
-        T1, T2 = (int(m.sum(-1).max()) for m in mask)  # (2, B, T): each side's length
+        T1, T2 = mask.sum(-1).amax(-1).tolist()  # (2, B, T) -> each side's longest
         out = pair(ids[0, :, :T1], mask[0, :, :T1], ids[1, :, :T2], mask[1, :, :T2])
         return out.reshape(ids.size(1))  # (B, 1) or (B,) -> (B,)
 

@@ -158,14 +158,15 @@ def check_handout_model(cfg: RunConfig, stages: list[Stage]):
         "--smart": any(s.smart.active for s in stages),
         "--simcse_weight": any(s.contrastive for s in stages),
         "--distill": cfg.optim.distill > 0,
+        "--heldout_size": cfg.data.heldout_size > 0,  # read off its sentence embeddings
+        "--head_lr_scale": cfg.optim.head_lr_scale != OptimConfig.head_lr_scale,
     }
-    typed = [flag for flag, on in sbert_only.items() if on]
-    refuse(
-        bool(typed),
-        f"{typed[0] if typed else ''}: preset {cfg.preset} trains multitask_classifier.py's "
-        "MultitaskBERT through its predict_* (your design, the handout's losses); this flag "
-        "is sbert.py's SentenceBERT's: pick one of this project's presets",
-    )
+    if typed := [flag for flag, on in sbert_only.items() if on]:
+        raise SystemExit(
+            f"{typed[0]}: preset {cfg.preset} trains multitask_classifier.py's MultitaskBERT "
+            "through its predict_* (your design, the handout's losses); this flag is "
+            "sbert.py's SentenceBERT's: pick one of this project's presets"
+        )
 
 
 def check_frozen(cfg: RunConfig, stages: list[Stage]):
@@ -184,8 +185,9 @@ def check_frozen(cfg: RunConfig, stages: list[Stage]):
         f"--freeze_encoder (the handout's --option pretrain) trains the heads only; preset "
         f"{cfg.preset} also trains the encoder contrastively",
     )
+    sbert = not PRESETS[cfg.preset].handout_model  # the handout's model has its own heads
     refuse(
-        cfg.model.pair_head == "sbert" and any("sts" in s.tasks for s in stages),
+        sbert and cfg.model.pair_head == "sbert" and any("sts" in s.tasks for s in stages),
         "--freeze_encoder: STS's output is the cosine, with no head to train on a frozen "
         "encoder; add --pair_head concat (a head on [u, v])",
     )

@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -27,7 +26,7 @@ from engine.flags import (
     ScheduleConfig,
     refuse,
 )
-from engine.handout import HANDOUT_FLAGS, handout_argv, handout_help, no_flags
+from engine.handout import HANDOUT_FLAGS, MODES, handout_argv, handout_help, model_config, no_flags
 from engine.runfolder import Run, finish
 from engine.runner import run_plan
 from engine.runtime import check_attention, compile_layers, fast_dropout
@@ -113,7 +112,7 @@ def main(argv=None):
     refuse(
         cfg.model.pooling != "cls",
         f"--pooling {cfg.model.pooling}: Part 1's model reads BERT's pooled [CLS], as the "
-        "handout's; mean pooling is Part 2's (multitask_classifier.py)",
+        "handout's; mean pooling is this project's SentenceBERT's (sbert.py)",
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
@@ -132,26 +131,14 @@ def model_factory(cfg: ClassifierConfig, task: str):
     draws from the seeded RNG at the same point of every run)."""
 
     def make():
-        model = BertSentimentClassifier(handout_config(cfg, task))
+        config = model_config(cfg.model, TASKS[task].num_labels, MODES[cfg.option])
+        model = BertSentimentClassifier(config)
         check_attention(model.bert)  # torch's SDPA only where it computes what bert.py's does
         if cfg.device.compile:
             compile_layers(model.bert)
         return fast_dropout(model)
 
     return make
-
-
-def handout_config(cfg: ClassifierConfig, task: str) -> SimpleNamespace:
-    """BertSentimentClassifier's config, the handout's fields (hidden_size read from the
-    checkpoint's config.json, where the handout writes bert-base's 768) and the checkpoint."""
-    return SimpleNamespace(
-        hidden_dropout_prob=cfg.model.dropout,
-        num_labels=TASKS[task].num_labels,
-        hidden_size=load_config(resolve_model_dir(cfg.model.bert)).hidden_size,
-        option=cfg.option,
-        bert=cfg.model.bert,
-        attention=cfg.model.attention,
-    )
 
 
 def train_task(cfg: ClassifierConfig, task: str, run_dir: Path, rt, tokenizer):

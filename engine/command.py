@@ -16,7 +16,6 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -26,7 +25,7 @@ import datasets as data
 import multitask_classifier
 import simcse
 import trainer
-from base_bert import load_config, read_json_object, resolve_model_dir
+from base_bert import read_json_object
 from bert import BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, checks, flags, handout, outputs
@@ -34,8 +33,8 @@ from engine.checks import check_loading, check_run
 from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, scoring_seconds
 from engine.flags import ModelConfig, RunConfig, from_dict, refuse
-from engine.handout import MULTITASK_HANDOUT
-from engine.runfolder import Run, evaluate_split, finish, write_prediction_files
+from engine.handout import MULTITASK_HANDOUT, model_config
+from engine.runfolder import Run, finish, write_prediction_files
 from engine.runner import run_plan
 from engine.runtime import (
     Runtime,
@@ -48,7 +47,7 @@ from engine.runtime import (
 )
 from engine.show import show
 from engine.tsv import require
-from evaluation import MULTITASK, TASKS, score_row
+from evaluation import MULTITASK, TASKS
 from presets import PRESETS, Preset, Stage
 from sbert import SentenceBERT, concat_tasks, cosine_tasks
 from tokenizer import BertTokenizer
@@ -202,6 +201,16 @@ def one_model(cfg: RunConfig, where: str) -> None:
         raise SystemExit(f"{where}: --preset {cfg.preset} keeps a model per task; this needs one")
 
 
+def sentence_bert(cfg: RunConfig, where: str) -> None:
+    """Stops, in one line, a run of the handout's MultitaskBERT where a tool reads sbert.py's
+    SentenceBERT (its sentence embeddings and heads)."""
+    if PRESETS[cfg.preset].handout_model:
+        raise SystemExit(
+            f"{where}: --preset {cfg.preset} trains the handout's MultitaskBERT (your design); "
+            "this reads sbert.py's SentenceBERT, which this project's presets train"
+        )
+
+
 def kept_model(run_dir: Path, rt) -> tuple[RunConfig, nn.Module, dict]:
     """(config, best model, checkpoint info) of a finished run that keeps one model."""
     cfg = load_run_config(run_dir)
@@ -218,9 +227,8 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
         run = sub_run(cfg, run_dir, name, rt)
         model, info = best_model(cfg, run.run_dir, rt)
         print(outputs.table_header(run.eval_tasks))
-        dev = evaluate_split(model, task_data, "dev", run.eval_tasks, run)  # scored once
-        row = {"stage": f"best: {info['row']['stage']}"} | score_row(dev, run.eval_tasks)
-        run.show(row)
+        row, dev = run.evaluated(model, task_data)  # dev scored once, its files written from it
+        run.show({"stage": f"best: {info['row']['stage']}"} | row)
         out_dir = write_prediction_files(model, task_data, run, cfg.data.test_predictions, dev)
         print(f"predictions: {out_dir}")
 
@@ -326,19 +334,8 @@ def handout_factory(cfg: RunConfig, compile=False) -> Callable[[], nn.Module]:
     is set to the checkpoint's width first, so a body written with it runs on any."""
 
     def make():
-        hidden = load_config(resolve_model_dir(cfg.model.bert)).hidden_size
-        multitask_classifier.BERT_HIDDEN_SIZE = hidden
-        frozen = cfg.model.freeze_encoder
-        config = SimpleNamespace(
-            hidden_dropout_prob=cfg.model.dropout,
-            num_labels=TASKS["sst"].num_labels,
-            hidden_size=hidden,
-            data_dir=".",
-            option="pretrain" if frozen else "finetune",
-            fine_tune_mode="last-linear-layer" if frozen else "full-model",
-            bert=cfg.model.bert,
-            attention=cfg.model.attention,
-        )
+        config = model_config(cfg.model, TASKS["sst"].num_labels, cfg.model.freeze_encoder)
+        multitask_classifier.BERT_HIDDEN_SIZE = config.hidden_size
         model = multitask_classifier.MultitaskBERT(config)
         check_attention(model.bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:

@@ -5,15 +5,34 @@ typed. The 2024 handout's `--fine-tune-mode last-linear-layer|full-model` is the
 handout's `--option pretrain|finetune` by another name."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
+from base_bert import load_config, resolve_model_dir
 from datasets import task_file
-from engine.flags import refuse
+from engine.flags import ModelConfig, refuse
 from engine.outputs import prediction_path
 from evaluation import MULTITASK
 
 # The handouts' two options, each with its 2024 name: True where BERT is frozen.
 MODES = {"pretrain": True, "last-linear-layer": True, "finetune": False, "full-model": False}
 RENAMED = {"--fine-tune-mode": "--option"}  # the 2024 handout's flag -> the 2023 handout's
+
+
+def model_config(model: ModelConfig, num_labels: int, frozen: bool) -> SimpleNamespace:
+    """The config the handout's models take (BertSentimentClassifier, MultitaskBERT): its
+    fields, both years' words for the option, hidden_size read from the checkpoint's
+    config.json (where the handout writes bert-base's 768); and bert, the checkpoint, with
+    its attention."""
+    return SimpleNamespace(
+        hidden_dropout_prob=model.dropout,
+        num_labels=num_labels,
+        hidden_size=load_config(resolve_model_dir(model.bert)).hidden_size,
+        data_dir=".",
+        option="pretrain" if frozen else "finetune",
+        fine_tune_mode="last-linear-layer" if frozen else "full-model",
+        bert=model.bert,
+        attention=model.attention,
+    )
 
 
 def checked_mode(flag: str, mode: str) -> str:
@@ -157,7 +176,8 @@ def in_folder(flag: str, name: str, ours: str):
 
 def multitask_option(option: str, flag: str = "--option") -> list[str]:
     """The handout's option as this project's flags: pretrain (last-linear-layer) freezes
-    BERT, with a head on [u, v]; finetune (full-model) adds none."""
+    BERT, and with a project's preset gives SentenceBERT a head on [u, v] for STS (the
+    handout's MultitaskBERT has its own heads); finetune (full-model) adds none."""
     frozen = MODES[checked_mode(flag, option)]
     return ["--freeze_encoder", "--pair_head", "concat"] if frozen else []
 

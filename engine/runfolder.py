@@ -90,6 +90,10 @@ class Run:
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
 
     def evaluate(self, model, task_data, split="dev"):
+        return self.evaluated(model, task_data, split)[0]
+
+    def evaluated(self, model, task_data, split="dev"):
+        """(the split's row, evaluate_split's results it was scored from)."""
         results = evaluate_split(model, task_data, split, self.eval_tasks, self)
         row = evaluation.score_row(results, self.eval_tasks)
         if self.split_dev and split == "dev":  # what choosing on dev adds: selection_gap
@@ -100,7 +104,7 @@ class Run:
             row["heldout"] = evaluation.roc_auc(
                 *evaluation.pair_scores(model, pairs, self.rt, self.eval_batch_size)
             )
-        return row
+        return row, results
 
     def show(self, row, mark=False):
         print(outputs.format_row(row["stage"], row, self.eval_tasks) + (" *" if mark else ""))
@@ -265,8 +269,10 @@ def write_prediction_files(model, task_data, run: Run, test: bool, dev=None) -> 
     too."""
     out_dir = run.run_dir / "predictions"
     for split in ("dev", "test") if test else ("dev",):
-        given = dev if split == "dev" else None
-        results = given or evaluate_split(model, task_data, split, run.eval_tasks, run)
+        if split == "dev" and dev is not None:
+            results = dev
+        else:
+            results = evaluate_split(model, task_data, split, run.eval_tasks, run)
         for task, res in results.items():
             path = run.prediction_file(out_dir, task, split)
             outputs.write_predictions(path, task, res.ids, res.preds)

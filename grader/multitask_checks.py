@@ -26,7 +26,7 @@ from setups import (
     stepped,
 )
 
-PREDICT = ("predict_sentiment", "predict_paraphrase", "predict_similarity")
+PREDICT = {"sst": "predict_sentiment", "para": "predict_paraphrase", "sts": "predict_similarity"}
 
 
 @check(1e-6, stands_in=("attention", "layer", "embeddings"))
@@ -46,28 +46,49 @@ def multitask():
         more = [(F.pad(x, (0, 3)) if x.dim() == 2 else x) for x in sides]  # 3 more pads
         got["padded"] = outputs(model, more)
         got["one"] = outputs(model, [x[:1] for x in sides])
-        found = [directional(model, method, sides) for method in PREDICT]
+        found = [directional(model, k, sides) for k in range(len(PREDICT))]
         got["bert"], got["directional"] = [x for x, _ in found], [y for _, y in found]
         return got
 
     got = student(mine)
     outs = got["outs"]
-    shapes = [list(o.shape) if torch.is_tensor(o) else None for o in outs]
-    yield part("predict_sentiment's shape", shapes[0], [3, 5])
-    for method, shape in zip(PREDICT[1:], shapes[1:], strict=True):
-        yield part(f"{method}'s shape: one output a pair", pair_shape(shape), [3])
+    for o, method, shape in zip(outs, PREDICT.values(), SHAPES, strict=True):
+        found = list(o.shape) if torch.is_tensor(o) else type(o).__name__
+        yield part(f"{method}'s shape (a pair's (B, 1) read as (B,))", found, list(shape))
     yield part("float64 outputs of a float64 model", dtypes(outs), [True] * 3)
-    for k, method in enumerate(PREDICT):
+    if not (shaped(outs, SHAPES) and all(numbers(pair) for pair in got["directional"])):
+        return  # the shapes' parts failed: nothing else of a hostile record is read
+    for k, method in enumerate(PREDICT.values()):
+        yield part(f"{method}: finite outputs", bool(outs[k].isfinite().all()), True)
         yield part(f"{method}: the same in eval, called twice", got["again"][k], outs[k], tol=0)
         yield part(f"{method}: unchanged by 3 more pad tokens", got["padded"][k], outs[k])
         yield part(f"{method}: a batch of one, its example's outputs", got["one"][k], outs[k][:1])
         yield part(f"{method}: a gradient reaches BERT's parameters", got["bert"][k], True)
-        autograd, finite = got["directional"][k]
+        autograd, finite = (float(x) for x in got["directional"][k])
+        yield part(
+            f"{method}: a finite difference along a random direction", math.isfinite(finite), True
+        )
         what = f"{method}: the gradient along a random direction, against finite differences"
-        yield part(what, autograd, finite, tol=1e-6 * max(1.0, abs(float(finite))))
+        yield part(
+            what, autograd, finite, tol=1e-6 * max(1.0, abs(finite)) if math.isfinite(finite) else 0
+        )
     yield from as_run("predict_*", lambda d, dev: run_on(d, dev, sides), flat(outs))
-    if shapes[0] == [3, 5] and all(pair_shape(s) == [3] for s in shapes[1:]):
-        yield from learnt()
+    yield from learnt()
+
+
+SHAPES = ((3, 5), (3,), (3,))  # predict_*'s on the check's batches of three
+
+
+def shaped(outs, shapes) -> bool:
+    """Whether the record holds floating tensors of these shapes, one each."""
+    return len(outs) == len(shapes) and all(
+        torch.is_tensor(o) and o.is_floating_point() and tuple(o.shape) == s
+        for o, s in zip(outs, shapes, strict=False)
+    )
+
+
+def numbers(pair) -> bool:
+    return len(pair) == 2 and all(torch.is_tensor(x) and x.numel() == 1 for x in pair)
 
 
 def sides_of(one, two):
@@ -90,10 +111,6 @@ def pairwise(out, pair=False):
     return out
 
 
-def pair_shape(shape):
-    return shape[:1] if shape and shape[1:] == [1] else shape
-
-
 def dtypes(outs):
     return [torch.is_tensor(o) and o.dtype == f64 for o in outs]
 
@@ -102,8 +119,8 @@ def flat(outs):
     return torch.cat([o.detach().flatten() for o in outs])
 
 
-def directional(model, method: str, sides, h: float = 1e-6):
-    """(whether a gradient of `method`'s weighted outputs reaches BERT's parameters, (the
+def directional(model, k: int, sides, h: float = 1e-6):
+    """(whether a gradient of the k-th predict_*'s weighted outputs reaches BERT's parameters, (the
     derivative along a random direction of every parameter by autograd, by central
     differences)); float64, eval."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -112,7 +129,7 @@ def directional(model, method: str, sides, h: float = 1e-6):
     d = [torch.randn(p.shape, generator=g, dtype=p.dtype) for p in params]
 
     def f():
-        out = outputs(model, sides)[PREDICT.index(method)]
+        out = outputs(model, sides)[k]
         return (out * torch.randn(out.shape, generator=gen(12), dtype=out.dtype)).sum()
 
     grads_ = torch.autograd.grad(f(), params, allow_unused=True)
@@ -162,10 +179,15 @@ def learnt():
     }
     inputs = {"sst": [ids, mask], "para": pairs, "sts": pairs}
     got = student(lambda: {t: trained(t, inputs[t], labels[t]) for t in labels})
-    if not all(torch.is_tensor(got.get(t)) for t in labels):  # a hostile body's
-        yield part("predict_* in training: tensors", False, True)
+    sst, para, sts = (got.get(t) for t in labels)
+    shapes = ((10, 5), (4,), (4,))
+    yield part(
+        "predict_* after training: floating outputs of their shapes",
+        shaped([sst, para, sts], shapes),
+        True,
+    )
+    if not shaped([sst, para, sts], shapes):
         return
-    sst, para, sts = (got[t] for t in labels)
     yield part("predict_sentiment learns 10 sentences' classes", sst.argmax(-1), labels["sst"])
     ce = float(F.cross_entropy(sst.double(), labels["sst"]))
     label = "predict_sentiment learns 10 sentences: their cross-entropy as logits (at most 0.7)"
@@ -188,7 +210,7 @@ LOSSES = {
 def trained(task: str, inputs, labels):
     """The task's outputs in eval after LEARN_STEPS of torch's AdamW on its handout loss."""
     model = handout_multitask().train()
-    method = PREDICT[["sst", "para", "sts"].index(task)]
+    method = PREDICT[task]
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARN_LR)
     for _ in range(LEARN_STEPS):
         optimizer.zero_grad()

@@ -207,9 +207,8 @@ class HFBert(nn.Module):
     def encode(self, hidden_states, attention_mask):
         mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
         mask = mask if attention_mask is None else attention_mask
-        dtype = hidden_states.dtype  # (B, T) 1/0 -> (B, 1, 1, T): 0 kept, dtype's min padded
-        additive = (1 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-        last = self.hf.encoder(hidden_states, attention_mask=additive).last_hidden_state
+        keep = additive(mask, hidden_states.dtype)  # (B, 1, 1, T): 0 kept, dtype's min padded
+        last = self.hf.encoder(hidden_states, attention_mask=keep).last_hidden_state
         return {"last_hidden_state": last, "pooler_output": self.hf.pooler(last)}
 
 
@@ -229,19 +228,11 @@ def handout_multitask():
     import multitask_classifier as handout
 
     hidden = tiny_config().hidden_size
-    config = SimpleNamespace(
-        hidden_size=hidden,
-        hidden_dropout_prob=P_DROP,
-        num_labels=5,
-        option="finetune",
-        fine_tune_mode="full-model",
-        bert="tiny",
-        attention="manual",
-        data_dir=".",
-    )
+    config = handout_config(5, hidden)
     loader, handout.BertModel = handout.BertModel, TinyLoader()
     handout.BERT_HIDDEN_SIZE = hidden
     try:
+        torch.manual_seed(0)  # BERT's weights (tiny_hf seeds them too), then the heads'
         return handout.MultitaskBERT(config)
     finally:
         handout.BertModel = loader
@@ -297,6 +288,21 @@ def ids_checked(ids, rows: int) -> None:
         raise ValueError(f"token ids must lie in [0, {rows})")
 
 
+def handout_config(num_labels: int, hidden: int) -> SimpleNamespace:
+    """The handout's model config, fine-tuned (both years' words), dropout's p = P_DROP; a
+    BERT the check's loader stands in for."""
+    return SimpleNamespace(
+        num_labels=num_labels,
+        hidden_size=hidden,
+        hidden_dropout_prob=P_DROP,
+        option="finetune",
+        fine_tune_mode="full-model",
+        bert="stand-in",
+        attention="manual",
+        data_dir=".",
+    )
+
+
 class StandInLoader:
     """classifier.py's BertModel while its __init__ runs: from_pretrained gives StandInBert."""
 
@@ -313,16 +319,7 @@ def stand_in_classifier(head, table):
     StandInBert(table), `head`'s weights in its linear layer (the student's side only)."""
     import classifier
 
-    config = SimpleNamespace(
-        num_labels=head.out_features,
-        hidden_size=table.size(1),
-        hidden_dropout_prob=P_DROP,
-        option="finetune",
-        fine_tune_mode="full-model",
-        bert="stand-in",
-        attention="manual",
-        data_dir=".",
-    )
+    config = handout_config(head.out_features, table.size(1))
     loader, classifier.BertModel = classifier.BertModel, StandInLoader(table)
     try:
         torch.manual_seed(0)
@@ -363,49 +360,11 @@ def seeded_heads(tasks) -> dict:
     return heads
 
 
-def flat(batch):
-    """(ids, mask, types), K sentences per example (K, B, T) -> (K * B, T), viewed as
-    SentenceBERT.flat_inputs views them (a tensor that cannot be viewed so is refused)."""
-    keys = ("input_ids", "attention_mask", "token_type_ids")
-    return (batch[k].view(-1, batch[k].size(-1)) for k in keys)
-
-
 def stand_in_table():
     """The stand-in encoder's vectors per id, (100, 32), a leaf (gradients reach it), and
     per position."""
     table, position = torch.randn(2, 100, 32, generator=gen(7))
     return table.requires_grad_(), position
-
-
-def stand_in_sentences(batch, table, position):
-    """A sum of `table`'s vectors per id, position and token type over the tokens each
-    mask keeps, (N, H): the encoder's stand-in while predict_* is graded."""
-    ids, mask, types = flat(batch)
-    ids_checked(ids, len(table))
-    by_type = torch.stack([torch.zeros_like(table[0]), table[0]])  # (2, H): as BERT's types
-    x = F.embedding(ids, table) + position[: ids.size(1)] + F.embedding(types, by_type)
-    return (x * mask[..., None]).sum(1)  # (N, H)
-
-
-def stand_in_readout(task, batch, z, heads):
-    """Fixed functions that are not the exercises' (the classifier's, pair_head's and the
-    STS score's stand-ins): a head on tanh(z) for one sentence, on [u, v, u * v] for a
-    Quora pair, the dot product for STS."""
-    if task not in ("sst", "cfimdb", "para", "sts"):  # evaluation.TASKS': others raise
-        raise KeyError(task)
-    if batch["input_ids"].dim() == 2:  # (B, T): one sentence each
-        return heads[task](torch.tanh(z))  # (B, C)
-    u, v = z.view(2, -1, z.size(-1))  # (2B, H) -> (B, H) each
-    if task == "para":
-        return heads[task](torch.cat([u, v, u * v], -1)).squeeze(-1)  # (B,)
-    return (u * v).sum(-1)  # (B,)
-
-
-def stand_ins(model, heads, table, position):
-    """model.sentences and model.readout answered by the stand-ins: predict_* is graded on
-    the batches it builds (the student's side)."""
-    model.sentences = lambda batch, embeds=None: stand_in_sentences(batch, table, position)
-    model.readout = lambda task, batch, z: stand_in_readout(task, batch, z, heads)
 
 
 class StandInModel(nn.Module):

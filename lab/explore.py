@@ -463,6 +463,7 @@ def main(argv=None) -> Path:
     args = parser.parse_args(argv)
     cfg = command.load_run_config(args.run_dir)
     command.one_model(cfg, str(args.run_dir))
+    command.sentence_bert(cfg, str(args.run_dir))
     if not (args.run_dir / BEST).is_file():
         parser.error(f"{args.run_dir}: no {BEST} there; is it a finished run folder?")
     if args.command == "label":

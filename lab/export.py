@@ -260,6 +260,7 @@ def main(argv=None) -> Path:
         help="upload the export to this Hub repository (private; made if missing)",
     )
     args = parser.parse_args(argv)
+    command.sentence_bert(command.load_run_config(args.run_dir), str(args.run_dir))
     cfg, model, info = command.kept_model(args.run_dir, make_runtime("cpu", "fp32"))
     out = export(cfg, args.run_dir, model, info)
     if args.push_to_hub:

@@ -177,6 +177,33 @@ SLIPS = {
                 ),
             ],
         ),
+        (
+            "a NaN in SST's logits",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))",
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask))) + float('nan')",
+                ),
+            ],
+        ),
+        (
+            "the paraphrase logit in bfloat16",
+            [
+                (
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.paraphrase(torch.cat([u, v], -1)).squeeze(-1).bfloat16()",
+                ),
+            ],
+        ),
+        (
+            "the similarity in float16",
+            [
+                (
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1)",
+                    "return self.similarity(torch.cat([u, v], -1)).squeeze(-1).half()",
+                ),
+            ],
+        ),
     ],
     "sbert": [
         (

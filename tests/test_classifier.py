@@ -5,6 +5,7 @@ import torch
 import classifier
 from engine import classify
 from engine.flags import ModelConfig
+from engine.handout import model_config
 from helpers import tiny_flags, weights
 
 
@@ -66,8 +67,9 @@ def test_the_handouts_sentiment_classifier_is_a_model_of_its_own(tiny_config, ti
     (sentences -> readout, predict) is that forward; a classifier.py run trains this class."""
     torch.manual_seed(0)
     for task, classes in (("sst", 5), ("cfimdb", 2)):
-        cfg = classify.ClassifierConfig(model=ModelConfig(bert=str(tiny_env[0])))
-        model = classifier.BertSentimentClassifier(classify.handout_config(cfg, task)).eval()
+        config = model_config(ModelConfig(bert=str(tiny_env[0])), classes, frozen=False)
+        model = classifier.BertSentimentClassifier(config).eval()
+        assert (config.option, config.fine_tune_mode) == ("finetune", "full-model")
         bert = model.bert
         ids = torch.randint(1, bert.config.vocab_size, (3, 6))
         mask = torch.ones_like(ids)

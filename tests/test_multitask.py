@@ -204,7 +204,9 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     assert 0 <= (with_r_s - without).item() < 1e-9  # the perturbed pass saw the same masks
 
 
-def test_the_handout_preset_builds_the_handouts_model_and_reads_it_through_predict(tiny_env):
+def test_the_handout_preset_builds_the_handouts_model_and_reads_it_through_predict(
+    tiny_env, monkeypatch
+):
     """--preset handout builds multitask_classifier.py's MultitaskBERT (its BERT_HIDDEN_SIZE
     the checkpoint's width, so the given heads fit the tiny BERT); a training step and the
     evaluation read a pair task through predict_*, each side cut to its own length: the
@@ -212,6 +214,8 @@ def test_the_handout_preset_builds_the_handouts_model_and_reads_it_through_predi
     import multitask_classifier
 
     bert_dir, _ = tiny_env
+    hidden = multitask_classifier.BERT_HIDDEN_SIZE
+    monkeypatch.setattr(multitask_classifier, "BERT_HIDDEN_SIZE", hidden)  # back after the test
     cfg, _ = command.parse_args(["--preset", "handout", "--bert", str(bert_dir)])
     model = command.run_model(cfg)().eval()
     assert type(model) is multitask_classifier.MultitaskBERT

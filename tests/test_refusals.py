@@ -187,6 +187,8 @@ def test_pcgrad_on_a_frozen_encoder_stops_before_its_folder(tiny_env, tmp_path, 
         ("--cross_encode para", "--cross_encode"),
         ("--simcse_weight 0.1", "--simcse_weight"),
         ("--option finetune --pair_head concat", "--pair_head"),
+        ("--heldout_size 8", "--heldout_size"),
+        ("--head_lr_scale 10", "--head_lr_scale"),
     ],
 )
 def test_a_sentence_bert_flag_on_the_handouts_model_stops_before_its_folder(
@@ -198,3 +200,12 @@ def test_a_sentence_bert_flag_on_the_handouts_model_stops_before_its_folder(
     with pytest.raises(SystemExit, match=f"^{named}: preset handout trains multitask_classifier"):
         command.main(argv)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_tool_that_reads_sentence_bert_refuses_a_run_of_the_handouts_model():
+    """lab.export and lab.explore read SentenceBERT's sentence embeddings and heads: a run of
+    the handout's MultitaskBERT is refused in one line, and a project preset's is not."""
+    handout, _ = command.parse_args(["--preset", "handout"])
+    with pytest.raises(SystemExit, match="^runs/x: --preset handout trains the handout's"):
+        command.sentence_bert(handout, "runs/x")
+    command.sentence_bert(command.parse_args(["--preset", "demo"])[0], "runs/x")

@@ -12,7 +12,6 @@ import ascent  # grader/ is on pytest's path
 import setups
 import smart
 from bert import BertModel, BertSelfAttention
-from sbert import SentenceBERT
 
 
 def runs(fn, *args) -> bool:
@@ -68,42 +67,6 @@ def test_the_encoders_stand_in_refuses_what_bert_model_refuses():
     for bad in ((embeds, torch.ones(10)), (embeds, torch.ones(2, 6)), (embeds, mask)):
         assert runs(stand_in.encode, *bad) == runs(real.encode, *bad), bad[1].shape
     assert runs(stand_in.encode, embeds, mask, False)  # output_attentions, as BertModel
-
-
-def pair(ids_, types=None, contiguous=True):
-    """A siamese batch (2, B, T) of ids, its types zero unless given."""
-    both = (
-        torch.stack([ids_, ids_], 1).transpose(0, 1) if not contiguous else torch.stack([ids_] * 2)
-    )
-    mask = torch.ones(both.shape, dtype=torch.long)
-    return {
-        "input_ids": both,
-        "attention_mask": mask,
-        "token_type_ids": torch.zeros_like(both) if types is None else types,
-    }
-
-
-def test_the_sentences_stand_in_refuses_what_multitask_bert_refuses():
-    table, position = setups.stand_in_table()
-    model = SentenceBERT(BertModel(setups.tiny_config()), tasks=("sst", "para", "sts")).eval()
-    cases = [
-        (pair(ids(2, 5)),),
-        (pair(ids(2, 5), contiguous=False),),
-        (pair(ids(2, 5), types=torch.zeros(2, 2, 5)),),
-        (pair(ids(2, 5, low=-1, high=0)),),
-        (pair(ids(2, 5), types=torch.full((2, 2, 5), 2)),),
-    ]
-    with torch.no_grad():
-        same_refusals(
-            lambda b: setups.stand_in_sentences(b, table, position), model.sentences, cases
-        )
-    heads = setups.seeded_heads(("sst", "para"))
-
-    def readout(task, batch, z):
-        return setups.stand_in_readout(task, batch, z, heads)
-
-    z, batch = torch.randn(4, 32), pair(ids(2, 5))
-    same_refusals(readout, model.readout, [(task, batch, z) for task in ("para", "sts", "qqp")])
 
 
 def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():

@@ -294,6 +294,24 @@ VARIANTS = {
                 ),
             ],
         ),
+        (
+            "the SST head by F.linear",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))  # (B, 5)",
+                    "z = self.dropout(self(input_ids, attention_mask))  # (B, H)\n        return F.linear(z, self.sentiment.weight, self.sentiment.bias)  # (B, 5)",
+                ),
+            ],
+        ),
+        (
+            "dropout by a hand-made mask, in float32 arithmetic",
+            [
+                (
+                    "return self.sentiment(self.dropout(self(input_ids, attention_mask)))  # (B, 5)",
+                    "z = self(input_ids, attention_mask)  # (B, H)\n        if self.training:\n            keep = (torch.rand_like(z) >= self.dropout.p).to(z.dtype)\n            z = z * keep / (1 - self.dropout.p)\n        return self.sentiment(z)  # (B, 5)",
+                ),
+            ],
+        ),
     ],
     "multitask_step": [
         (
