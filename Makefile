@@ -59,11 +59,13 @@ submit: venv
 # embedded MiniLM; then every dev and test id predicted by the kept model, checked and
 # zipped (MiniLM is an outside model: --allow_outside_pretraining).
 SUBMIT_DEMO_DIR := runs/submit-demo-$(shell date +%Y%m%d-%H%M%S)
+# The whole way on the first 100 rows of each data file (data/sample/): every id of its
+# dev and test files predicted and checked, at a size that does not grow with the data.
 submit-demo: venv
 	$(PY) -m lab.fetch --quiet
-	$(PY) multitask_classifier.py --preset handout --bert minilm --epochs 1 --train_size 200 --dev_size 100 --run_dir=$(SUBMIT_DEMO_DIR)
-	$(PY) multitask_classifier.py --predict $(SUBMIT_DEMO_DIR) --dev_size 0
-	$(PY) prepare_submit.py $(SUBMIT_DEMO_DIR) --allow_outside_pretraining
+	$(PY) -m lab.sample data/sample --rows 100
+	$(PY) multitask_classifier.py --preset handout --bert minilm --epochs 1 --data_dir data/sample --run_dir=$(SUBMIT_DEMO_DIR)
+	$(PY) prepare_submit.py $(SUBMIT_DEMO_DIR) --data_dir data/sample --allow_outside_pretraining
 
 bench: venv
 	$(PY) -m lab.bench

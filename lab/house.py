@@ -70,6 +70,7 @@ HOUSE = {
         "experiments: python -m lab.NAME",
         [
             ("lab/fetch.py", "the data files"),
+            ("lab/sample.py", "a small copy of them"),
             ("lab/explore.py", "report page, labels"),
             ("lab/plots.py", "a run's figures"),
             ("lab/export.py", "HF folder, card, Hub"),
