@@ -13,9 +13,12 @@ from sbert import concat_tasks, cosine_tasks
 def changed_settings(cfg: RunConfig) -> list[str]:
     """'--flag value' of every setting that differs from the defaults."""
     defaults = {path: value for path, _, value in flags.leaves(RunConfig())}
+    unread = ("preset", "run_dir")
+    if PRESETS[cfg.preset].handout_model:  # --option pretrain's head choice is SentenceBERT's
+        unread += ("model.pair_head",)
     out = []
     for path, f, value in flags.leaves(cfg):
-        if path in ("preset", "run_dir") or value == defaults[path]:
+        if path in unread or value == defaults[path]:
             continue
         if isinstance(value, bool):
             out.append(flags.flag_of(f))  # a switch: typing it flips the default

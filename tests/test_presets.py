@@ -294,3 +294,14 @@ def test_the_handouts_starter_trains_sst_alone_and_keeps_the_best_sst_accuracy()
     assert command.sub_run(cfg, Path("r"), "", rt).select(row) == 0.4
     thesis, _ = command.parse_args(["--preset", "thesis"])
     assert command.sub_run(thesis, Path("r"), "", rt).select(row) == 0.7
+
+
+def test_show_lists_no_sentence_bert_head_for_the_handouts_frozen_option():
+    """--option pretrain sets --pair_head concat for SentenceBERT; the handout's
+    MultitaskBERT reads its own heads, so --show leaves it out there, and keeps it for a
+    project's preset."""
+    cfg, _ = command.parse_args(["--option", "pretrain"])
+    settings = show.changed_settings(cfg)
+    assert "--freeze_encoder" in settings and "--pair_head concat" not in settings
+    cfg, _ = command.parse_args(["--preset", "thesis", "--option", "pretrain"])
+    assert "--pair_head concat" in show.changed_settings(cfg)
