@@ -11,10 +11,10 @@ import torch
 
 import batches
 import datasets as data
-import sbert
 import trainer
 from engine import checkpoint, command, runtime
 from engine.flags import DataConfig, ModelConfig, MultitaskConfig
+from evaluation import MULTITASK
 from presets import Stage
 from tokenizer import BertTokenizer
 from trainer import StepContext
@@ -103,9 +103,9 @@ def tiny_model_and_data(tiny_env):
     """A SentenceBERT on the tiny checkpoint (seed 0) and the tiny data, tokenized."""
     bert_dir, data_dir = tiny_env
     tok = BertTokenizer.from_pretrained(str(bert_dir))
-    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, sbert.MULTITASK, 0)
+    task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tok, MULTITASK, 0)
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert=str(bert_dir)), sbert.MULTITASK)()
+    model = command.model_factory(ModelConfig(bert=str(bert_dir)), MULTITASK)()
     return model, task_data
 
 
@@ -143,9 +143,9 @@ def gradient_of_one_step(tiny_env, optim, weighting="random", precision="fp32"):
     model, task_data = tiny_model_and_data(tiny_env)
     model.eval()
     stage = Stage(
-        sbert.MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
+        MULTITASK, 0.0, 7, kind="multitask", multitask=MultitaskConfig(weighting=weighting)
     )
-    step = [(t, first_batch(task_data, t, 7)) for t in sbert.MULTITASK]
+    step = [(t, first_batch(task_data, t, 7)) for t in MULTITASK]
     optimizer = model.configure_optimizers(optim)
     rt = runtime.make_runtime("cpu", precision)
     generator = torch.Generator().manual_seed(3)

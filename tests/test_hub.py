@@ -15,8 +15,8 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 import datasets as data
-import sbert
 from engine import command, runtime
+from evaluation import MULTITASK
 from helpers import run
 from lab import export
 from tokenizer import BertTokenizer
@@ -104,7 +104,7 @@ def test_the_card_gives_the_hub_the_kept_models_dev_scores(tiny_env, tmp_path):
         assert (
             result.dataset_name.startswith("CS224n ") and "(12 of 16 rows)" in result.dataset_name
         )
-    for task in sbert.MULTITASK:  # the prose counts each file's rows as the project reads them
+    for task in MULTITASK:  # the prose counts each file's rows as the project reads them
         path = data.task_file(tiny_env[1], task, "dev")
         rows = len(path.read_text().splitlines()) - 1  # less the header
         assert f"{path.name}: 12 of {rows} rows" in card.text

@@ -13,6 +13,7 @@ from base_bert import BertConfig
 from bert import BertModel, mean_pool
 from engine import command, runtime
 from engine.flags import ModelConfig
+from evaluation import MULTITASK
 from helpers import (
     batch_loss,
     embeddings,
@@ -180,7 +181,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     for compiled in (False, True):
         torch.manual_seed(0)
         models[compiled] = command.model_factory(
-            ModelConfig(bert=str(bert_dir)), sbert.MULTITASK, (), compiled
+            ModelConfig(bert=str(bert_dir)), MULTITASK, (), compiled
         )()
     grads, outs = {}, {}
     for compiled, model in models.items():

@@ -16,6 +16,7 @@ import evaluation
 import sbert
 import trainer
 from engine import checkpoint, command, estimate, runner, runtime
+from evaluation import MULTITASK
 from helpers import (
     run,
     tiny_flags,
@@ -131,10 +132,10 @@ def test_multitask_preset_runs(tiny_env, tmp_path, flags):
 def test_individual_preset_trains_one_model_per_task(tiny_env, tmp_path):
     flags = "--preset individual --individual_epochs 1 --batch_size 16 --max_length 64"
     command.main(tiny_flags(tiny_env, tmp_path / "run", flags))
-    for task in sbert.MULTITASK:  # a sub-run per task, scored on its own task only
+    for task in MULTITASK:  # a sub-run per task, scored on its own task only
         rows = (tmp_path / "run" / task / "metrics.jsonl").read_text().splitlines()
         last = json.loads(rows[-1])
-        assert last["tasks"] == [task] and set(sbert.MULTITASK) & set(last) == {task}
+        assert last["tasks"] == [task] and set(MULTITASK) & set(last) == {task}
         assert (tmp_path / "run" / task / "predictions" / f"{task}-test-output.csv").is_file()
     for use in (export.main, lambda argv: explore.main(["label", *argv])):  # one model each
         with pytest.raises(SystemExit, match="a model per task"):
@@ -210,7 +211,7 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
     run(tiny_env, tmp_path / "run", "--preset", "defended")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
-    assert kept == evaluation.forgetting(rows, sbert.MULTITASK)
+    assert kept == evaluation.forgetting(rows, MULTITASK)
     assert set(kept) == {"sst", "para", "sts", "overall"}
 
 

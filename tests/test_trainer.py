@@ -16,6 +16,7 @@ import trainer
 from bert import BertModel
 from engine import checkpoint, command, runfolder, runner, runtime
 from engine.flags import DataConfig, MultitaskConfig, OptimConfig
+from evaluation import MULTITASK
 from helpers import (
     assert_same_run,
     embeddings,
@@ -62,7 +63,7 @@ def test_short_training_lowers_every_task_loss(tiny_env):
                 losses.loss_of(task, None).fn(model(task, b), b["labels"]).item() for b in loader
             )
 
-    for task in sbert.MULTITASK:
+    for task in MULTITASK:
         before = loss_of(task)
         stage = Stage((task,), lr=1e-3, batch_size=8, epochs=5)
         steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0))
@@ -82,7 +83,7 @@ def test_nan_loss_stops_with_step_and_task_and_keeps_best(tiny_env, tmp_path, mo
     assert (tmp_path / "run" / "best.safetensors").is_file()
     monkeypatch.undo()
     command.main(["--predict", str(tmp_path / "run")])  # the kept model still gives predictions
-    for task in sbert.MULTITASK:
+    for task in MULTITASK:
         assert (tmp_path / "run" / "predictions" / f"{task}-test-output.csv").is_file()
 
 
@@ -262,10 +263,10 @@ def test_split_dev_scores_both_halves_and_prints_what_choosing_on_dev_adds(
 def test_scoring_draws_nothing_from_the_random_generators(tiny_env):
     model, task_data = tiny_model_and_data(tiny_env)
     rt = runtime.make_runtime("cpu", "fp32")
-    run = runfolder.Run(tiny_env[1], rt, sbert.MULTITASK, 8, seed=0)
+    run = runfolder.Run(tiny_env[1], rt, MULTITASK, 8, seed=0)
     state = torch.get_rng_state()
     row = run.score(model, task_data)
-    assert set(sbert.MULTITASK) <= set(row)
+    assert set(MULTITASK) <= set(row)
     assert torch.equal(torch.get_rng_state(), state)  # training's draws do not depend on it
 
 
@@ -292,18 +293,18 @@ def test_every_epoch_of_a_multitask_plan_trains_the_same_examples(tiny_env):
     the epochs (stages) reshuffle it but never draw another."""
     _, task_data = tiny_model_and_data(tiny_env)
     multitask = MultitaskConfig(examples_per_task=20, mixing="simultaneous")
-    stage = Stage(sbert.MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
+    stage = Stage(MULTITASK, 1e-5, 4, kind="multitask", multitask=multitask)
 
     def examples(epoch, seed=3):
         order = torch.Generator().manual_seed(1000 * seed + epoch)  # as run_stage seeds it
-        drawn = {task: [] for task in sbert.MULTITASK}
+        drawn = {task: [] for task in MULTITASK}
         for step in trainer.stage_steps(task_data, stage, order, seed):
             for task, batch in step:
                 drawn[task] += batch["ids"]
         return drawn
 
     first, second = examples(0), examples(1)
-    for task in sbert.MULTITASK:
+    for task in MULTITASK:
         assert len(first[task]) == 20 < len(task_data[task].train)  # a subset, drawn once
         assert sorted(first[task]) == sorted(second[task]) and first[task] != second[task]
     assert sorted(examples(0, seed=4)["sst"]) != sorted(first["sst"])  # another run, another set

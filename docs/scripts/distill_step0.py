@@ -20,11 +20,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from smart_rs import sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
-import sbert  # noqa: E402
 import simcse  # noqa: E402
 import trainer  # noqa: E402
 from engine import command, runtime  # noqa: E402
 from engine.flags import ModelConfig, OptimConfig  # noqa: E402
+from evaluation import MULTITASK  # noqa: E402
 from presets import Stage  # noqa: E402
 from smart import RngSnapshot  # noqa: E402
 from trainer import StepContext  # noqa: E402
@@ -57,7 +57,7 @@ def main(argv=None):
     batch = sst_batch(argv)
     batch = {k: v for k, v in batch.items() if torch.is_tensor(v)}
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert="minilm"), sbert.MULTITASK)().train()
+    model = command.model_factory(ModelConfig(bert="minilm"), MULTITASK)().train()
     rt, reference = runtime.make_runtime("cpu", "fp32"), trainer.frozen_copy(model)
     ctx = StepContext(rt, OptimConfig(distill=W), reference=reference)
     terms = {

@@ -18,16 +18,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import torch  # noqa: E402
 from smart_rs import ASCENTS, measure, sst_batch  # noqa: E402  (docs/scripts, this folder)
 
-import sbert  # noqa: E402
 from engine import command, runtime  # noqa: E402
 from engine.flags import ModelConfig  # noqa: E402
+from evaluation import MULTITASK  # noqa: E402
 from smart import SmartConfig, passes_in_float32  # noqa: E402
 
 
 def main(argv=None):
     batch = sst_batch(argv)
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert="minilm"), sbert.MULTITASK)().train()
+    model = command.model_factory(ModelConfig(bert="minilm"), MULTITASK)().train()
     fp32, bf16 = (runtime.make_runtime("cpu", p) for p in ("fp32", "bf16"))
     print("| ascent | passes under bf16 | R_s, float32 | R_s, bf16 step | bf16 / float32 |")
     print("| --- | --- | ---: | ---: | ---: |")

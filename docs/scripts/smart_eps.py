@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import torch  # noqa: E402
 from smart_rs import measure, sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
-import sbert  # noqa: E402
 from engine import command, runtime  # noqa: E402
 from engine.flags import ModelConfig  # noqa: E402
+from evaluation import MULTITASK  # noqa: E402
 from smart import SmartConfig  # noqa: E402
 
 COLUMNS = {  # column -> (dropout masks, precision)
@@ -36,7 +36,7 @@ COLUMNS = {  # column -> (dropout masks, precision)
 def main(argv=None):
     batch = sst_batch(argv)
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert="minilm"), sbert.MULTITASK)().train()
+    model = command.model_factory(ModelConfig(bert="minilm"), MULTITASK)().train()
     print("| epsilon | " + " | ".join(COLUMNS) + " |")
     print("| --- |" + " ---: |" * len(COLUMNS))
     for epsilon in (1e-5, 1e-3, 1e-1):

@@ -23,10 +23,10 @@ import torch  # noqa: E402
 import batches  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
-import sbert  # noqa: E402
 import trainer  # noqa: E402
 from engine import command, runtime  # noqa: E402
 from engine.flags import DataConfig, ModelConfig  # noqa: E402
+from evaluation import MULTITASK  # noqa: E402
 from presets import Stage  # noqa: E402
 from smart import RngSnapshot, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
@@ -85,7 +85,7 @@ def sst_batch(argv=None) -> dict:
 def main(argv=None):
     batch = sst_batch(argv)
     torch.manual_seed(0)
-    model = command.model_factory(ModelConfig(bert="minilm"), sbert.MULTITASK)()
+    model = command.model_factory(ModelConfig(bert="minilm"), MULTITASK)()
     rt = runtime.make_runtime("cpu", "fp32")
     print("| ascent | R_s, dropout on | perturbation | R_s, dropout off | perturbation |")
     print("| --- | ---: | ---: | ---: | ---: |")
