@@ -27,7 +27,12 @@ this folder's grader/): the student's code runs in one, in DIR (default: here), 
 reference, token or result file, and hands back only what it returns; the judge runs in the
 other, where no student code runs. In a student's copy the grader has no references.py: the
 parts that need it are left to the TA, the rest is graded. Nothing the student's code
-prints counts; a check that kills its process fails alone and the others still run.
+prints counts; a check that kills its process fails alone and the others still run. From
+a tree that holds the answers (the TA's), `check --dir COPY` grades as Gradescope does:
+the copy's files of its exercises over a handout made here, its code as the student's
+user (root only; AUTOGRADER_LOCAL=1 for a copy you trust). Archives are written beside
+the repository, never in it, and a copy or an archive takes only the files named in
+grader/student_copy.py.
 """
 
 import argparse
@@ -43,7 +48,15 @@ from grader import gradescope, leaderboard, processes
 from grader.assignment import HANDOUTS
 from grader.markers import enclosing, exercises, in_order
 from grader.scorecard import CHECKS, check_docs, score, scorecard_total, shown
-from grader.student_copy import ANSWERS, ASSIGNED, GRADER, NOT_COPIED, copy_files, make
+from grader.student_copy import (
+    ANSWERS,
+    ASSIGNED,
+    FOR_STUDENTS,
+    GRADER,
+    TA_GRADER,
+    copy_files,
+    make,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -156,37 +169,77 @@ def autograder(out: Path, names: list[str], ta: Path | None, copy: Path | None) 
     """Gradescope's archive (grader/gradescope.py) of a student's copy (`copy`, or one made
     here with `names` open) and the TA's grader (`ta`, or this repository's): it grades the
     copy's assigned exercises, checked against `names` and the grader's checks."""
-    if out.suffix != ".zip":
-        raise SystemExit(f"{out}: an autograder is a .zip file")
+    outside(out, ".zip", "an autograder")
     if ta and not (ta / ANSWERS[0]).is_file():
         raise SystemExit(f"{ta}: no {ANSWERS[0]}; --grader is the TA's folder from make --grader")
     with tempfile.TemporaryDirectory() as tmp:
-        source = Path(tmp) / "source"
-        if copy:
-            if not (copy / ASSIGNED).is_file():
-                raise SystemExit(
-                    f"{copy}: no {ASSIGNED}; --copy is a folder exercises.py make wrote"
-                )
-            shutil.copytree(copy, source / "handout", ignore=shutil.ignore_patterns(*NOT_COPIED))
-        else:
-            make(source / "handout", names, quiet=True)
-        chosen = (source / "handout" / ASSIGNED).read_text().split()
-        if names and names != chosen:
-            raise SystemExit(f"{copy}: its exercises are {' '.join(chosen)}, not {' '.join(names)}")
-        if missing := [n for n in chosen if n not in check_docs(ta or HERE)]:
-            raise SystemExit(f"{ta or HERE}: no check for {', '.join(missing)}")
-        copy_files(ta or HERE, source / "ta", lambda rel: rel.startswith(f"{GRADER}/"))
-        found = exercises(source / "handout")
-        files = sorted({r.file for name in chosen for r in found[name]})
-        (source / "files.txt").write_text("".join(f + "\n" for f in files))
-        (source / "names.txt").write_text(" ".join(chosen) + "\n")
-        gradescope.archive(out, source)
+        chosen, files = autograder_source(Path(tmp) / "source", names, ta, copy)
+        gradescope.archive(out, Path(tmp) / "source")
     print(
         f"{out}: Gradescope's autograder for {', '.join(chosen)}; students submit {', '.join(files)}"
     )
     print(
         f"its settings: base image {gradescope.BASE_IMAGE}; setup.sh installs Python {gradescope.PYTHON}"
     )
+
+
+def outside(out: Path, suffix: str, what: str) -> None:
+    """An archive is written beside the repository, never in it: a TA's commit or a copy
+    would carry what it holds."""
+    if out.suffix != suffix:
+        raise SystemExit(f"{out}: {what} is a {suffix} file")
+    if HERE in out.resolve().parents:
+        raise SystemExit(f"{out}: inside this repository; write {what} beside it (../{out.name})")
+
+
+def autograder_source(source: Path, names: list[str], ta: Path | None, copy: Path | None):
+    """(the exercises graded, the files students submit): the archive's source/ folder,
+    the handout (the copy's allowed files, or a copy made here) and the TA's grader."""
+    if copy:
+        if not (copy / ASSIGNED).is_file():
+            raise SystemExit(f"{copy}: no {ASSIGNED}; --copy is a folder exercises.py make wrote")
+        copy_files(copy, source / "handout", (*FOR_STUDENTS, ASSIGNED))
+    else:
+        make(source / "handout", names, quiet=True)
+    chosen = (source / "handout" / ASSIGNED).read_text().split()
+    if names and names != chosen:
+        raise SystemExit(f"{copy}: its exercises are {' '.join(chosen)}, not {' '.join(names)}")
+    if missing := [n for n in chosen if n not in check_docs(ta or HERE)]:
+        raise SystemExit(f"{ta or HERE}: no check for {', '.join(missing)}")
+    copy_files(ta or HERE, source / "ta", TA_GRADER)
+    found = exercises(source / "handout")
+    files = sorted({r.file for name in chosen for r in found[name]})
+    (source / "files.txt").write_text("".join(f + "\n" for f in files))
+    (source / "names.txt").write_text(" ".join(chosen) + "\n")
+    return chosen, files
+
+
+def ta_grade(copy: Path, names: list[str], ta: Path | None, results: Path | None) -> int:
+    """The TA's grade of a student's copy, as Gradescope's: a handout made here with the
+    same exercises open, the copy's files of them put over it, its code run as
+    gradescope.STUDENT and the judge in the handout, the TA's grader closed to that user;
+    returns how many exercises did not pass."""
+    if (why := gradescope.unsafe()) and os.environ.get(gradescope.LOCAL) != "1":
+        raise SystemExit(
+            f"{copy}: a TA's grade runs the copy's code as {gradescope.STUDENT}, and this "
+            f"runs {why}: run it as root with that user (setup.sh's useradd line), as "
+            f"docs/teaching.md's local run of the archive does, or set {gradescope.LOCAL}=1 "
+            "for a copy you trust"
+        )
+    if not names and (copy / ASSIGNED).is_file():
+        names = (copy / ASSIGNED).read_text().split()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _, files = autograder_source(root / "source", names, ta, None)
+        for name in (f for f in files if (copy / f).is_file()):
+            (root / "submission" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(copy / name, root / "submission" / name)
+        user = "its own user: a copy you trust" if why else gradescope.STUDENT
+        print(f"graded as Gradescope grades it: {', '.join(files)} of {copy} run as {user}")
+        failed = gradescope.run(root, check)
+        if results:
+            shutil.copyfile(root / "results" / "results.json", results)
+    return failed
 
 
 def parser() -> argparse.ArgumentParser:
@@ -264,28 +317,25 @@ def main(argv=None) -> int:
     if args.command == "autograder":
         return autograder(args.out, args.names, args.grader, args.copy)
     if args.command == "leaderboard":
+        outside(args.out, ".zip", "a leaderboard")
         return leaderboard.build(args.out, args.gold)
     if args.command == "gradescope":
-        gradescope.run(args.root, check)
+        gradescope.run(args.root.resolve(), check)
         return 0
     root = args.dir.resolve()
-    ta, markers = judge_of(root, args.grader)
-    return check(root, args.names, ta, args.results, markers=markers, verbose=args.verbose)
+    if is_copy_of_ta(root):
+        return ta_grade(root, args.names, args.grader, args.results)
+    return check(root, args.names, args.grader, args.results, verbose=args.verbose)
 
 
-def judge_of(root: Path, grader: Path | None) -> tuple[Path | None, Path | None]:
-    """(the grader, where the judge runs) for the copy in root. From a tree that holds the
-    answers (the TA's) grading another folder, the judge runs here, never in the copy, whose
-    modules it would import, and the grader is --grader's or this tree's; else --grader's
-    (None: the copy's) and the copy's own folder (None)."""
+def is_copy_of_ta(root: Path) -> bool:
+    """Whether a check grades another folder from a tree that holds the answers (the TA's):
+    then ta_grade runs it as Gradescope does, never the copy's code as this user."""
     if not (root / "exercises.py").is_file():
         raise SystemExit(
             f"{root}: no exercises.py; is it this repository, a handout or a TA's grader?"
         )
-    if root != HERE and (HERE / ANSWERS[0]).is_file():
-        print(f"judged in this tree ({HERE}) by {grader or HERE / 'grader'}, not in {root}")
-        return grader or HERE, HERE
-    return grader, None
+    return root != HERE and (HERE / ANSWERS[0]).is_file()
 
 
 if __name__ == "__main__":  # no project module is imported: a broken exercise stops no command

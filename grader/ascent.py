@@ -7,6 +7,7 @@ import types
 
 import torch
 
+import definitions as D
 from harness import part, student
 from setups import f64, finite_differences, gen, grads
 
@@ -214,3 +215,41 @@ def kl_runs(p, q, kind: str) -> dict:
             lambda: reference_divergence(nudged[0], nudged[2], kind), (nudged[0], nudged[2]), h=1e-3
         ),
     }
+
+
+def kl_by_hand() -> list:
+    """The student's side of definitions.KL_BY_HAND: [divergence, reference_divergence] of
+    each case."""
+    from smart import divergence, reference_divergence
+
+    out = []
+    for kind, p, q, _ in D.KL_BY_HAND:
+        p, q = (torch.tensor(x, dtype=f64, requires_grad=True) for x in (p, q))
+        out.append([divergence(p, q, kind).detach(), reference_divergence(p, q, kind).detach()])
+    return out
+
+
+def ascent_by_hand() -> list:
+    """The student's side of definitions.ASCENT_BY_HAND: R_s and the reference code's
+    perturbed output, the divergences stood in."""
+    import smart
+
+    case = D.ASCENT_BY_HAND
+    c, v = (torch.tensor(case[k], dtype=f64) for k in ("c", "v"))
+
+    def f(e):  # (B, T, H) -> (B,): sum over tokens of c_t (e_t . v)
+        return (e @ v) @ c
+
+    embeds = torch.zeros(2, 2, 2, dtype=f64, requires_grad=True)
+    clean, config = torch.tensor(case["clean"], dtype=f64), smart.SmartConfig(**case["cfg"])
+    saved = smart.divergence, smart.reference_divergence
+    smart.divergence, smart.reference_divergence = stand_in_divergence, stand_in_reference
+    try:
+        torch.manual_seed(0)
+        paper = smart.adversarial_regularizer(
+            f, embeds, clean, "regression", torch.ones(2, 2), config
+        )
+        theirs = smart.reference_regularizer(f, embeds, clean, "regression", config)
+    finally:
+        smart.divergence, smart.reference_divergence = saved
+    return [paper.detach(), theirs.detach()]

@@ -383,7 +383,13 @@ UNBIASED_REFERENCES = {  # without the correction, torch's arithmetic is the han
 }
 
 
-@check(1e-6)
+# torch's Adam and AdamW update, whichever way it runs: what the adamw exercises write
+ADAM = tuple(
+    f"torch.optim.adam:{f}" for f in ("_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")
+)
+
+
+@check(1e-6, answers=ADAM)
 def adamw():
     """optimizer.AdamW.step, as the handout asks: the handout's optimizer_test.py recipe
     against its optimizer_test.npy, under its tolerance; parameters after 20 steps with

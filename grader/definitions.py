@@ -114,3 +114,36 @@ PCGRAD_BY_HAND = [
     ([[1.0, 0.0], [-1.0, 1.0]], [0.5, 1.5]),  # g1 - (-1/2) g2 = [.5, .5]; g2 - (-1) g1 = [0, 1]
     ([[1.0, 0.0], [1.0, 1.0]], [2.0, 1.0]),
 ]
+
+
+# The symmetric KL worked by hand: (kind, p, q, its value). Class logits log P and log Q
+# for P = (1/2, 1/4, 1/4), Q = (1/4, 1/4, 1/2): KL(P||Q) = KL(Q||P) = 1/2 ln 2 - 1/4 ln 2,
+# their sum 1/2 ln 2; a second row where P = Q adds 0: the batch mean is 1/4 ln 2. Binary
+# logits 0 and ln 3 (P = (1/2, 1/2), Q = (1/4, 3/4)): 1/4 ln 2 + 1/4 ln (3/2) = 1/4 ln 3;
+# a second pair of equal logits: the mean is 1/8 ln 3.
+KL_BY_HAND = [
+    (
+        "classification",
+        [[math.log(0.5), math.log(0.25), math.log(0.25)], [0.0, 0.0, 0.0]],
+        [[math.log(0.25), math.log(0.25), math.log(0.5)], [0.0, 0.0, 0.0]],
+        math.log(2) / 4,
+    ),
+    ("binary", [0.0, math.log(3)], [math.log(3), math.log(3)], math.log(3) / 8),
+]
+
+# SMART's ascent worked by hand on a regression output: embeddings 0 (B = 2, T = 2, H = 2),
+# a head f(e) = sum_t c_t (e_t . v), c = (1, 2), v = (1, 1/2), clean outputs -1 and -2, no
+# first noise (sigma 0), eta 0.1, two steps. The paper's: each step moves the noise by eta
+# times the gradient 2 (f - y) c_t v over its largest element in the example, so token 1
+# ends at (.1, .05) and token 2 at (.2, .1), held in the ball (epsilon .15) at (.15, .1):
+# f rises by .125 + 2 * .2 = .525, and R_s is the mean of 1.525^2 and 2.525^2. The reference
+# code's: each token's noise is s / (max |s| + 1e-6) after each step, (1, 1/2) to 1e-6, so
+# its perturbed output is (1 + 2) * 1.25 in both examples.
+ASCENT_BY_HAND = {
+    "c": [1.0, 2.0],
+    "v": [1.0, 0.5],
+    "clean": [-1.0, -2.0],
+    "cfg": {"sigma": 0.0, "eta": 0.1, "epsilon": 0.15, "steps": 2},
+    "R_s": (1.525**2 + 2.525**2) / 2,
+    "perturbed": [3.75, 3.75],
+}

@@ -8,8 +8,17 @@ import torch
 from torch import nn
 
 import definitions as D
-from ascent import ascent_properties, cfg_of, kl_runs, smart_as_run, smart_runs, stand_in_divergence
-from checks import R, adamw_parts
+from ascent import (
+    ascent_by_hand,
+    ascent_properties,
+    cfg_of,
+    kl_by_hand,
+    kl_runs,
+    smart_as_run,
+    smart_runs,
+    stand_in_divergence,
+)
+from checks import ADAM, R, adamw_parts
 from harness import cached, check, part, student
 from setups import (
     P_DROP,
@@ -64,7 +73,7 @@ def wordpiece():
     yield part(label, sum(wrong), lambda: 0)
 
 
-@check(1e-6)
+@check(1e-6, answers=ADAM)
 def adamw_foreach():
     """optimizer.AdamW(foreach=True), the update over a group by torch._foreach_* calls:
     the handout's optimizer_test.py recipe, and parameters after 20 steps with weight decay,
@@ -222,7 +231,11 @@ def symmetric_kl():
     """smart.divergence against KL(P||Q) + KL(Q||P) summed class by class in a loop (softmax
     classes; a binary logit's two classes) and the squared error for regression; the
     reference code's (reference_divergence), each KL's first side constant; values and the
-    gradients of both sides."""
+    gradients of both sides; each on inputs whose value is worked by hand."""
+    by_hand = student(kl_by_hand)
+    for (kind, *_, value), (ours, theirs) in zip(D.KL_BY_HAND, by_hand, strict=True):
+        yield part(f"{kind}: worked by hand (definitions.KL_BY_HAND)", ours, value)
+        yield part(f"mt-dnn's, {kind}: worked by hand", theirs, value)
     shapes = {"classification": (4, 5), "binary": (6,), "regression": (6,)}
     for i, (kind, shape) in enumerate(shapes.items()):
         p, q = (torch.randn(shape, generator=gen(2 * i + j), dtype=f64) for j in range(2))
@@ -294,6 +307,10 @@ def smart_ascent():
     heads, both = {"classification": f, "binary": g, "regression": g}, (w, embeds)
     cfg = {"sigma": 0.1, "eta": 0.05, "epsilon": 0.12, "steps": 2}
 
+    paper, theirs = student(ascent_by_hand)
+    yield part("R_s worked by hand (definitions.ASCENT_BY_HAND)", paper, D.ASCENT_BY_HAND["R_s"])
+    perturbed = torch.tensor(D.ASCENT_BY_HAND["perturbed"], dtype=f64)
+    yield part("the reference code's perturbed output worked by hand", theirs, perturbed, tol=1e-5)
     got, untouched = student(smart_runs, heads, embeds, mask, cfg, both)
     yield part("the ascent leaves .grad alone", untouched, True)
     for kind, ((out, out_grads), _) in got.items():
@@ -527,7 +544,12 @@ def distillation():
     yield from as_run("value", run, got)
 
 
-@check(1e-6)
+# the library functions that compute the metrics' answers: out of the student's code's reach
+PEARSON = ("scipy.stats:pearsonr", "scipy.stats:spearmanr", "scipy.stats:linregress")
+AUC = ("sklearn.metrics:roc_auc_score", "sklearn.metrics:roc_curve", "sklearn.metrics:auc")
+
+
+@check(1e-6, answers=(*PEARSON, "scipy.stats.mstats:pearsonr"))
 def pearson():
     """evaluation.pearson_r against scipy.stats.pearsonr, and nan for a constant input; to
     float32's rounding (a metric: torch.corrcoef in float32 is as good)."""
@@ -551,7 +573,7 @@ def pearson():
     yield part("r of a shifted, scaled copy", shifted, lambda: 1.0)
 
 
-@check(1e-12)
+@check(1e-12, answers=(*AUC, "scipy.stats:mannwhitneyu"))
 def auc():
     """evaluation.roc_auc against sklearn's roc_auc_score, on scores with ties."""
     import numpy as np

@@ -109,7 +109,8 @@ def write_results(path: Path, graded: list[tuple], files: str, seconds: float) -
     body = {
         "score": sum(t["score"] for t in tests),
         "execution_time": round(seconds),
-        "output": files,
+        "output": plain(files),
+        **dict.fromkeys(("output_format", "test_output_format", "test_name_format"), "text"),
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
@@ -130,6 +131,12 @@ def visible_text(row: dict) -> str:
     return f"pass: {row.get('parts', 0) - row.get('held', 0)} part(s) pass"
 
 
+def plain(text: str) -> str:
+    """Text as Gradescope shows it, as text (never HTML: the formats above say so), valid
+    Unicode: a file name's undecodable bytes written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def test(name: str, got: float, worth: int, output: str, visibility: str) -> dict:
     status = "passed" if got == worth else "failed"
     return {
@@ -137,15 +144,17 @@ def test(name: str, got: float, worth: int, output: str, visibility: str) -> dic
         "score": got,
         "max_score": worth,
         "status": status,
-        "output": output.rstrip(": "),
+        "output": plain(output.rstrip(": ")),
         "visibility": visibility,
     }
 
 
-def run(root: Path, check) -> None:
+def run(root: Path, check) -> int:
     """run_autograder's work: the handout in root/work with the submitted files over it,
     graded by the TA's grader (`check`: exercises.check, the handout's) into
-    root/results/results.json; whatever stops it, a results.json that says why."""
+    root/results/results.json; whatever stops it, a results.json that says why. Returns
+    how many exercises did not pass (1 where the grade stopped)."""
+    root = root.resolve()  # a relative AUTOGRADER_ROOT: the student's side runs elsewhere
     source, work, results = root / "source", root / "work", root / "results" / "results.json"
     started = time.monotonic()
     try:
@@ -160,36 +169,45 @@ def run(root: Path, check) -> None:
         local = f"graded as the grader's own user ({LOCAL}=1): a TA's own run\n" * (user is None)
         graded = local + "\n".join(lines)
         handout = source / "handout"
-        check(work, names, source / "ta", results, graded, handout, user)
+        return check(work, names, source / "ta", results, graded, handout, user)
     except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
         why = str(e).replace(str(root), "") or type(e).__name__
         said = why if isinstance(e, Refused) else f"the autograder stopped: {why}"
         write_results(results, [], f"{said} (tell the TA)", time.monotonic() - started)
+        return 1
+
+
+def unsafe() -> str | None:
+    """Why the student's code cannot run as STUDENT here, None where it can: the grader
+    runs as root and setup.sh made the user."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return "not as root"
+    try:
+        pwd.getpwnam(STUDENT)
+    except KeyError:
+        return f"as root without the user {STUDENT}"
+    return None
 
 
 def student_user(root: Path) -> str | None:
-    """STUDENT where the grader runs as root and setup.sh made the user: the TA's folder
-    closed to it, the work folder its to read, results/ its to read only. Elsewhere the
-    grade is refused (it would run the student's code with the grader's rights), unless
-    LOCAL=1 says it is a TA's own run: None (the grader's own user), and results.json
-    says so."""
-    import pwd
-
-    try:
-        pwd.getpwnam(STUDENT)
-        made = True
-    except KeyError:
-        made = False
-    if os.geteuid() != 0 or not made:
+    """STUDENT where it can run (unsafe): the TA's folder, the submission and Gradescope's
+    own files (submission_metadata.json holds earlier results) closed to it, the work
+    folder its to read, results/ its to read only. Elsewhere the grade is refused (the
+    student's code would run with the grader's rights), unless LOCAL=1 says it is a TA's
+    own run: None (the grader's own user), and results.json says so."""
+    if why := unsafe():
         if os.environ.get(LOCAL) == "1":
             return None
-        why = "not as root" if os.geteuid() != 0 else f"as root without the user {STUDENT}"
         raise Refused(
             f"the autograder refuses to grade: it runs {why} (setup.sh makes it), so the "
             f"student's code would run with the grader's rights; a TA's own run sets {LOCAL}=1"
         )
-    os.chmod(root / "source" / "ta", 0o700)
     (root / "results").mkdir(parents=True, exist_ok=True)
+    for entry in root.iterdir():  # Gradescope's files and the TA's: none the user's to see
+        if entry.name not in ("work", "results", "venv") and not entry.is_symlink():
+            os.chmod(entry, entry.stat().st_mode & ~0o077)
     for folder in (root / "results", root / "work"):
         os.chmod(folder, 0o755)
     os.chmod(root, root.stat().st_mode | 0o001)  # to reach work/

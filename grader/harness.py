@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from handed import decode, encode
+from out_of_reach import ANSWERS, out_of_reach
 from processes import PROCESSES, SECONDS, bounded, forked, records_of, tasks_now
 
 REFERENCES = ("transformers", "scipy", "sklearn")  # requirements-dev.txt's
@@ -76,13 +77,15 @@ def part(label: str, got, expected, tol: float | None = None, dtype=None) -> Par
     return Part(label, got, {"": reference}, tol, dtype=dtype)
 
 
-def check(tol: float, stands_in: tuple[str, ...] = ()):
+def check(tol: float, stands_in: tuple[str, ...] = (), answers: tuple[str, ...] = ()):
     """Register a check; `stands_in`: the other exercises its piece calls, answered by
-    stand-ins while it is graded (`exercises.py list` shows them). Points live in
-    grader/points.py."""
+    stand-ins while it is graded (`exercises.py list` shows them); `answers`: the library
+    functions ("module:function") that compute its answer, out of the student's code's
+    reach (`out_of_reach`). Points live in grader/points.py."""
 
     def register(fn):
         CHECKS[fn.__name__] = (fn, tol, stands_in)
+        ANSWERS[fn.__name__] = answers  # out_of_reach's
         return fn
 
     return register
@@ -172,17 +175,22 @@ def student(fn: Callable, *args, **kwargs):
 
 
 class Recorder:
-    """The student's process: runs each half and writes down what it returns (or raises)."""
+    """The student's process: runs each half, the functions that compute its exercise's
+    answer out of reach (`out_of_reach`), and writes down what it returns (or raises)."""
 
     def __init__(self, name: str):
         self.name, self.records = name, []
 
     def __call__(self, fn, args, kwargs):
+        refused = []  # a refusal the student's code caught still counts
         try:
-            value = fn(*args, **kwargs)
+            with out_of_reach(self.name, refused):
+                value = fn(*args, **kwargs)
+            if refused:
+                raise refused[0]
             self.records.append({"value": encode(value)})
         except BaseException as e:
-            self.records.append({"raised": raised(e, self.name, half=True)})
+            self.records.append({"raised": raised(refused[0] if refused else e, self.name, True)})
             raise
         return value
 
@@ -283,7 +291,7 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
     matched. The dtype is part of the check: a floating output must have its run's dtype
     (the part's, else its reference's), and the tolerance is the run's, never the one the
     output's dtype would give."""
-    best, hidden, ta_only, run = None, 0, False, p.dtype
+    best, hidden, ta_only, run, real = None, 0, False, p.dtype, p.dtype is not None
     for name, expected in p.expected.items():
         before = CALLS[0]
         try:
@@ -291,21 +299,19 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
         except Hidden:
             hidden += 1
             continue
-        run = run or floating(value)
+        run, real = run or floating(value), real or kind(value) == "floating"
         diff, where = difference(p.got, value, p.per)
         held = CALLS[0] > before
         ta_only |= held
         if best is None or diff < best[0] or math.isnan(best[0]):
             best = (diff, where, name, held)
-    got = floating(p.got)
+    got, k = floating(p.got), kind(p.got)
     run = run or (got if got in (torch.float32, torch.float64) else torch.float64)
-    if got is not None and got != run:
-        return (
-            False,
-            math.inf,
-            f"{p.label}: a {got} output, where this run computes in {run}",
-            ta_only,
-        )
+    wrong = k == "complex" or (k == "integer" and real)  # where real numbers are asked for
+    if wrong or (got is not None and got != run):
+        what = getattr(p.got, "dtype", None) or f"{k} {type(p.got).__name__}"
+        said = f"{p.label}: a {what} output, where this run computes in {run}"
+        return False, math.inf, said, ta_only
     tol = rounding(p.got, p.tol if p.tol is not None else tol, run)
     if best is not None and best[0] <= tol:
         p.matched = best[2]
@@ -326,6 +332,25 @@ def judge(p: Part, tol: float) -> tuple[bool | None, float, str, bool]:
 def floating(x) -> torch.dtype | None:
     """x's dtype where x is a floating tensor; None for anything else."""
     return x.dtype if torch.is_tensor(x) and x.is_floating_point() else None
+
+
+def kind(x) -> str:
+    """What numbers x holds: complex, integer (booleans too), floating, or "" (not numbers);
+    of a tensor, an array, a number, or the worst of a list's."""
+    if torch.is_tensor(x):
+        return "complex" if x.is_complex() else "floating" if x.is_floating_point() else "integer"
+    if isinstance(x, np.ndarray | np.generic):
+        return {
+            "c": "complex",
+            "f": "floating",
+            "i": "integer",
+            "u": "integer",
+            "b": "integer",
+        }.get(x.dtype.kind, "")
+    if isinstance(x, list | tuple):
+        kinds = {kind(v) for v in x}
+        return next((k for k in ("complex", "floating", "integer") if k in kinds), "")
+    return {bool: "integer", int: "integer", float: "floating", complex: "complex"}.get(type(x), "")
 
 
 def rounding(got, tol: float, run: torch.dtype) -> float:

@@ -16,7 +16,12 @@ in /autograder/submission). It finds {sst,para,sts}-test-output.csv anywhere in 
 writes results.json: SST and QQP accuracy, STS Pearson r, and the overall score
 (sst_acc + para_acc + (sts_r + 1) / 2) / 3, on the leaderboard. A missing or malformed file
 scores its task 0 (STS: its term (r + 1) / 2 is 0, so the leaderboard shows r = -1), with one
-line per problem naming the file, the line and what was expected.
+line per problem naming the file, the line and what was expected. Any file is read a line at
+a time, one over BIGGEST bytes not at all, a line over LONGEST characters a piece at a time,
+and none past its COUNTED-th problem: whatever a student submits, the scorer runs in under
+20 MB and writes results.json. If it
+fails all the same (a bug, a gold file broken since the build), results.json scores 0 and
+tells the student to tell the TA, whose log has the traceback.
 
 Only Python's standard library: the scorer runs in Gradescope's image with nothing installed,
 and imports nothing from the project. Gradescope's format: gradescope-autograders.readthedocs.io
@@ -30,13 +35,19 @@ import math
 import re
 import sys
 import time
+import traceback
 import zipfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 SHOWN = 5  # problems listed per file; the rest are counted
-HEADER_SHOWN = 80  # characters of a malformed header echoed back
+COUNTED = 10_000  # problems counted per file: the rest of the file is not read
+ECHOED = 80  # characters of a malformed line echoed back
+LONGEST = 100_000  # characters in a line, gold or prediction (the handout's: under 2,300)
+BIGGEST = 64 * 2**20  # bytes in a prediction file (the handout's largest, QQP's: about 2 MB)
 ID = re.compile(r"[^\s,]+")  # an id goes into "id , value" rows: no space, no comma
 
 
@@ -105,12 +116,17 @@ python3 "$ROOT/source/leaderboard.py" score --submission "$ROOT/submission" \\
 # Reading
 
 
-def lines_of(path: Path) -> list[str]:
-    """The lines of a file (utf-8-sig: an Excel byte-order mark is not part of the header);
-    split at line ends only (a sentence may hold a form feed), CRLF and a lone CR read as
-    a newline, as prepare_submit.py reads them."""
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")
-    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # lone CRs too
+def lines_of(path: Path) -> Iterator[str]:
+    """The lines of a file, read one at a time (utf-8-sig: an Excel byte-order mark is not
+    part of the header); split at line ends only (a sentence may hold a form feed), CRLF and
+    a lone CR read as a newline, as prepare_submit.py reads them. A line over LONGEST
+    characters comes back cut to LONGEST + 1, its rest read a piece at a time and dropped."""
+    with path.open(encoding="utf-8-sig", errors="replace") as f:  # CRLF, CR: read as "\n"
+        while line := f.readline(LONGEST + 1):
+            rest = line
+            while not rest.endswith("\n") and (rest := f.readline(LONGEST)):
+                pass  # the rest of a long line
+            yield line.removesuffix("\n")
 
 
 def fields(line: str) -> list[str]:
@@ -137,14 +153,17 @@ def read_gold(folder: Path, task: Task) -> list[tuple[str, float]]:
             f"labels, laid out as {task.files}-dev.csv"
         )
     lines = lines_of(path)
-    header = [c.strip() for c in fields(lines[0])] if lines[0].strip() else []
+    head = next(lines, "")
+    header = [c.strip() for c in fields(head)] if head.strip() else []
     if "id" not in header or task.label not in header:
         raise SystemExit(
             f"{path}:1: header {header}; expected the dev file's, with 'id' and {task.label!r}"
         )
     at_id, at_label = header.index("id"), header.index(task.label)
     labels = []
-    for n, line in enumerate(lines[1:], start=2):
+    for n, line in enumerate(lines, start=2):
+        if len(line) > LONGEST:
+            raise SystemExit(f"{path}:{n}: a line over {LONGEST:,} characters; expected a row")
         if not line.strip():
             continue
         row = fields(line)
@@ -182,55 +201,87 @@ def check_predictions(path: Path, shown: str, task: Task, gold: list) -> tuple[l
     """(the prediction of each gold row, in its order; problems): prepare_submit.py's checks,
     the handout's header, 'id , value' on every line with the value in range, each gold id
     as many times as the gold has it (its k-th line is its k-th row's) and no other id; each
-    problem one line naming the file's line and what was expected."""
+    problem one line naming the file's line and what was expected, the first SHOWN listed
+    and the rest counted, up to COUNTED. A file over BIGGEST bytes is not read."""
+    if (size := path.stat().st_size) > BIGGEST:
+        return [], [
+            f"{shown}: {size:,} bytes, over the cap of {BIGGEST:,} bytes, not read; expected "
+            f"a line per test row, {len(gold)} lines of 'id , {task.expected(gold=False)}'"
+        ]
     lines = lines_of(path)
-    if [c.strip() for c in lines[0].split("\t")] != ["id", task.column]:
-        head = lines[0][:HEADER_SHOWN]
-        return [], [f"{shown}:1: header {head!r}; expected 'id \\t {task.column} '"]
-    rows = Counter(i for i, _ in gold)
-    preds, first, problems = {}, {}, []
-    for n, line in enumerate(lines[1:], start=2):
+    header = next(lines, "")
+    if [c.strip() for c in header.split("\t")] != ["id", task.column]:
+        return [], [f"{shown}:1: header {header[:ECHOED]!r}; expected 'id \\t {task.column} '"]
+    preds = {}
+    found = problems_in(lines, shown, task, Counter(i for i, _ in gold), preds)
+    problems = list(islice(found, SHOWN))
+    if (more := sum(1 for _ in islice(found, COUNTED - SHOWN + 1))) > COUNTED - SHOWN:
+        problems.append(f"{shown}: over {COUNTED - SHOWN:,} more problems; not read further")
+    elif more:
+        problems.append(f"{shown}: {more} more problem(s)")
+    if problems:
+        return [], problems
+    return [preds[i].pop(0) for i, _ in gold], problems
+
+
+def problems_in(
+    lines: Iterator[str], shown: str, task: Task, rows: Counter, preds: dict
+) -> Iterator[str]:
+    """The problems of a prediction file's lines after its header, one at a time, as
+    check_predictions says; each test id's values go into preds. Only test ids are kept:
+    a file of millions of other lines takes no more memory than the test's."""
+    expected, first = task.expected(gold=False), {}
+    for n, line in enumerate(lines, start=2):
+        if len(line) > LONGEST:
+            yield f"{shown}:{n}: a line over {LONGEST:,} characters; expected 'id , {expected}'"
+            continue
         if not line.strip():
             continue
         id_, sep, raw = line.partition(",")
         id_, value = id_.strip(), number(raw)
         if not sep or not task.allows(value, gold=False):
-            expected = task.expected(gold=False)
-            problems.append(f"{shown}:{n}: {line.strip()!r}; expected 'id , {expected}'")
+            yield f"{shown}:{n}: {line.strip()[:ECHOED]!r}; expected 'id , {expected}'"
         elif id_ not in rows:
-            problems.append(f"{shown}:{n}: id {id_!r} is not a test id; expected only the test's")
+            yield f"{shown}:{n}: id {id_[:ECHOED]!r} is not a test id; expected only the test's"
         elif len(preds.get(id_, [])) == rows[id_]:
             times = f"{rows[id_]} time(s), as the test file has it"
-            problems.append(f"{shown}:{n}: id {id_!r} again (line {first[id_]}); expected {times}")
+            yield f"{shown}:{n}: id {id_!r} again (line {first[id_]}); expected {times}"
         else:
             preds.setdefault(id_, []).append(value)
-        first.setdefault(id_, n)
+        if id_ in rows:
+            first.setdefault(id_, n)
     if missing := [i for i in rows if len(preds.get(i, [])) < rows[i] and i not in first]:
-        problems.append(
+        yield (
             f"{shown}: no line for {len(missing)} test id(s), the first {missing[0]!r}; "
             "expected one for every row of the test file"
         )
     elif short := [i for i in rows if len(preds.get(i, [])) < rows[i]]:
-        problems.append(
-            f"{shown}: id {short[0]!r} has fewer lines than the test file's {rows[short[0]]} rows"
-        )
-    if problems:
-        return [], problems
-    return [preds[i].pop(0) for i, _ in gold], problems
+        yield f"{shown}: id {short[0]!r} has fewer lines than the test file's {rows[short[0]]} rows"
 
 
 # ---------------------------------------------------------------------------------------
 # Scoring
 
 
+def integers(values: list[float]) -> list[int]:
+    """The values exactly, as integers over one power of two (r does not see the scale)."""
+    ratios = [v.as_integer_ratio() for v in values]
+    scale = max(d for _, d in ratios)  # each d a power of two
+    return [n * (scale // d) for n, d in ratios]
+
+
 def pearson(x: list[float], y: list[float]) -> float:
-    """Pearson's r, by hand; 0 when either side is constant (r is 0/0 there)."""
-    if min(x) == max(x) or min(y) == max(y):
+    """Pearson's r of finite values, computed exactly (in integers: no overflow, underflow or
+    cancellation, whatever the values, 1e308 or 5e-324) and rounded once; 0 when either side
+    is constant (r is 0/0 there)."""
+    n, ix, iy = len(x), integers(x), integers(y)
+    sx, sy = sum(ix), sum(iy)
+    sxy = n * sum(a * b for a, b in zip(ix, iy, strict=True)) - sx * sy
+    sxx, syy = n * sum(a * a for a in ix) - sx * sx, n * sum(b * b for b in iy) - sy * sy
+    if not sxx or not syy:
         return 0.0
-    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
-    sxy = math.fsum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
-    sxx, syy = math.fsum((a - mx) ** 2 for a in x), math.fsum((b - my) ** 2 for b in y)
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    sign = -1.0 if sxy < 0 else 1.0
+    return sign * math.sqrt(sxy * sxy / (sxx * syy))  # int / int: rounded once, at most 1
 
 
 @dataclass
@@ -259,9 +310,7 @@ def grade(task: Task, submission: Path, gold: list[tuple[str, float]]) -> Graded
         )
     preds, problems = check_predictions(submission / shown, shown, task, gold)
     if problems:
-        more = len(problems) - SHOWN
-        lines += problems[:SHOWN] + ([f"{shown}: {more} more problem(s)"] if more > 0 else [])
-        return Graded(task, failed, 0.0, lines, False)
+        return Graded(task, failed, 0.0, lines + problems, False)
     y, p = [label for _, label in gold], preds
     if task.classes:
         value = math.fsum(a == b for a, b in zip(y, p, strict=True)) / len(y)
@@ -290,7 +339,7 @@ def score(submission: Path, gold: Path) -> dict:
             "score": g.term,
             "max_score": 1,
             "status": "passed" if g.passed else "failed",
-            "output": "\n".join(g.lines),
+            "output": plain("\n".join(g.lines)),
         }
         for g in graded
     ]
@@ -298,11 +347,39 @@ def score(submission: Path, gold: Path) -> dict:
     return {
         "score": overall,
         "execution_time": int(time.monotonic() - start),
-        "output": "\n".join([line for g in graded for line in g.lines] + [formula]),
+        "output": plain("\n".join([line for g in graded for line in g.lines] + [formula])),
+        **TEXT,
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
         "leaderboard": [{"name": name, "value": round(value, 4)} for name, value in board],
+    }
+
+
+# Gradescope shows every output as text: a submitted folder's name in HTML stays text
+TEXT = dict.fromkeys(("output_format", "test_output_format", "test_name_format"), "text")
+
+
+def plain(text: str) -> str:
+    """Valid Unicode: a file name's undecodable bytes written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def crashed(error: BaseException) -> dict:
+    """results.json when the scorer itself fails: score 0, and a line telling the student to
+    tell the TA (the details, which could show gold labels, are in the log only)."""
+    line = (
+        f"The scorer failed on this submission ({type(error).__name__}): scored 0 for now; "
+        "tell the TA, whose autograder log has the details"
+    )
+    board = [("Overall", 0.0)] + [(t.board, 0.0 if t.classes else -1.0) for t in TASKS]
+    return {
+        "score": 0.0,
+        "output": line,
+        **TEXT,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "leaderboard": [{"name": name, "value": value} for name, value in board],
     }
 
 
@@ -349,9 +426,15 @@ def main(argv=None) -> int:
     if args.command == "build":
         build(args.out, args.gold)
         return 0
-    results = score(args.submission, args.gold)  # written whatever the files: Gradescope shows it
+    try:  # written whatever the files, even if the scorer fails: Gradescope shows it
+        results = score(args.submission, args.gold)
+        text = json.dumps(results, indent=2, allow_nan=False)  # Gradescope's JSON has no NaN
+    except (Exception, SystemExit) as error:  # SystemExit: a gold file broken since the build
+        traceback.print_exc(file=sys.stdout)  # in the autograder's log, which students don't see
+        results = crashed(error)
+        text = json.dumps(results, indent=2)
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=2) + "\n")
+    args.results.write_text(text + "\n")
     print(results["output"])
     return 0
 

@@ -249,13 +249,15 @@ def multitask_step():
 
         multitask = MultitaskConfig(weighting="random")
         stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=multitask)
-        loss, got = stepped(model, stage, step_context(reference), gen(5))
+        loss, got, calls = stepped(model, stage, step_context(reference), gen(5))
         heads = [model.heads[t].weight.grad is not None for t in STEP]
         model.zero_grad(set_to_none=True)  # again, as float32 and bfloat16 runs: a no-op scaler
         plain = stepped(model, stage, step_context(reference, scaled=False), gen(5))
-        return loss, got, heads, plain
+        return loss, got, heads, plain, [calls, plain[2]]
 
-    loss, got, heads, (plain_loss, plain) = student(mine)
+    loss, got, heads, (plain_loss, plain, _), calls = student(mine)
+    what = "the optimizer's step() and zero_grad() calls in one step (the given code's, once each)"
+    yield part(what, calls, [[1, 1], [1, 1]], tol=0)
     yield part("every task's head has a gradient", heads, [True] * 3)
     yield part("the step's loss keeps no graph", loss.requires_grad, False)
 

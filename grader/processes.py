@@ -44,7 +44,15 @@ PROCESSES = 256  # processes and threads the student's process may add to its us
 FORK_MB = 256  # address space one exercise's fork may add to the student's process (the
 # layer's: 96 MB, with LEAN's settings)
 LATE = "timed out: the grade's deadline passed before this exercise ran"
-ANSWERS = ("references.py", "mtdnn_smart.py")  # the TA's: never where the student's code runs
+# The grader's modules the student's side and a student's copy hold: named, never "all but
+# the answers", so a file not named here (a backup, a new module of references) stays with
+# the TA; grader/references.py and mtdnn_smart.py are the TA's answers.
+STUDENT_SIDE = tuple(
+    f"{m}.py"
+    for m in "ascent assignment checks definitions extensions gradescope handed harness "
+    "leaderboard markers multitask_checks out_of_reach points processes scorecard setups sides "
+    "student_copy".split()
+)
 SIDES = "sides.py"  # the entry of both processes
 # the student's process: no address space reserved for threads it does not need (FORK_MB),
 # no user site (a usercustomize.py left by an earlier grade's code)
@@ -71,7 +79,10 @@ def student_side(root: Path, grader: Path, names, files: dict, user, out: Path, 
     left = list(names)
     with tempfile.TemporaryDirectory() as tmp, alone(user, end) as turn:
         code = Path(tmp) / "grader"  # the checks without the TA's references
-        shutil.copytree(grader, code, ignore=shutil.ignore_patterns(*ANSWERS, "__pycache__"))
+        code.mkdir()
+        for name in STUDENT_SIDE:
+            if (grader / name).is_file():
+                shutil.copy2(grader / name, code / name)
         os.chmod(tmp, 0o755)  # readable by the unprivileged user
         while turn and left and time.monotonic() < end:
             written = Path(tmp) / "records.jsonl"
@@ -184,11 +195,27 @@ def stop_leftovers(user: str | None) -> None:
     while time.monotonic() < until:  # a process may fork while the others are stopped
         found = [p for p in Path("/proc").iterdir() if p.name.isdigit() and owner(p) == uid]
         if not found:
-            return
+            break
         for p in found:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(p.name), signal.SIGKILL)
         time.sleep(0.02)  # a killed process takes a moment to go
+    remove_files_of(uid)
+
+
+SHARED = ("/dev/shm", tempfile.gettempdir(), "/var/tmp")  # folders any user may write in
+
+
+def remove_files_of(uid: int) -> None:
+    """What the student's user left where any user may write (memory-backed /dev/shm
+    among them): removed, so nothing of a grade outlives it."""
+    for folder in map(Path, dict.fromkeys(SHARED)):
+        with contextlib.suppress(OSError):
+            for entry in [e for e in folder.iterdir() if e.lstat().st_uid == uid]:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
 
 def owner(proc: Path) -> int | None:

@@ -440,25 +440,33 @@ class ScaleBy8:
 
 
 class Recording(torch.optim.SGD):
-    """An optimizer that keeps the gradient it is handed, flat, and changes nothing."""
+    """An optimizer that changes nothing: it counts its step() and zero_grad() calls and
+    keeps the gradient each step is handed, flat (a parameter without one: zeros)."""
 
     def __init__(self, params):
         super().__init__(params, lr=0.0)
-        self.seen = None
+        self.seen, self.zero_grads = [], 0
 
     def step(self, closure=None):
         params = [p for group in self.param_groups for p in group["params"]]
-        self.seen = torch.cat([p.grad.flatten() for p in params])
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        self.seen.append(torch.cat([g.detach().flatten() for g in grads]))
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.zero_grads += 1
+        super().zero_grad(set_to_none)
 
 
 def stepped(model, stage, ctx, generator):
-    """(loss, the gradient handed to the optimizer, unscaled) of one trainer.train_step,
-    watched through its optimizer (no clipping: ctx's max_grad_norm is 0)."""
+    """(loss, the gradient handed to the optimizer's last step, unscaled, [its step()
+    calls, its zero_grad() calls]) of one trainer.train_step, watched through its
+    optimizer (no clipping: ctx's max_grad_norm is 0)."""
     import trainer
 
     optimizer = Recording(model.parameters())
     loss, _ = trainer.train_step(model, optimizer, stage, step_batches(), ctx, generator)
-    return loss, optimizer.seen
+    last = optimizer.seen[-1] if optimizer.seen else None
+    return loss, last, [len(optimizer.seen), optimizer.zero_grads]
 
 
 def first_steps(opt_class, **options) -> list[torch.Tensor]:

@@ -4,6 +4,7 @@ marked body of the exercises it assigns written as `raise NotImplementedError("e
 <name>: <hint>")` (the markers stay: the student writes between them), its ASSIGNMENT.md,
 its README pointing at it first, no link to a page it lacks; the TA's grader beside it."""
 
+import fnmatch
 import json
 import re
 import shutil
@@ -12,52 +13,62 @@ from pathlib import Path
 
 from grader.assignment import COURSE, HANDOUTS, assignment_page
 from grader.markers import Region, enclosing, exercises, in_order
+from grader.processes import STUDENT_SIDE
 from grader.scorecard import check_docs
 
 HERE = Path(__file__).resolve().parents[1]  # the repository a copy is made from
 GRADER = Path("grader")
 ANSWERS = (GRADER / "references.py", GRADER / "mtdnn_smart.py")  # the TA's: definitions
 ASSIGNED = "exercises-assigned.txt"  # in a student's copy: the exercises make opened
-NOT_COPIED = {".git", ".venv", "runs", "__pycache__", ".pytest_cache", ".ruff_cache"}
-TA_ONLY = ("tests", "docs/scripts", "docs/archive", "docs/teaching.md", ".ci", *map(str, ANSWERS))
-# in tests/, what a student's copy keeps: sanity_check.py's expected outputs, its own tests
-STUDENTS_TESTS = ("tests/reference/", "tests/test_assignment.py")
+# What a student's copy holds, and nothing else: a file is copied only where one of these
+# patterns matches its whole path ('*' within one folder), so an archive, an editor's
+# backup or any file not named here never reaches a copy, whatever lies in the tree.
+FOR_STUDENTS = (
+    *("*.py", "*.md", "*.ipynb", "Makefile", ".gitignore", "pyproject.toml", "requirements*.txt"),
+    *("engine/*.py", "lab/*.py", "docs/*.md", "docs/*.png", "docs/*.svg", "data/README.md"),
+    *("tests/reference/*", "tests/test_assignment.py"),  # sanity_check.py's outputs, its tests
+    *(f"{GRADER}/{name}" for name in STUDENT_SIDE),
+)
+TA_PAGES = ("docs/teaching.md",)  # matched above, the TA's page: not in a copy
+TA_GRADER = (f"{GRADER}/*.py",)  # the TA's grader folder: the checks and the answers
+
+
+def matches(rel: str, patterns) -> bool:
+    """Whether a relative path matches one of the patterns whole, folder by folder."""
+    parts = rel.split("/")
+    return any(
+        len(p.split("/")) == len(parts) and all(map(fnmatch.fnmatchcase, parts, p.split("/")))
+        for p in patterns
+    )
+
+
+def git_files(src: Path, *which: str) -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", *which, "-z"], cwd=src, capture_output=True, check=True
+    ).stdout.decode()
+    return [f for f in listed.split("\0") if f and (src / f).is_file()]
 
 
 def repository_files(src: Path) -> list[Path]:
-    """The repository's files: git's list when it is a clone, else all but the ignored."""
+    """The files of a folder: git's tracked files where it is a clone (nothing a TA left
+    untracked, such as an archive), else every file under it."""
     if (src / ".git").exists():
-        listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=src,
-            capture_output=True,
-            check=True,
-        ).stdout.decode()
-        return [src / f for f in listed.split("\0") if f and (src / f).is_file()]
-    return [
-        p
-        for p in src.rglob("*")
-        if p.is_file()
-        and not NOT_COPIED & set(p.relative_to(src).parts)
-        and not (p.parts[len(src.parts)] == "data" and p.name != "README.md")
-    ]
+        return [src / f for f in git_files(src, "--cached")]
+    return [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
-def copy_files(src: Path, dst: Path, keep) -> None:
-    """The repository's files whose relative path `keep` accepts, into dst."""
+def copy_files(src: Path, dst: Path, patterns) -> None:
+    """The files of src whose relative path matches one of `patterns`, into dst; in a
+    clone, one line names each such file left out because git does not track it."""
+    if (src / ".git").exists():
+        others = git_files(src, "--others", "--exclude-standard")
+        if untracked := [f for f in others if matches(f, patterns)]:
+            print(f"not copied, not tracked by git (git add it): {', '.join(untracked)}")
     for f in repository_files(src):
         rel = f.relative_to(src)
-        if keep(rel.as_posix()):
+        if matches(rel.as_posix(), patterns) and rel.as_posix() not in TA_PAGES:
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst / rel)
-
-
-def for_students(rel: str) -> bool:
-    """Whether a file goes into a student's copy: not the TA's (tests, scripts, answers,
-    the TA's page), but sanity_check.py's expected outputs and the copy's own tests."""
-    if rel.startswith(STUDENTS_TESTS):
-        return True
-    return not any(rel == t or rel.startswith(t + "/") for t in TA_ONLY)
 
 
 def open_exercises(root: Path, regions: list[Region]) -> None:
@@ -179,7 +190,7 @@ def make(
     out, ta = new_folder(out), ta and new_folder(ta)
     if ta == out:
         raise SystemExit(f"{ta}: the TA's grader goes in a folder of its own, not the copy")
-    copy_files(HERE, out, for_students)
+    copy_files(HERE, out, FOR_STUDENTS)
     ordered = in_order(HERE, HERE)
     chosen = names or [n for n in ordered if every or n in COURSE]
     open_exercises(out, [r for name in chosen for r in found[name]])
@@ -188,7 +199,7 @@ def make(
     point_readme(out / "README.md", len(chosen))
     unlink_removed(out)
     if ta:
-        copy_files(HERE, ta, lambda rel: rel.startswith(f"{GRADER}/"))
+        copy_files(HERE, ta, TA_GRADER)
     if quiet:
         return chosen
     print(f"{out}: a student's copy with {len(chosen)} exercise(s) open: {', '.join(chosen)}")

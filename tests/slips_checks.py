@@ -430,3 +430,29 @@ SLIPS = {
         ),
     ],
 }
+
+# Part 2's slips beyond tests/slips_multitask.py's: test_grader.py adds them to its table
+MORE = {
+    "multitask_step": [
+        (
+            "optimizer.step() after each part: accumulation undone",
+            [
+                (
+                    "rt.scaler.scale(part).backward()",
+                    "rt.scaler.scale(part).backward()\n        optimizer.step()",
+                )
+            ],
+        ),
+        (
+            "optimizer.step() and zero_grad() after each part",
+            [
+                (
+                    "rt.scaler.scale(part).backward()",
+                    "rt.scaler.scale(part).backward()\n"
+                    "        optimizer.step()\n"
+                    "        optimizer.zero_grad()",
+                )
+            ],
+        ),
+    ],
+}

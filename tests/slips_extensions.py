@@ -6,6 +6,23 @@ marked bodies, and is replaced by new."""
 
 from slips_checks import NAN
 
+# what bodies that call what computes the answer, or hand it back complex, edit
+POOLED = "return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)"
+KL = "return ((lp.exp() - lq.exp()) * (lp - lq)).sum(-1).mean()"
+R = 'return float(np.sum(dx * dy) / denom) if denom > 0 else float("nan")'
+CENTRED = "dx, dy = x - x.mean(), y - y.mean()"
+
+
+def first(lines: str, old: str) -> list:
+    """An edit that runs `lines` (a body's, unindented) above the text `old`."""
+    return [(old, lines.replace("\n", "\n    ") + "\n    " + old)]
+
+
+def complex_r(dtype: str) -> list:
+    """An edit that hands r back as a 0-d tensor or array of a complex dtype."""
+    return [(R, R.replace("return ", "r = ") + f"\n    return {dtype}")]
+
+
 # exercise -> [(what the slip is, [(old, new), ...])]
 SLIPS = {
     "wordpiece": [
@@ -125,6 +142,19 @@ SLIPS = {
             [("(hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)", "(hidden * m).sum(1)")],
         ),
         ("divided by T", [("/ m.sum(1).clamp(min=1e-9)", "/ hidden.size(1)")]),
+        (
+            "the grader's definitions.mean_pool called",
+            first(
+                "import definitions\nreturn definitions.mean_pool(hidden, attention_mask)", POOLED
+            ),
+        ),
+        (
+            "the grader's definitions, imported as grader.definitions",
+            first(
+                "from grader.definitions import mean_pool\nreturn mean_pool(hidden, attention_mask)",
+                POOLED,
+            ),
+        ),
     ],
     "pair_head": [
         (
@@ -167,8 +197,36 @@ SLIPS = {
             "mt-dnn's: nothing detached",
             [("(lq.detach().exp() * (lq.detach() - lp))", "(lq.exp() * (lq - lp))")],
         ),
+        (
+            "a squared difference of the probabilities, not a KL (mt-dnn's: each side half)",
+            [
+                (KL, "return ((lp.exp() - lq.exp()) ** 2).sum(-1).mean()"),
+                (
+                    "return (kl_q_p + kl_p_q).mean()",
+                    "P, Q = lp.exp(), lq.exp()\n"
+                    "    return ((P - Q.detach()) ** 2 + (P.detach() - Q) ** 2).sum(-1).mean() / 2",
+                ),
+            ],
+        ),
+        (
+            "the TA's references.symmetric_kl called",
+            first("import references\nreturn references.symmetric_kl(p, q, kind)", KL),
+        ),
     ],
     "smart_ascent": [
+        (
+            "a step over the gradient's L2 norm, not its largest element",
+            [
+                (
+                    "grad.abs().amax(dim=per_example, keepdim=True)",
+                    "grad.norm(dim=(1, 2), keepdim=True)",
+                )
+            ],
+        ),
+        (
+            "mt-dnn's: each token's step over its L2 norm",
+            [("step.abs().amax(dim=-1, keepdim=True)", "step.norm(dim=-1, keepdim=True)")],
+        ),
         (
             "the reference code's divergence read as class logits (mt-dnn's SymKlCriterion)",
             [
@@ -399,6 +457,21 @@ SLIPS = {
                 )
             ],
         ),
+        (
+            "scipy's pearsonr",
+            first(
+                "from scipy.stats import pearsonr\nreturn float(pearsonr(x, y).statistic)", CENTRED
+            ),
+        ),
+        (
+            "scipy's pearsonr, its refusal caught and the sum written after",
+            first(
+                "import scipy.stats as st\ntry:\n    return float(st.pearsonr(x, y)[0])\nexcept Exception:\n    pass",
+                CENTRED,
+            ),
+        ),
+        ("r as a complex64 tensor", complex_r("torch.tensor(r, dtype=torch.complex64)")),
+        ("r as a 0-d complex128 array", complex_r("np.array(r, dtype=np.complex128)")),
     ],
     "auc": [
         (
@@ -412,5 +485,12 @@ SLIPS = {
         ),
         ("n_pos (n_pos - 1) / 2", [("n_pos * (n_pos + 1) / 2", "n_pos * (n_pos - 1) / 2")]),
         ("over n_pos * n", [("/ (n_pos * n_neg)", "/ (n_pos * len(scores))")]),
+        (
+            "sklearn's roc_auc_score",
+            first(
+                "from sklearn.metrics import roc_auc_score\nreturn float(roc_auc_score(labels, scores))",
+                "ranks = average_ranks(scores)",
+            ),
+        ),
     ],
 }

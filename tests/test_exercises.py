@@ -11,6 +11,7 @@ import pytest
 import exercises
 from grader import markers, student_copy
 from grader.assignment import COURSE
+from grading import as_the_students_user
 
 REPO = exercises.HERE
 ROW = re.compile(
@@ -291,10 +292,13 @@ def test_a_students_scorecard_is_honest_and_grades_each_exercise_alone(tmp_path)
     assert "(sbert.py:" in lines["pair_head"], lines["pair_head"]
 
 
-def test_a_copy_graded_from_the_tas_tree_is_judged_by_its_grader(tmp_path):
-    """`check --dir COPY` run in a tree that holds the answers judges with that tree's
-    grader, never the copy's; AdamW's decay gated on correct_bias fails there and on the
-    student's side alike (a public part: the first step without the correction decays)."""
+def test_a_copy_graded_from_the_tas_tree_is_graded_as_gradescope_grades_it(tmp_path):
+    """`check --dir COPY` run in a tree that holds the answers grades the copy's files of
+    its exercises over a handout made there, the copy's code as the student's user, never
+    with the copy's grader nor in the copy; AdamW's decay gated on correct_bias fails there
+    and on the student's side alike (a public part: the first step without the correction
+    decays). What else the copy holds (a sitecustomize.py) never runs."""
+    as_the_students_user()
     copy = tmp_path / "copy"
     exercises.make(copy, ["adamw"], quiet=True)
     body = solution("adamw")
@@ -306,9 +310,50 @@ def test_a_copy_graded_from_the_tas_tree_is_judged_by_its_grader(tmp_path):
     ]
     assert gated != body[0]
     write_body(copy, "adamw", [gated])
+    (copy / "sitecustomize.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('x')\n")
     ta = run(REPO, "exercises.py", "check", "--dir", str(copy), "adamw")
-    assert f"judged in this tree ({REPO}) by {REPO / 'grader'}, not in {copy}" in ta.stdout
+    said = f"graded as Gradescope grades it: optimizer.py of {copy} run as minbert-student"
+    assert said in ta.stdout, ta.stdout + ta.stderr
     assert dict(ROW.findall(ta.stdout)) == {"adamw": "fail"} and "correct_bias=False" in ta.stdout
+    assert not (tmp_path / "ran").exists()
     student = run(copy, "exercises.py", "check", "adamw")
-    assert "judged in" not in student.stdout
+    assert "graded as Gradescope" not in student.stdout
     assert dict(ROW.findall(student.stdout)) == {"adamw": "fail"}
+
+
+def test_a_copy_takes_the_named_files_a_clone_tracks_and_nothing_else(tmp_path):
+    """A file is copied where FOR_STUDENTS names it: in a clone, only what git tracks (a
+    TA's untracked archive stays); elsewhere every file, still by name (no backup, no run,
+    no data file, no answer)."""
+    tree = tmp_path / "tree"
+    kept = ["bert.py", "engine/runtime.py", "grader/checks.py", "docs/a.md", "tests/reference/x"]
+    left = ["autograder.zip", "bert.py~", "grader/references.py", "grader/references.py~"]
+    left += ["docs/teaching.md", "runs/r/a.py", ".venv/lib/x.py", "data/quora-dev.csv", "a/b.py"]
+    for name in kept + left:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("x")
+    student_copy.copy_files(tree, tmp_path / "plain", student_copy.FOR_STUDENTS)
+    copied = sorted(
+        p.relative_to(tmp_path / "plain").as_posix()
+        for p in (tmp_path / "plain").rglob("*")
+        if p.is_file()
+    )
+    assert copied == sorted(kept)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=tree, check=True)
+    subprocess.run([*git, "add", "bert.py", "grader/references.py"], cwd=tree, check=True)
+    student_copy.copy_files(tree, tmp_path / "clone", student_copy.FOR_STUDENTS)
+    student_copy.copy_files(tree, tmp_path / "ta", student_copy.TA_GRADER)
+    assert [p.name for p in (tmp_path / "clone").rglob("*") if p.is_file()] == ["bert.py"]
+    assert [p.name for p in (tmp_path / "ta").rglob("*") if p.is_file()] == ["references.py"]
+
+
+def test_a_tas_grade_of_a_copy_is_refused_where_its_code_would_run_as_the_ta(tmp_path, monkeypatch):
+    """Not root, or no student's user: the copy's code would run with the TA's rights, so
+    `check --dir COPY` from the TA's tree stops in one line naming the way that is safe."""
+    copy = tmp_path / "copy"
+    exercises.make(copy, ["auc"], quiet=True)
+    monkeypatch.setattr(exercises.gradescope, "unsafe", lambda: "not as root")
+    monkeypatch.delenv(exercises.gradescope.LOCAL, raising=False)
+    with pytest.raises(SystemExit, match=r"runs not as root: run it as root with that user"):
+        exercises.main(["check", "--dir", str(copy)])

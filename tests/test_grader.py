@@ -34,8 +34,18 @@ from variants import VARIANTS
 REPO = exercises.HERE
 WEIGHTS = scorecard.check_docs(REPO)
 
+
+def joined(*tables: dict) -> dict:
+    """The slip tables as one: each exercise's slips from every table, in order."""
+    out = {}
+    for table in tables:
+        for name, slips in table.items():
+            out[name] = out.get(name, []) + list(slips)
+    return out
+
+
 # exercise -> [(what the slip is, edits)]: the handout's exercises, then the project's
-SLIPS = slips_checks.SLIPS | slips_multitask.SLIPS | slips_extensions.SLIPS
+SLIPS = joined(slips_checks.SLIPS, slips_multitask.SLIPS, slips_extensions.SLIPS, slips_checks.MORE)
 
 
 def changed(name: str, edits) -> dict[str, str]:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 
 import exercises
-from grader import gradescope, scorecard
+from grader import gradescope, processes, scorecard
 from grading import run_autograder, unpacked
 
 REPO = exercises.HERE
@@ -164,7 +165,62 @@ def test_what_the_autograder_refuses(tmp_path):
         exercises.main(["autograder", out, "--copy", str(ta)])
     with pytest.raises(SystemExit, match="an autograder is a .zip file"):
         exercises.main(["autograder", str(tmp_path / "a.tar")])
-    assert not os.path.exists(out)
+    for argv in (["autograder"], ["leaderboard", "--gold", str(tmp_path)]):  # never where a
+        with pytest.raises(SystemExit, match=r"inside this repository; write .* beside it"):
+            exercises.main([*argv, str(REPO / "a.zip")])  # commit or a copy would take it
+    assert not os.path.exists(out) and not (REPO / "a.zip").exists()
+
+
+def test_what_the_archive_holds_is_named_never_what_lies_beside(tmp_path):
+    """A copy holding an archive, an editor's backup and a stray file, and a TA's folder
+    holding a backup of the references: the archive carries none of them, and the student's
+    side of a grade runs with the grader's named modules only."""
+    copy, ta = tmp_path / "copy", tmp_path / "ta"
+    exercises.make(copy, ASSIGNED, ta)
+    strays = ["autograder.zip", "leaderboard.zip", "bert.py~", "notes.txt", "runs/a/model.pt"]
+    for name in strays:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_text("gold labels")
+    (ta / "grader" / "references.py~").write_text("answers")
+    (copy / "grader" / "references.py").write_text("answers")  # a copy never has one
+    exercises.main(
+        ["autograder", str(tmp_path / "a.zip"), "--copy", str(copy), "--grader", str(ta)]
+    )
+    with zipfile.ZipFile(tmp_path / "a.zip") as z:
+        names = z.namelist()
+    assert not [n for n in names if n.startswith("handout/") and n[8:] in strays], names
+    assert "handout/grader/references.py" not in names and "ta/grader/references.py" in names
+    assert not [
+        n
+        for n in names
+        if n.endswith(("~", ".zip", ".txt"))
+        and "requirements" not in n
+        and n not in ("files.txt", "names.txt", "handout/exercises-assigned.txt")
+    ]
+    modules = {p.name for p in (REPO / "grader").glob("*.py")}
+    answers = {p.name for p in exercises.ANSWERS}
+    assert set(processes.STUDENT_SIDE) == modules - answers  # every module named, no answer
+
+
+def test_results_are_plain_text_in_valid_unicode_from_an_absolute_root(tmp_path, monkeypatch):
+    """Gradescope shows every output as text (a file name in HTML stays text); a name with
+    undecodable bytes is written as escapes; a relative AUTOGRADER_ROOT is made absolute."""
+    name = "<b>x</b>/bert\udcff.py: graded"
+    gradescope.write_results(tmp_path / "results.json", [], name, 1.0)
+    raw = (tmp_path / "results.json").read_bytes()
+    body = json.loads(raw.decode("utf-8", errors="strict"))
+    assert body["output"] == "<b>x</b>/bert\\udcff.py: graded"
+    assert body["output_format"] == body["test_output_format"] == "text"
+    root = tmp_path / "ag"
+    (root / "source" / "handout").mkdir(parents=True)
+    (root / "submission").mkdir()
+    for listed in ("files.txt", "names.txt"):
+        (root / "source" / listed).write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(gradescope.LOCAL, "1")
+    seen = []
+    gradescope.run(Path("ag"), lambda *a: seen.append(a) or 0)
+    assert seen[0][0] == root / "work" and seen[0][2] == root / "source" / "ta"
 
 
 @pytest.mark.parametrize("root_user", [True, False])

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -206,3 +207,120 @@ def test_the_students_user_can_neither_outlive_nor_reach_the_grader(tmp_path):
     assert len(tried) == 5 and set(tried.values()) == {"PermissionError"}, tried
     assert {p: p.read_bytes() for p in source} == source  # the judge's caches aside
     assert not leftovers()
+
+
+EARLY = """import numpy as np
+import scipy.stats as st
+import torch
+from scipy.stats import pearsonr
+
+import definitions
+
+
+def direct(x, y):
+    return float(pearsonr(x, y)[0])
+
+
+def through(x, y):
+    return float(st.pearsonr(x, y).statistic)
+
+
+def caught(x, y):
+    try:
+        return float(pearsonr(x, y)[0])
+    except Exception:
+        return float(np.corrcoef(x, y)[0, 1])
+
+
+def pooled(hidden, mask):
+    return definitions.mean_pool(hidden, mask)
+
+
+def imported():
+    from grader import references
+
+    return references
+
+
+def own(x, y):
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def adam():
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    torch.optim.AdamW([p], foreach=False).step()
+    return p
+"""
+
+
+def test_no_points_for_calling_what_computes_the_answer(tmp_path):
+    """A body that calls what computes its exercise's answer (scipy's pearsonr, the grader's
+    definitions and references, torch's AdamW for adamw) is refused, by whatever name it was imported, at its
+    module's top before any grading too; a refusal it catches still counts. The record says
+    so at the body's line, and the judge makes it the exercise's error; numpy's primitives
+    stay allowed, and afterwards every function is as it was."""
+    import scipy.stats
+
+    import extensions  # noqa: F401  (the checks register, with the answers they refuse)
+    import harness as graded
+    import out_of_reach as reach
+
+    (tmp_path / "early.py").write_text(EARLY)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import early
+    finally:
+        sys.path.remove(str(tmp_path))
+    x, y = np.arange(5.0), np.array([1.0, 3.0, 2.0, 5.0, 4.0])
+    h, m = torch.randn(2, 3, 4, dtype=torch.float64), torch.ones(2, 3)
+    cases = [("pearson", early.direct, (x, y), "scipy.stats.pearsonr")]
+    cases += [("pearson", early.through, (x, y), "scipy.stats.pearsonr")]
+    cases += [("pearson", early.caught, (x, y), "scipy.stats.pearsonr")]
+    cases += [("mean_pool", early.pooled, (h, m), "the grader's definitions.mean_pool")]
+    cases += [("attention", early.imported, (), "the grader's references")]
+    cases += [("adamw", early.adam, (), "torch.optim.adam._single_tensor_adam")]
+    for name, fn, args, what in cases:
+        recorder = graded.Recorder(name)
+        with pytest.raises(reach.Refused, match=f"exercise {name}: {what}"):
+            recorder(fn, args, {})
+        said = recorder.records[-1]["raised"]
+        assert said["result"] == "error" and "(early.py:" in said["detail"], said
+        row = graded.judged(name, recorder.records)
+        assert row["result"] == "error" and what in row["detail"], row
+    recorder = graded.Recorder("pearson")
+    assert recorder(early.own, (x, y), {}) == pytest.approx(scipy.stats.pearsonr(x, y)[0])
+    assert early.pearsonr is scipy.stats.pearsonr and early.direct(x, y) == pytest.approx(
+        early.own(x, y)
+    )
+    assert torch.equal(early.pooled(h, m), h.mean(1))
+
+
+def test_every_answer_a_check_refuses_is_a_function_here():
+    """Each library function a check names as computing its answer is found, so a renamed
+    one cannot drop out of the student's reach unseen."""
+    import checks  # noqa: F401
+    import extensions  # noqa: F401
+    import out_of_reach as reach
+
+    for name, named in reach.ANSWERS.items():
+        labels = {label for _, label in reach.answers(name)}
+        assert {n.replace(":", ".") for n in named} <= labels, name
+
+
+def test_complex_and_integer_outputs_fail_the_dtype_rule():
+    """A complex output fails whatever it is compared with, and an integer or boolean one
+    where real numbers are expected; integers where integers are expected pass."""
+    import harness as graded
+
+    wrong = [torch.tensor([0.5], dtype=torch.complex64), torch.tensor(0.5, dtype=torch.complex128)]
+    wrong += [torch.tensor([1]), torch.tensor([True]), 1, True, [1, 2]]
+    for got in wrong:
+        expected = (
+            [1.0, 2.0] if isinstance(got, list) else 0.5 if graded.kind(got) == "complex" else 1.0
+        )
+        ok, _, said, _ = graded.judge(graded.part("r", got, expected), 1e-6)
+        assert ok is False and "where this run computes in torch.float64" in said, (got, said)
+    right = [(torch.tensor(1.0), 1.0), ([1, 5], [1, 5]), (True, True), (torch.tensor([2]), [2])]
+    for got, expected in right:
+        assert graded.judge(graded.part("r", got, expected), 1e-6)[0] is True, got

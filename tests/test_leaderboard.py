@@ -38,13 +38,16 @@ def head(src: Path, dst: Path, rows: int) -> None:
     dst.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def gold(data_dir, tmp_path_factory) -> Path:
+def gold_files(data_dir: Path, folder: Path) -> Path:
     """The TA's gold files: the first ROWS rows of the mirror's dev files, renamed."""
-    folder = tmp_path_factory.mktemp("gold")
     for task in lb.TASKS:
         head(data_dir / f"{task.files}-dev.csv", folder / task.gold, ROWS)
     return folder
+
+
+@pytest.fixture(scope="module")
+def gold(data_dir, tmp_path_factory) -> Path:
+    return gold_files(data_dir, tmp_path_factory.mktemp("gold"))
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +186,11 @@ MALFORMED = {
         lambda lines: [*lines, lines[1]],
         f":{ROWS + 2}: id '{{first}}' again (line 2); expected 1 time(s), as the test file has it",
     ),
+    "a long line": (
+        "sts",
+        value_at(5, "x" * 500),
+        ":5: '{lines[4]:.80}'; expected 'id , a finite number'",  # cut to 80 characters
+    ),
     "a long header": (
         "sst",
         lambda lines: ["id \t " + "x" * 500, *lines[1:]],
@@ -272,6 +280,19 @@ def test_a_file_in_two_folders_is_graded_by_its_shorter_path(gold, tmp_path):
     ) in results["output"]
 
 
+def test_a_folders_name_reaches_the_output_as_text_in_valid_unicode(gold, tmp_path):
+    """A folder named in HTML with undecodable bytes: shown as text, its bytes as escapes."""
+    submission = perfect(tmp_path, gold)
+    odd = submission / os.fsdecode(b"<b>old\xff") / "sst-test-output.csv"
+    odd.parent.mkdir()
+    shutil.copy(submission / "predictions" / "sst-test-output.csv", odd)
+    out = tmp_path / "results.json"
+    lb.main(["score", "--submission", str(submission), "--gold", str(gold), "--results", str(out)])
+    results = json.loads(out.read_bytes().decode("utf-8", errors="strict"))
+    assert results["output_format"] == results["test_output_format"] == "text"
+    assert "<b>old\\udcff/sst-test-output.csv" in results["output"]
+
+
 def test_a_link_out_of_the_submission_is_not_read(gold, tmp_path):
     """A link to the gold file would show its lines in the output: it is not graded."""
     submission = perfect(tmp_path / "submission", gold)
@@ -315,6 +336,11 @@ BAD_GOLD = {
         lambda lines: [lines[0].replace("is_duplicate", "label"), *lines[1:]],
         ":1: header ['', 'id', 'sentence1', 'sentence2', 'label']; expected the dev file's, "
         "with 'id' and 'is_duplicate'",
+    ),
+    "a line too long": (
+        "sts-test.csv",
+        lambda lines: set_field(lines, 3, "sentence1", "x" * 100_001),
+        ":3: a line over 100,000 characters; expected a row",
     ),
     "missing file": ("sts-test.csv", None, ": no such file; expected the STS test set with its"),
 }

@@ -102,6 +102,17 @@ VARIANTS = {
             ],
         )
     ],
+    "auc": [  # a library's ranks, as the given average_ranks ranks: not the answer itself
+        (
+            "scipy.stats.rankdata for the ranks",
+            [
+                (
+                    "ranks = average_ranks(scores)",
+                    "from scipy.stats import rankdata\n\n    ranks = rankdata(scores)",
+                )
+            ],
+        )
+    ],
     "symmetric_kl": [
         (
             "mt-dnn's SymKlCriterion: F.kl_div",
@@ -295,6 +306,16 @@ VARIANTS = {
             ],
         ),
         (
+            "zero token types given to BERT, made by new_zeros in int32",
+            [
+                (
+                    'return self.bert(input_ids, attention_mask)["pooler_output"]  # (B, H)',
+                    "types = input_ids.new_zeros(input_ids.shape, dtype=torch.int32)\n"
+                    '        return self.bert(input_ids, attention_mask, types)["pooler_output"]',
+                ),
+            ],
+        ),
+        (
             "the SST head by F.linear",
             [
                 (
@@ -322,7 +343,16 @@ VARIANTS = {
                     "torch.autograd.backward(rt.scaler.scale(part))",
                 )
             ],
-        )
+        ),
+        (
+            "a step that asks whether there is a loss scaler",
+            [
+                (
+                    "rt.scaler.scale(part).backward()",
+                    "(rt.scaler.scale(part) if rt.scaler.is_enabled() else part).backward()",
+                )
+            ],
+        ),
     ],
     "momentum_teacher": [
         (
