@@ -250,7 +250,12 @@ def pack(folder: Path) -> int:
     if missing := [n for n in names if not (source / n).is_file()]:
         raise SystemExit(f"--pack: {source} has no {', '.join(missing)} (`make data` gets them)")
     listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
-    for name in subprocess.run(listed, cwd=ROOT, capture_output=True, text=True).stdout.split():
+    files = subprocess.run(listed, cwd=ROOT, capture_output=True, text=True)
+    if files.returncode != 0 or not files.stdout.split():
+        raise SystemExit(
+            f"--pack copies the files git lists, and {ROOT} is no clone: pack from one"
+        )
+    for name in files.stdout.split():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, folder / name)
     (folder / "COMMIT").write_text(commit() + "\n")

@@ -68,9 +68,16 @@ def test_a_demo_that_gains_too_little_or_drifts_from_float32_fails(tmp_path):
     assert gpu_check.check_demos(steps, cuda=False) == []  # the dry run checks no scores
 
 
-def test_a_pack_without_the_data_stops_before_writing_anything(tmp_path, monkeypatch):
+def test_a_pack_without_the_data_or_a_clone_stops_before_writing_anything(
+    tmp_path, monkeypatch, data_dir
+):
     monkeypatch.setenv("MINBERT_DATA", str(tmp_path / "empty"))
     with pytest.raises(SystemExit, match=r"has no ids-sst-train.csv, .*`make data`"):
+        gpu_check.pack(tmp_path / "pack")
+    assert not (tmp_path / "pack").exists()
+    monkeypatch.setenv("MINBERT_DATA", str(data_dir))
+    monkeypatch.setattr(gpu_check, "ROOT", tmp_path)  # a tree that is no clone
+    with pytest.raises(SystemExit, match=r"copies the files git lists, and .* is no clone"):
         gpu_check.pack(tmp_path / "pack")
     assert not (tmp_path / "pack").exists()
 
