@@ -1,5 +1,6 @@
 """The checks of the project's own exercises (beyond the handout's BERT and multitask model):
-the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics.
+the tokenizer, pooling, the pair head, SMART, SimCSE, PCGrad, distillation and two metrics
+(SentenceBERT's heads: grader/multitask_checks.py).
 The same harness and helpers as checks.py; references.py answers what no library does."""
 
 import math
@@ -21,12 +22,10 @@ from ascent import (
 from checks import ADAM, R, adamw_parts
 from harness import cached, check, part, student
 from setups import (
-    P_DROP,
     as_run,
     f64,
     gen,
     grads,
-    logits_in_training,
     seeded_heads,
     tiny_multitask,
 )
@@ -143,87 +142,6 @@ def pair_head():
         )
 
     yield from as_run("logits", run, out)
-
-
-@check(1e-6)
-def sbert():
-    """SentenceBERT's SST and STS heads (`readout`): the STS score, the cosine of u and v
-    stretched onto 0-5, and its gradients; identical sentences score 5; the SST head's
-    logits (dropout, then the head) and their gradients in eval, their statistics over 4,000
-    draws in training; the STS head in training (the cosine after the given dropout)."""
-    u, v = torch.randn(2, 4, 32, generator=gen(3)).requires_grad_().unbind(0)
-    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-    w = torch.randn(4, generator=gen(4))
-
-    def mine():
-        model = tiny_multitask(("sst", "para", "sts")).eval()
-        score = model.readout("sts", pair, torch.cat([u, v]))
-        return score, grads(score, (u, v), w), model.readout("sts", pair, torch.cat([u, u]))
-
-    score, score_grads, same = student(mine)
-    yield part("the STS head's score", score, lambda: D.sts_score(u, v))
-    expected = lambda: grads(D.sts_score(u, v), (u, v), w)  # noqa: E731
-    yield part("the STS score's gradients of u and v", score_grads, expected)
-    yield part("the STS score of identical sentences", same, lambda: torch.full((4,), 5.0))
-
-    def run(dtype, device):
-        model = tiny_multitask(("sst", "para", "sts")).eval().to(dtype=dtype, device=device)
-        return model.readout("sts", pair, torch.cat([u, v]).detach().to(dtype=dtype, device=device))
-
-    yield from as_run("the STS score", run, score)
-    yield from sst_readout()
-    yield from sts_in_training()
-
-
-def sts_in_training():
-    """SentenceBERT.readout of siamese STS pairs in training: the cosine of u and v after
-    the given dropout, so two draws differ (of the sentences before it, they would not)."""
-    u, v = torch.randn(2, 4, 32, generator=gen(3)).unbind(0)
-    pair = {"input_ids": torch.zeros(2, 4, 5, dtype=torch.long)}  # (2, B, T): siamese pairs
-
-    def mine():
-        model = tiny_multitask(("sst", "para", "sts")).train()
-        draws = []
-        for seed in (1, 2):
-            torch.manual_seed(seed)
-            draws.append(model.readout("sts", pair, torch.cat([u, v])).detach())
-        return draws
-
-    a, b = student(mine)
-    same_shape = torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape
-    differ = float(same_shape and not torch.equal(a, b))
-    label = "the STS head in training: the cosine of u and v after dropout (two draws differ)"
-    yield part(label, differ, 1.0)
-
-
-def sst_readout():
-    """SentenceBERT.readout of one sentence: dropout on the pooled sentences, then SST's
-    head; its logits and gradients in eval, their statistics in training."""
-    head, n = seeded_heads(("sst",))["sst"], 4000
-    z = torch.randn(3, 32, generator=gen(0)).requires_grad_()
-    single = {"input_ids": torch.zeros(3, 7, dtype=torch.long)}  # (B, T): one sentence each
-    w = torch.randn(3, 5, generator=gen(4))
-
-    def mine():
-        model = tiny_multitask(("sst",), P_DROP, {"sst": head}).eval()
-        logits = model.readout("sst", single, z)
-        got = {"logits": logits}
-        if logits.shape == w.shape:  # else its logits' part fails
-            got["gradients"] = grads(logits, [z, *model.heads["sst"].parameters()], w)
-        torch.manual_seed(0)
-        many = {"input_ids": torch.zeros(3 * n, 7)}
-        got["draws"] = model.train().readout("sst", many, z.detach().repeat(n, 1)).detach()
-        return got
-
-    got = student(mine)
-    yield part("the SST head's logits", got["logits"], lambda: D.sentiment_logits(z, head))
-    if "gradients" in got:
-        ins = [z, *head.parameters()]
-        expected = lambda: grads(D.sentiment_logits(z, head), ins, w)  # noqa: E731
-        yield part(
-            "the SST head: gradients of the sentences and the head", got["gradients"], expected
-        )
-    yield from logits_in_training(got["draws"], head, z.detach(), n, "the SST head in training")
 
 
 @check(1e-9)

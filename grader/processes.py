@@ -210,8 +210,13 @@ def remove_files_of(uid: int) -> None:
     """What the student's user left where any user may write (memory-backed /dev/shm
     among them): removed, so nothing of a grade outlives it."""
     for folder in map(Path, dict.fromkeys(SHARED)):
-        with contextlib.suppress(OSError):
-            for entry in [e for e in folder.iterdir() if e.lstat().st_uid == uid]:
+        entries = []
+        with contextlib.suppress(OSError):  # a folder this machine lacks (macOS: /dev/shm)
+            entries = list(folder.iterdir())
+        for entry in entries:
+            with contextlib.suppress(OSError):  # one gone meanwhile: the rest still go
+                if entry.lstat().st_uid != uid:
+                    continue
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
