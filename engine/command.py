@@ -8,13 +8,15 @@ sizes under --scale, and the rules that keep a typed flag from being replaced wi
 word.
 """
 
+import io
 import json
 import random
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, redirect_stderr, redirect_stdout
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +27,13 @@ import datasets as data
 import multitask_classifier
 import simcse
 import trainer
-from base_bert import read_json_object
-from bert import BertModel
+from base_bert import BertConfig, read_json_object
+from bert import BertLayer, BertModel
 from datasets import CONTRASTIVE
 from engine import checkpoint, checks, flags, handout, outputs
 from engine.checks import check_loading, check_run
 from engine.cli import out_of_memory
-from engine.estimate import estimate_plans, scoring_seconds
+from engine.estimate import estimate_plans, fit_sizes, scoring_seconds
 from engine.flags import ModelConfig, RunConfig, from_dict, refuse
 from engine.handout import MULTITASK_HANDOUT, model_config
 from engine.runfolder import Run, finish, write_prediction_files
@@ -43,6 +45,7 @@ from engine.runtime import (
     compile_layers,
     fast_dropout,
     from_main,
+    layer_times,
     make_runtime,
 )
 from engine.show import show
@@ -150,6 +153,22 @@ def train_multitask(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path,
         finish(model, rows, best, task_data, run, cfg.data.test_predictions, time.time() - t0)
 
 
+def fitted(cfg: RunConfig, plans: dict, rt) -> RunConfig:
+    """--fit_minutes: the config at the sizes engine.estimate.fit_sizes picks here (the main
+    process's), with that line printed; timed on a model of its own, before seeded_data
+    seeds the run, which thus trains as one started at these sizes."""
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):  # said again below
+        task_data = seeded_data(cfg, plans)
+    model = run_model(cfg)().to(rt.device)
+    reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
+    n, d, line = from_main(fit_sizes(cfg, plans.stages(), task_data, model, reference, rt), rt)
+    print(line)
+    sizes = {"train_size": n, "dev_size": d, "fit_minutes": 0.0}
+    if cfg.data.heldout_size:  # as a typed --dev_size shrinks them (settings_of)
+        sizes["heldout_size"] = min(cfg.data.heldout_size, d)
+    return replace(cfg, data=replace(cfg.data, **sizes))
+
+
 def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     """Print each stage's expected minutes and return the whole run's, before any run
     folder exists (--estimate; lab/sweep.py asks it through main): engine.estimate.estimate_plans
@@ -236,13 +255,14 @@ def predict(cfg: RunConfig, run_dir: Path, rt) -> None:
 PROBE_TOKENS = 32  # a CS224n sentence's tokens, padded: auto's precision probe's length
 
 
-def run_runtime(cfg, hidden: int) -> Runtime:
-    """The run's device and precision (runtime.make_runtime); auto on a CPU is measured at
-    the run's shape, its batch of PROBE_TOKENS-token sentences at the checkpoint's width
-    (`hidden`)."""
-    shape = (cfg.optim.batch_size * PROBE_TOKENS, hidden)
+def run_runtime(cfg, config: BertConfig) -> Runtime:
+    """The run's device and precision (runtime.make_runtime); auto on a CPU times bert.py's
+    BertLayer of the checkpoint's `config`, with the run's dropout, on the run's batch of
+    PROBE_TOKENS-token sentences."""
+    shape = (cfg.optim.batch_size, PROBE_TOKENS, config.hidden_size)  # (B, T, H)
+    probe = partial(layer_times, shape, lambda H: fast_dropout(BertLayer(config)))
     device = cfg.device
-    return make_runtime(device.device, device.resolved_precision, device.dist_timeout, shape)
+    return make_runtime(device.device, device.resolved_precision, device.dist_timeout, probe)
 
 
 def main(argv=None):
@@ -254,8 +274,7 @@ def main(argv=None):
         print(f"the handout's starter run: {preset.help} [{preset.source}]")
     else:
         print(f"this project's preset {cfg.preset}: {preset.help} [{preset.source}]")
-    hidden = checks.check_model(cfg).hidden_size  # auto's precision probe runs at its width
-    rt = run_runtime(cfg, hidden)
+    rt = run_runtime(cfg, checks.check_model(cfg))  # auto's precision probe: its layer
     check_loading(cfg, rt.device)
     run_dir = Path(
         from_main(cfg.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}", rt)
@@ -267,6 +286,8 @@ def main(argv=None):
     if folders["score"]:
         return score_untrained(cfg, rt)
     require(plan_files(cfg, plans.stages()))
+    if cfg.data.fit_minutes and not resume:
+        cfg = fitted(cfg, plans, rt)
     if folders["estimate"]:
         return estimate(cfg, plans, rt)
     if not resume:  # a forgotten --resume stops before the data is read
@@ -355,7 +376,8 @@ def settings_of(preset: Preset, typed: dict) -> dict:
     smaller than the preset's held-out pairs shrinks them with it (unless
     --heldout_size is typed too): a small run is scored small. A typed --batch_size is
     SMART stages' batch too, unless --smart_batch_size is typed, and a typed --lr on a
-    frozen encoder is the heads' (--head_lr), unless that is typed: no typed flag is lost."""
+    frozen encoder is the heads' (--head_lr), unless that is typed: no typed flag is lost.
+    A typed --train_size or --dev_size turns --fit_minutes off unless it is typed too."""
     settings = preset.overrides
     if preset.scaled is not None:
         scale = typed.get("schedule.scale", flags.ScheduleConfig.scale)
@@ -364,6 +386,8 @@ def settings_of(preset: Preset, typed: dict) -> dict:
     dev, heldout = typed.get("data.dev_size"), settings.get("data.heldout_size")
     if dev and heldout and "data.heldout_size" not in typed:
         settings = settings | {"data.heldout_size": min(heldout, dev)}
+    if {"data.train_size", "data.dev_size"} & set(typed) and "data.fit_minutes" not in typed:
+        settings = settings | {"data.fit_minutes": 0.0}  # a typed size is the size
     if "optim.batch_size" in typed and "smart.smart_batch_size" not in typed:
         settings = settings | {"smart.smart_batch_size": typed["optim.batch_size"]}
     frozen = typed.get("model.freeze_encoder", settings.get("model.freeze_encoder"))

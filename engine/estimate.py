@@ -1,5 +1,6 @@
 """--estimate: a run's expected minutes on this device and precision, from a few real steps
-of each kind of stage (trainer.train_step), before any run folder is made."""
+of each kind of stage (trainer.train_step), before any run folder is made; --fit_minutes:
+the sizes whose run fits a time, from a few timed steps (fit_sizes)."""
 
 import time
 from dataclasses import replace
@@ -8,6 +9,7 @@ import torch
 
 from datasets import head
 from engine.flags import OptimConfig
+from engine.runtime import to_device
 from presets import Stage
 from smart import EMATeacher
 from trainer import StepContext, prepare, stage_steps, train_step
@@ -74,3 +76,82 @@ def scoring_seconds(task_data: dict, score) -> float:
     whole = sum(len(d.dev) for d in task_data.values() if d.dev)
     per_example = max(0.0, seconds[1] - seconds[0]) / max(1, sizes[1] - sizes[0])
     return seconds[1] + per_example * max(0, whole - sizes[1])
+
+
+FIT_STEPS = 3  # steps of the first stage timed by --fit_minutes
+# never below half the sizes: the demo kept overall 0.7261 at 50% and 0.7062 at 35%, under
+# its 0.72 target (docs/demo.md)
+FIT_FLOOR = 0.5
+
+
+def time_scoring(model, steps, rt) -> float:
+    """Seconds per padded token of scoring (the encoder's forward in eval mode, without
+    gradients) on `steps`' batches, timed on a second pass."""
+    model.eval()
+    with torch.no_grad(), rt.autocast():
+        for step in steps:
+            for _, batch in step:
+                model.sentences(to_device(batch, rt.device))
+        t0 = time.perf_counter()
+        for step in steps:
+            for _, batch in step:
+                model.sentences(to_device(batch, rt.device))
+    model.train()
+    return (time.perf_counter() - t0) / sum(b["input_ids"].numel() for s in steps for _, b in s)
+
+
+def run_tokens(plan, task_data, cfg, n: float, d: float) -> tuple[float, float]:
+    """(training tokens, scored tokens) of `plan`, each task's training set cut to n
+    examples and its dev and held-out sets to d: the padded tokens of the loaded sets'
+    steps, scaled; the dev sets (sorted for scoring: little padding) scored after the start
+    and each epoch, and once more (twice with test predictions) for the kept model's files."""
+    trained = 0.0
+    for k, stage in enumerate(plan):
+        order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
+        steps = stage_steps(task_data, stage, order, cfg.seed)
+        tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
+        sizes = [len(task_data[t].train) for t in stage.tasks if t in task_data]
+        share = sum(min(n, m) for m in sizes) / max(1, sum(sizes))
+        trained += tokens * share * stage.epochs
+    scored = 0.0
+    for data in task_data.values():
+        if data.dev:
+            sides = 1 if data.dev.joint else len(data.dev.input_ids)  # sentences per example
+            scored += sum(data.dev.lengths) * sides * min(d, len(data.dev)) / len(data.dev)
+    passes = 1 + sum(s.epochs for s in plan) + (2 if cfg.data.test_predictions else 1)
+    return trained, scored * passes
+
+
+def fit_sizes(cfg, plan, task_data, model, reference, rt) -> tuple[int, int, str]:
+    """--fit_minutes: (train_size, dev_size, the line saying why) for `plan`, whose data
+    were loaded at the configured sizes: one factor, from 1 down by 0.05 to FIT_FLOOR at
+    most, shrinks both until the run's tokens (run_tokens), at the seconds per token of
+    training and of scoring FIT_STEPS steps of its first stage here, fit the minutes."""
+    data = cfg.data
+    order = torch.Generator().manual_seed(cfg.seed * 1000)
+    steps = list(stage_steps(task_data, plan[0], order, cfg.seed))[:FIT_STEPS]
+    rates = (
+        time_steps(model, cfg.optim, plan[0], steps, reference, rt),
+        time_scoring(model, steps, rt),
+    )
+    n0 = max(len(d.train) for d in task_data.values() if d.train)  # the sizes as loaded
+    d0 = max(len(d.dev) for d in task_data.values() if d.dev)
+
+    def seconds(factor):
+        tokens = run_tokens(plan, task_data, cfg, n0 * factor, d0 * factor)
+        return sum(rate * n for rate, n in zip(rates, tokens, strict=True))
+
+    factor = 1.0
+    while factor > FIT_FLOOR and seconds(factor) > 60 * data.fit_minutes:
+        factor = round(factor - 0.05, 2)
+    n, d = round(n0 * factor), round(d0 * factor)
+    step = rates[0] * sum(b["input_ids"].numel() for s in steps for _, b in s) / len(steps)
+    short = seconds(factor) > 60 * data.fit_minutes  # at the floor, and still too long
+    line = (
+        f"sample: {n:,} training and {d:,} dev examples per task at most ({factor:.0%} of "
+        f"{n0:,} and {d0:,}{', the floor' if short else ''}), for about "
+        f"{seconds(factor) / 60:.1f} minutes of training and scoring here (--fit_minutes "
+        f"{data.fit_minutes:g}; a step of '{plan[0].name}' took {step:.2f} s, {rt.precision}); "
+        f"--train_size {n} --dev_size {d} runs this table again"
+    )
+    return n, d, line

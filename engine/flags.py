@@ -68,6 +68,13 @@ class DataConfig:
         False, "--train_size takes each training file's first rows, not a random sample"
     )
     dev_size: int = option(0, "score this many dev/test examples per task (0: all)", minimum=0)
+    fit_minutes: float = option(
+        0.0,
+        "time a few training steps here first, then shrink --train_size and --dev_size by one "
+        "factor (never grow them) so that training and scoring take about this many minutes; "
+        "the run folder's config keeps the sizes chosen (0: off; a typed size turns it off)",
+        minimum=0,
+    )
     split_dev: bool = option(
         False,
         "also score each half of every dev set (cut by a hash of the ids) after each stage, "

@@ -163,35 +163,56 @@ def native_bf16(device: torch.device) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-PROBE_SHAPE = (1024, 384)  # (tokens, hidden): 32 sentences of 32 tokens through MiniLM's width
+PROBE_SHAPE = (32, 32, 384)  # (B, T, H): 32 sentences of 32 tokens at MiniLM's width
+BF16_WINS = 0.9  # auto takes bf16 on a CPU when its layer step takes at most 90% of float32's
 
 
-def ffn_times(shape=PROBE_SHAPE, repeats: int = 5) -> dict[str, float]:
-    """Seconds of one forward and backward of a BERT layer's feed-forward block on the CPU,
-    (tokens, H) -> 4H -> GELU -> H, in float32 ('fp32') and under bf16 autocast ('bf16'):
-    each the best of `repeats`, the two taken in turns after a warm-up of each, so that the
-    machine's drift touches both alike (well under a second at PROBE_SHAPE)."""
-    tokens, hidden = shape
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(tokens, hidden, generator=g)
-    w1 = (torch.randn(hidden, 4 * hidden, generator=g) / hidden**0.5).requires_grad_()
-    w2 = (torch.randn(4 * hidden, hidden, generator=g) / (4 * hidden) ** 0.5).requires_grad_()
+class StandInLayer(nn.TransformerEncoderLayer):
+    """torch's encoder layer shaped as BERT's (post-LN, heads 64 wide, a 4H feed-forward with
+    exact GELU, dropout 0.1), called as bert.py's BertLayer: (x (B, T, H), additive mask
+    (B, 1, 1, T)). The probe's layer where the caller gives none of its own."""
+
+    def __init__(self, hidden: int):
+        super().__init__(hidden, max(1, hidden // 64), 4 * hidden, 0.1, "gelu", batch_first=True)
+
+    def forward(self, x, mask):
+        return super().forward(x, src_key_padding_mask=mask[:, 0, 0] < 0)  # (B, T): padded
+
+
+def layer_times(shape=PROBE_SHAPE, make_layer=StandInLayer, repeats: int = 5) -> dict:
+    """Seconds of one training forward and backward of an encoder layer (attention,
+    feed-forward, LayerNorm, dropout) on the CPU at shape (B, T, H), half its rows padded to
+    half length, in float32 ('fp32') and under bf16 autocast ('bf16'): each the best of
+    `repeats`, the two taken in turns after a warm-up of each, so that the machine's drift
+    touches both alike. make_layer(H) -> the layer, called as bert.py's BertLayer; the
+    global generators are left as they were."""
+    B, T, H = shape
     times = {"fp32": [], "bf16": []}
-    for _ in range(repeats + 1):
-        for name, times_of in times.items():
-            t0 = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
-                y = F.gelu(x @ w1) @ w2  # (tokens, hidden)
-            y.float().square().mean().backward()
-            times_of.append(time.perf_counter() - t0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layer = make_layer(H).train()
+        x = torch.randn(B, T, H, requires_grad=True)
+        keep = torch.ones(B, T)
+        keep[B // 2 :, T // 2 :] = 0.0
+        mask = (1.0 - keep[:, None, None, :]) * torch.finfo(torch.float32).min  # (B, 1, 1, T)
+        for _ in range(repeats + 1):
+            for name, times_of in times.items():
+                t0 = time.perf_counter()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+                    y = layer(x, mask)  # (B, T, H)
+                y.float().square().mean().backward()
+                times_of.append(time.perf_counter() - t0)
+                layer.zero_grad(set_to_none=True)
+                x.grad = None
     return {name: min(t[1:]) for name, t in times.items()}  # t[0]: the warm-up
 
 
-def pick_precision(device: torch.device, precision: str, measure=ffn_times) -> tuple[str, str]:
-    """('fp32' | 'bf16' | 'fp16', why) for --precision on this device. On a CPU, auto is the
-    faster of float32 and bf16 autocast, measured (`measure() -> {'fp32': seconds, 'bf16':
-    seconds}`), where the CPU has bf16 dot products (elsewhere bf16 is emulated: float32,
-    unmeasured); a GPU with bf16 takes it, one without fp16."""
+def pick_precision(device: torch.device, precision: str, measure=layer_times) -> tuple[str, str]:
+    """('fp32' | 'bf16' | 'fp16', why) for --precision on this device. On a CPU with bf16 dot
+    products, auto measures (`measure() -> {'fp32': seconds, 'bf16': seconds}`) and takes
+    bf16 only when it is faster by the margin BF16_WINS (float32 when the probe cannot run);
+    elsewhere bf16 is emulated: float32, unmeasured. A GPU with bf16 takes it, one without
+    fp16."""
     if precision not in PRECISIONS:
         raise SystemExit(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if precision != "auto":
@@ -202,11 +223,15 @@ def pick_precision(device: torch.device, precision: str, measure=ffn_times) -> t
         return "fp16", "auto: this GPU has no native bf16, so fp16 with a gradient scaler"
     if not native_bf16(device):
         return "fp32", "auto: this CPU has no native bf16 dot products"
-    ms = {p: 1000 * seconds for p, seconds in measure().items()}
-    name = min(ms, key=ms.get)  # a tie keeps bf16: half the bytes
+    try:
+        ms = {p: 1000 * seconds for p, seconds in measure().items()}
+    except Exception as e:  # e.g. an exercise's open body: the run stops where it is used
+        return "fp32", f"auto: float32, unmeasured (the probe's layer raised {type(e).__name__})"
+    name = "bf16" if ms["bf16"] <= BF16_WINS * ms["fp32"] else "fp32"  # a tie keeps float32
     return name, (
-        f"auto: {name} measured faster on this CPU (a layer's feed-forward, forward and "
-        f"backward: bf16 {ms['bf16']:.1f} ms, float32 {ms['fp32']:.1f} ms)"
+        f"auto: {name} on this CPU (an encoder layer's forward and backward: bf16 "
+        f"{ms['bf16']:.1f} ms, float32 {ms['fp32']:.1f} ms; bf16 needs at most "
+        f"{BF16_WINS:.0%} of float32's time)"
     )
 
 
@@ -221,11 +246,11 @@ def compile_layers(bert):
 
 
 def make_runtime(
-    device_arg: str, precision: str = "auto", timeout_minutes=30.0, shape=PROBE_SHAPE
+    device_arg: str, precision: str = "auto", timeout_minutes=30.0, probe=layer_times
 ) -> Runtime:
-    """The device and precision (pick_precision; auto on a CPU measures both at `shape`, the
-    run's (tokens, hidden), and every process takes the main one's pick); under torchrun
-    (WORLD_SIZE > 1) also joins the process group: nccl on GPUs (one per process,
+    """The device and precision (pick_precision; auto on a CPU measures both with `probe`,
+    e.g. layer_times of the run's own layer at its shape, and every process takes the main
+    one's pick); under torchrun (WORLD_SIZE > 1) also joins the process group: nccl on GPUs (one per process,
     LOCAL_RANK), gloo on the CPU; a process that waits for the others longer than
     timeout_minutes stops with an error."""
     device = pick_device(device_arg)
@@ -243,7 +268,7 @@ def make_runtime(
         rank = dist.get_rank()
         if rank != 0:  # the main process prints; the others train alongside, silently
             sys.stdout = open(os.devnull, "w")  # for the rest of the process
-    name, why = pick_precision(device, precision, lambda: ffn_times(shape))
+    name, why = pick_precision(device, precision, probe)
     if world > 1 and precision == "auto":  # every process takes the main one's measurement
         name, why = from_main((name, why), Runtime(device, None, None, rank, world))
     # float16's narrow range needs the loss scaled so small gradients do not underflow

@@ -3,10 +3,12 @@
 Sections (--only): tokenizer (ours vs HF's pure-Python BertTokenizerLegacy, the target,
 and its Rust one); forward (our BertModel vs transformers' with the same weights); train
 (trainer.train_step vs HF's BertModel with our head and torch's AdamW; SMART vs plain);
-precision (bf16 vs float32: the FFN's matmul, the forward, the train step, each step's FLOP
-rate as a share of its matmul rate); compile (compiled layers vs eager); adamw (ours vs
-torch's); memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs float32); padding
-(real / padded tokens, length buckets vs random batches).
+float32 (the demo's QQP step as a run builds it: its FLOP rate against float32 matmuls at
+its shape, and its time by kind of work from torch.profiler); precision (bf16 vs float32:
+auto's probe, the FFN's matmul, the forward, the train step, each step's FLOP rate as a
+share of its matmul rate); compile (compiled layers vs eager); adamw (ours vs torch's);
+memory (a step's peak: ours vs HF, SMART vs plain, bf16 vs float32); padding (real /
+padded tokens, length buckets vs random batches).
 
 Timed at the precision training picks, at the sizes of --model, --batch_sizes and --length.
 Runs are interleaved (A B, B A, ...); a ratio is ours / reference of the medians, of the
@@ -17,6 +19,7 @@ slows both runs of a pair). Misses are reported, never adjusted.
     python -m lab.bench --only train memory --repeats 3
 """
 
+import itertools
 import json
 import statistics
 import sys
@@ -35,8 +38,9 @@ from torch import nn
 
 import batches
 import datasets as data
+import trainer
 from base_bert import BertConfig, ours_to_hf, resolve_model_dir
-from bert import BertModel, mean_pool
+from bert import BertLayer, BertModel, mean_pool
 from engine import cli, flags, runtime
 from engine.command import PROBE_TOKENS
 from engine.flags import OptimConfig, option
@@ -44,7 +48,7 @@ from engine.runtime import (
     AUTOCAST,
     PRECISIONS,
     Runtime,
-    ffn_times,
+    layer_times,
     make_runtime,
     native_bf16,
     pick_precision,
@@ -57,11 +61,12 @@ from lab.timing import (
     markdown,
     passed,
     peak_memory_mib,
+    step_shares,
     time_interleaved,
     timed_row,
 )
 from optimizer import AdamW
-from presets import Stage
+from presets import PRESETS, Stage
 from sbert import SentenceBERT
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
@@ -328,10 +333,11 @@ def bench_precision(ctx: Context) -> list[Row]:
         bert, T = steps["fp32"].args[0].bert, ctx.length
         M, K, N = B * T, bert.config.hidden_size, bert.config.intermediate_size
         if not ctx.cuda:  # what --precision auto decides here, at this batch's shape
-            probe = ffn_times((B * PROBE_TOKENS, K))
+            layer = lambda H, c=bert.config: runtime.fast_dropout(BertLayer(c))  # noqa: E731
+            probe = layer_times((B, PROBE_TOKENS, K), layer)
             _, why = pick_precision(device, "auto", lambda probe=probe: probe)
             ms = {p: 1000 * t for p, t in probe.items()}
-            what = f"auto's probe, feed-forward {B * PROBE_TOKENS}x{K}: bf16 vs float32"
+            what = f"auto's probe, encoder layer {B}x{PROBE_TOKENS}x{K}: bf16 vs float32"
             rows.append(Row(what, "ms", ms["bf16"], ms["fp32"], ms["bf16"] / ms["fp32"], note=why))
         g = torch.Generator().manual_seed(0)
         a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
@@ -351,6 +357,67 @@ def bench_precision(ctx: Context) -> list[Row]:
             note = f"{rate / 1e9:,.0f} GFLOP/s of {flops / 1e9:,.1f} GFLOP a step"
             share = f"train step {B}x{T} {p}: FLOP rate / {p} matmul rate"
             rows.append(Row(share, "", rate / rates[p], target=target, note=note))
+    return rows
+
+
+def demo_qqp_steps(ctx: Context):
+    """The demo's model in float32 on the CPU, its first stage (one QQP epoch) and that
+    stage's steps as the run draws them: (model, stage, step context, iterator of steps)."""
+    from engine import command  # the run's own construction
+
+    if ctx.cuda or ctx.model == RANDOM_BASE:
+        raise Skip("the demo's step: a checkpoint (--model) on the CPU")
+    argv = ["--preset", "demo", "--precision", "fp32", "--bert", ctx.model]
+    try:
+        cfg, _ = command.parse_args([*argv, "--data_dir", str(ctx.data_dir)])
+    except SystemExit as e:  # no data, or a checkpoint the demo cannot run
+        raise Skip(f"the demo's step: {e}") from None
+    plans = PRESETS[cfg.preset].plans_of(cfg)
+    task_data = command.seeded_data(cfg, plans)
+    model = command.run_model(cfg)().train()
+    reference = trainer.frozen_copy(model) if cfg.optim.distill or cfg.optim.l2sp else None
+    rt = Runtime(ctx.rt.device, None, torch.amp.GradScaler("cpu", enabled=False))
+    step = StepContext(rt, cfg.optim, reference=reference)
+    stage = plans.stages()[0]  # the demo's one QQP epoch
+    steps = trainer.stage_steps(task_data, stage, torch.Generator().manual_seed(0), cfg.seed)
+    return model, stage, step, itertools.cycle(steps)  # a small data set's steps again
+
+
+def bench_float32(ctx: Context) -> list[Row]:
+    """The demo's QQP step in float32, what every CPU without bf16 trains in: its FLOP rate
+    against float32 matmuls at its shape over `repeats` steps, then its time by kind of work
+    over as many more, profiled (torch.profiler; timing.step_shares)."""
+    model, stage, step, steps = demo_qqp_steps(ctx)
+    optimizer = model.configure_optimizers(OptimConfig(stage.lr))
+    config, g = model.bert.config, torch.Generator().manual_seed(0)
+
+    def timed() -> tuple[float, float, int, int]:  # seconds drawing, seconds in all, N, T
+        t0 = time.perf_counter()
+        step_batches = next(steps)
+        t1 = time.perf_counter()
+        train_step(model, optimizer, stage, step_batches, step, g)
+        N, T = step_batches[0][1]["input_ids"].flatten(0, -2).shape  # the padded sentences
+        return t1 - t0, time.perf_counter() - t0, N, T
+
+    for _ in range(ctx.warmup):
+        timed()
+    runs = [timed() for _ in range(ctx.repeats)]
+    passes = 4 if step.reference else 3  # forward 1, backward 2; distillation's reference 1
+    flops = sum(train_step_flops(config, N, T) * passes / 3 for _, _, N, T in runs)
+    H, inner, M = config.hidden_size, config.intermediate_size, sum(N * T for *_, N, T in runs)
+    M //= len(runs)
+    a, b = torch.randn(M, H, generator=g), torch.randn(H, inner, generator=g)
+    mm_rate = 2 * M * H * inner / statistics.median(ctx.time({"mm": partial(a.matmul, b)})["mm"])
+    walls = [wall for _, wall, _, _ in runs]
+    rate, what = flops / sum(walls), f"demo QQP step, float32 ({M:,} tokens on average)"
+    note = f"{rate / 1e9:,.0f} GFLOP/s against {mm_rate / 1e9:,.0f} of a {M}x{H}x{inner} matmul"
+    rows = [Row(what, "ms", 1000 * statistics.median(walls), note=f"{len(runs)} steps")]
+    rows.append(Row(f"{what}: FLOP rate / float32 matmul rate", "", rate / mm_rate, note=note))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        runs = [timed() for _ in range(ctx.repeats)]
+    wall_us, data_us = (1e6 * sum(r[i] for r in runs) for i in (1, 0))
+    shares = step_shares(prof.events(), wall_us, data_us)
+    rows += [Row(f"demo QQP step, float32: share in {k}", "", v) for k, v in shares.items()]
     return rows
 
 
@@ -412,7 +479,15 @@ def bench_padding(ctx: Context) -> list[Row]:
     return rows
 
 
-TIMED = (bench_tokenizer, bench_forward, bench_train, bench_precision, bench_compile, bench_adamw)
+TIMED = (
+    bench_tokenizer,
+    bench_forward,
+    bench_train,
+    bench_float32,
+    bench_precision,
+    bench_compile,
+    bench_adamw,
+)
 # memory changes malloc's settings on a CPU, so it comes after every timed section
 SECTIONS = {f.__name__.removeprefix("bench_"): f for f in (*TIMED, bench_memory, bench_padding)}
 

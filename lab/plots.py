@@ -40,7 +40,7 @@ import numpy as np
 
 try:
     from matplotlib.figure import Figure
-except ImportError:  # requirements.txt leaves it out: training never draws
+except ImportError:  # training never draws: a Python with requirements.txt's torch alone
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
 from engine import checkpoint, cli, flags

@@ -164,3 +164,39 @@ def peak_memory_mib(fn: Callable[[], object], device: torch.device) -> float:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident set
     fn()
     return status_mib("VmHWM:") - start
+
+
+KINDS = {  # a profiled op -> the kind of work its self time is (other aten ops: "kernels")
+    "aten::mm": "dense matmuls",
+    "aten::addmm": "dense matmuls",
+    "aten::bmm": "attention",
+    "aten::_softmax": "attention",
+    "aten::_softmax_backward_data": "attention",
+    "aten::random_": "dropout draws",
+    "aten::bernoulli_": "dropout draws",
+}
+OTHER = "elementwise and other kernels"
+REST = "Python and autograd's bookkeeping"
+
+
+def step_shares(events, wall_us: float, data_us: float) -> dict[str, float]:
+    """Shares of profiled steps' wall time (microseconds; data_us: drawing their batches)
+    by kind of work: each aten op's self time by KINDS (OTHER where unnamed), everything
+    under the optimizer's step and zero_grad as "AdamW", the data path, and the rest of
+    the wall time: REST. events: torch.profiler's (name, self_cpu_time_total, cpu_parent)."""
+
+    def in_optimizer(e):
+        while e is not None:
+            if e.name.startswith("Optimizer."):
+                return True
+            e = e.cpu_parent
+        return False
+
+    shares = dict.fromkeys([*dict.fromkeys(KINDS.values()), OTHER, "AdamW"], 0.0)
+    for e in events:
+        kind = "AdamW" if in_optimizer(e) else KINDS.get(e.name, OTHER)
+        if kind == "AdamW" or e.name.startswith("aten::"):
+            shares[kind] += e.self_cpu_time_total
+    shares["the data path"] = data_us
+    shares[REST] = wall_us - sum(shares.values())
+    return {k: v / wall_us for k, v in shares.items()}

@@ -369,3 +369,30 @@ def test_nan_in_is_nan_out_wherever_it_sits():
     ]
     gap = outputs.selection_gap(halves)
     assert np.isnan(gap["chosen"]) and np.isnan(gap["gap"])
+
+
+def test_pair_scores_sort_by_length_and_return_each_pair_in_its_place(tiny_env):
+    """Batches are cut from the pairs sorted longest first; each pair's score and label
+    still sit at its own index, equal to the pair scored alone (in float64; pair_scores
+    returns float32), for any n and batch size."""
+    from engine.runtime import Runtime
+    from helpers import embeddings, tiny_model_and_data
+
+    model, task_data = tiny_model_and_data(tiny_env)
+    model.double().eval()
+    pairs, rt = task_data["para"].train, Runtime(torch.device("cpu"), None, None)
+    assert len(set(pairs.lengths)) > 1  # the order matters here
+    with torch.no_grad():
+        alone = [E.cosine(*embeddings(model, pairs.collate([i]))).item() for i in range(len(pairs))]
+    labels_of = [int(pairs.collate([i])["labels"]) for i in range(len(pairs))]
+    collate, cut = pairs.collate, []
+    pairs.collate = lambda rows: cut.append(list(rows)) or collate(rows)
+    for n, size in ((None, 5), (7, 3), (len(pairs) + 4, 64)):
+        cut.clear()
+        scores, labels = E.pair_scores(model, pairs, rt, size, n)
+        count = min(n or len(pairs), len(pairs))
+        np.testing.assert_allclose(scores, alone[:count], rtol=0, atol=1e-6)  # z.float()
+        assert labels.tolist() == labels_of[:count]
+        seen = [pairs.lengths[i] for rows in cut for i in rows]
+        assert seen == sorted(seen, reverse=True) and len(seen) == count
+        assert [len(rows) for rows in cut[:-1]] == [size] * (len(cut) - 1)
