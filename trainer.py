@@ -283,6 +283,12 @@ def frozen_copy(model):
     return copy.deepcopy(model).requires_grad_(False)
 
 
+def reference_of(model, optim: OptimConfig):
+    """What L2-SP and distillation pull toward: a frozen_copy of the model as it is now,
+    or None when neither is on."""
+    return frozen_copy(model) if optim.l2sp or optim.distill else None
+
+
 def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
     """A contrastive stage's loss on a (K, B, T) batch of sentence tuples (no heads);
     cfg: the stage's SimCSE settings (objective and temperature)."""

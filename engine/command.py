@@ -160,7 +160,7 @@ def fitted(cfg: RunConfig, plans: dict, rt) -> RunConfig:
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):  # said again below
         task_data = seeded_data(cfg, plans)
     model = run_model(cfg)().to(rt.device)
-    reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
+    reference = trainer.reference_of(model, cfg.optim)
     n, d, line = from_main(fit_sizes(cfg, plans.stages(), task_data, model, reference, rt), rt)
     print(line)
     sizes = {"train_size": n, "dev_size": d, "fit_minutes": 0.0}
@@ -175,7 +175,7 @@ def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     times a few real steps of each kind of stage, plus one dev scoring (scoring_seconds)."""
     task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
-    reference = trainer.frozen_copy(model) if cfg.optim.l2sp or cfg.optim.distill else None
+    reference = trainer.reference_of(model, cfg.optim)
     scoring = scoring_seconds(task_data, lambda d: sub_run(cfg, Path(), "", rt).score(model, d))
     return estimate_plans(plans, model, task_data, cfg, reference, rt, scoring)
 

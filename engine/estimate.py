@@ -100,26 +100,31 @@ def time_scoring(model, steps, rt) -> float:
     return (time.perf_counter() - t0) / sum(b["input_ids"].numel() for s in steps for _, b in s)
 
 
-def run_tokens(plan, task_data, cfg, n: float, d: float) -> tuple[float, float]:
-    """(training tokens, scored tokens) of `plan`, each task's training set cut to n
-    examples and its dev and held-out sets to d: the padded tokens of the loaded sets'
-    steps, scaled; the dev sets (sorted for scoring: little padding) scored after the start
-    and each epoch, and once more (twice with test predictions) for the kept model's files."""
-    trained = 0.0
+def run_tokens(plan, task_data, cfg):
+    """tokens(n, d) -> (training tokens, scored tokens) of `plan`, each task's training set
+    cut to n examples and its dev and held-out sets to d: the padded tokens of the loaded
+    sets' steps, counted once here, then scaled; the dev sets (sorted for scoring: little
+    padding) scored after the start and each epoch, and once more (twice with test
+    predictions) for the kept model's files."""
+    stages = []  # (a stage's padded training tokens, its tasks' training set sizes)
     for k, stage in enumerate(plan):
         order = torch.Generator().manual_seed(cfg.seed * 1000 + k)
         steps = stage_steps(task_data, stage, order, cfg.seed)
         tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
         sizes = [len(task_data[t].train) for t in stage.tasks if t in task_data]
-        share = sum(min(n, m) for m in sizes) / max(1, sum(sizes))
-        trained += tokens * share * stage.epochs
-    scored = 0.0
-    for data in task_data.values():
-        if data.dev:
-            sides = 1 if data.dev.joint else len(data.dev.input_ids)  # sentences per example
-            scored += sum(data.dev.lengths) * sides * min(d, len(data.dev)) / len(data.dev)
+        stages.append((tokens * stage.epochs, sizes))  # a contrastive stage's: none, uncut
+    dev = [  # (a dev set's tokens, its size): sentences per example times their lengths
+        (sum(d.dev.lengths) * (1 if d.dev.joint else len(d.dev.input_ids)), len(d.dev))
+        for d in task_data.values()
+        if d.dev
+    ]
     passes = 1 + sum(s.epochs for s in plan) + (2 if cfg.data.test_predictions else 1)
-    return trained, scored * passes
+
+    def tokens(n: float, d: float) -> tuple[float, float]:
+        trained = sum(t * sum(min(n, m) for m in s) / sum(s) if s else t for t, s in stages)
+        return trained, passes * sum(t * min(d, m) / m for t, m in dev)
+
+    return tokens
 
 
 def fit_sizes(cfg, plan, task_data, model, reference, rt) -> tuple[int, int, str]:
@@ -137,8 +142,10 @@ def fit_sizes(cfg, plan, task_data, model, reference, rt) -> tuple[int, int, str
     n0 = max(len(d.train) for d in task_data.values() if d.train)  # the sizes as loaded
     d0 = max(len(d.dev) for d in task_data.values() if d.dev)
 
+    tokens_at = run_tokens(plan, task_data, cfg)
+
     def seconds(factor):
-        tokens = run_tokens(plan, task_data, cfg, n0 * factor, d0 * factor)
+        tokens = tokens_at(n0 * factor, d0 * factor)
         return sum(rate * n for rate, n in zip(rates, tokens, strict=True))
 
     factor = 1.0

@@ -125,7 +125,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     optimizer = model.configure_optimizers(optim)
     # what L2-SP and distillation pull toward: the model as loaded, before a resumed run's
     # checkpoint replaces it
-    reference = trainer.frozen_copy(model) if optim.l2sp or optim.distill else None
+    reference = trainer.reference_of(model, optim)
     ctx = trainer.StepContext(run.rt, optim, reference=reference)
     progress = runfolder.start(model, optimizer, task_data, run)
     same_start(model, run.rt)  # the main process's weights on every process

@@ -375,7 +375,7 @@ def demo_qqp_steps(ctx: Context):
     plans = PRESETS[cfg.preset].plans_of(cfg)
     task_data = command.seeded_data(cfg, plans)
     model = command.run_model(cfg)().train()
-    reference = trainer.frozen_copy(model) if cfg.optim.distill or cfg.optim.l2sp else None
+    reference = trainer.reference_of(model, cfg.optim)
     rt = Runtime(ctx.rt.device, None, torch.amp.GradScaler("cpu", enabled=False))
     step = StepContext(rt, cfg.optim, reference=reference)
     stage = plans.stages()[0]  # the demo's one QQP epoch
@@ -402,7 +402,7 @@ def bench_float32(ctx: Context) -> list[Row]:
     for _ in range(ctx.warmup):
         timed()
     runs = [timed() for _ in range(ctx.repeats)]
-    passes = 4 if step.reference else 3  # forward 1, backward 2; distillation's reference 1
+    passes = 4 if step.optim.distill else 3  # forward 1, backward 2; distillation's reference 1
     flops = sum(train_step_flops(config, N, T) * passes / 3 for _, _, N, T in runs)
     H, inner, M = config.hidden_size, config.intermediate_size, sum(N * T for *_, N, T in runs)
     M //= len(runs)

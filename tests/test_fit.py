@@ -30,7 +30,7 @@ def test_a_slow_machine_gets_a_smaller_sample_that_a_typed_size_runs_again(
     cfg, _ = command.parse_args(tiny_flags(tiny_env, tmp_path / "x", FLAGS))
     plans = command.PRESETS["demo"].plans_of(cfg)
     stages, task_data = plans.stages(), command.seeded_data(cfg, plans)
-    trained, scored = estimate.run_tokens(stages, task_data, cfg, 48, 32)
+    trained, scored = estimate.run_tokens(stages, task_data, cfg)(48, 32)
     per_token["s"] = 1.25 * 60 * cfg.data.fit_minutes / (trained + scored / 2)  # 1.25x the budget
     capsys.readouterr()
     command.main(tiny_flags(tiny_env, tmp_path / "fit", FLAGS))
@@ -41,7 +41,7 @@ def test_a_slow_machine_gets_a_smaller_sample_that_a_typed_size_runs_again(
     assert (n, d) == (round(48 * factor), round(32 * factor)) and "--fit_minutes 10;" in out
 
     def minutes(f):  # the run at factor f, as the fake machine would take it
-        trained, scored = estimate.run_tokens(stages, task_data, cfg, 48 * f, 32 * f)
+        trained, scored = estimate.run_tokens(stages, task_data, cfg)(48 * f, 32 * f)
         return per_token["s"] * (trained + scored / 2) / 60
 
     assert minutes(factor) <= 10 < minutes(factor + 0.05)  # the largest factor that fits

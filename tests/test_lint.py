@@ -35,7 +35,7 @@ def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
     (tmp_path / "engine").mkdir()  # the engine: its modules count apart from the top level
     (tmp_path / "engine" / "flags.py").write_text('"""Flags."""\n\nfrom lab import bench\n')
     (tmp_path / "lab").mkdir()
-    (tmp_path / "lab" / "bench.py").write_text('"""Timings."""\n' + "\n" * 650)
+    (tmp_path / "lab" / "bench.py").write_text('"""Timings."""\n' + "\n" * 620)
     (tmp_path / "lab" / "plots.py").write_text('"""Pictures."""\n\nfrom lab.bench import x\n')
     (tmp_path / "bert.py").write_text('"""BERT."""\n\nfrom lab import plots\n')  # the lab
     (tmp_path / "tests").mkdir()
@@ -51,7 +51,7 @@ def test_lint_names_each_file_function_and_import_over_the_limits(tmp_path):
     HOUSELESS = sorted([*top, "engine/flags.py", "lab/bench.py", "lab/plots.py", "lab/house.py"])
     assert lines == [
         "extra.py:4 long: 70 lines, over 50",
-        "lab/bench.py: 651 lines, over its 650",
+        "lab/bench.py: 621 lines, over its 620",
         "trainer.py: no module docstring naming what it holds",
         "trainer.py:4 step: 9 parameters, over 8",
         "tests/test_big.py: 501 lines, over its 500",
