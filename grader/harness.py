@@ -525,11 +525,7 @@ def student_main(names: list[str]) -> None:
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
     signal.signal(signal.SIGALRM, on_alarm)
-    for library in LIBRARIES_FIRST:  # imported once, not in every fork
-        try:
-            __import__(library)
-        except ModuleNotFoundError:
-            pass  # each check that needs it says so
+    libraries_first()  # imported once, not in every fork
     with open(fd, "w", buffering=1, closefd=True) as out:
         for name in names:
             out.write(json.dumps({"name": name, "start": True}) + "\n")
@@ -552,10 +548,19 @@ LIBRARIES_FIRST = (
 )
 
 
+def libraries_first() -> None:
+    """Import LIBRARIES_FIRST (those missing: each check that needs one says so)."""
+    for library in LIBRARIES_FIRST:
+        with contextlib.suppress(ModuleNotFoundError):
+            __import__(library)
+
+
 def judge_main(names: list[str]) -> None:
-    """The judge's process: read `TOKEN PATH` and then the student's records' file on
-    stdin; judge each name on its records and append its line, with the token, to PATH.
-    No student code runs here: what it imports is the handout's."""
+    """The judge's process: import the references' libraries while the student's side
+    runs, then read `TOKEN PATH` and the student's records' file on stdin; judge each name
+    on its records and append its line, with the token, to PATH. No student code runs
+    here: what it imports is the handout's."""
+    libraries_first()
     token, path = sys.stdin.readline().split(maxsplit=1)
     held = Path(sys.stdin.readline().strip())
     sys.stdin.close()

@@ -36,6 +36,11 @@ from typing import IO
 
 # one check's time limit: grader/harness.py stops a longer one (a TA may set it)
 SECONDS = int(os.environ.get("MINBERT_CHECK_SECONDS", "60"))
+# the memory a grade may take, in MB, where a TA sets it (lab/grade_bench.py sets
+# Gradescope's 768): below BOTH_MB the judge's process starts once the student's has ended,
+# as it does wherever the student's code runs as another user (Gradescope)
+GRADE_MB = float(os.environ.get("MINBERT_GRADE_MB", "inf"))
+BOTH_MB = 1536  # the two processes at once: 830 MB at their peak, 960 flooded (grade_bench)
 DEADLINE = 540  # a whole grade, in seconds: below Gradescope's default of 10 minutes
 JUDGING = 120  # of DEADLINE, kept for the judge's side: the student's stops at 420 s
 RECORDS_MB = 24  # what one exercise's code may hand back, as JSON (the layer's: 12 MB)
@@ -62,14 +67,17 @@ RAISED = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 def grade(root: Path, grader: Path, names: list[str], files: dict, handout=None, user=None):
-    """{name: row}: the student's process in root, then the judge's in `handout` (default
+    """{name: row}: the student's process in root, and the judge's in `handout` (default
     root), with the grader of the folder `grader`; `user`: who runs the student's process
     (None: this process's user). files: {exercise: the files it is written in}. It ends
     within DEADLINE, a row for every exercise."""
     end = time.monotonic() + DEADLINE
-    with tempfile.TemporaryDirectory() as held:  # each exercise's records, a file each
+    with (
+        tempfile.TemporaryDirectory() as held,  # each exercise's records, a file each
+        judge_side(handout or root, grader, names, Path(held), end, at_once(user)) as verdicts,
+    ):
         student_side(root, grader, names, files, user, Path(held), end - JUDGING)
-        return judge_side(handout or root, grader, names, Path(held), end)
+        return verdicts()
 
 
 def student_side(root: Path, grader: Path, names, files: dict, user, out: Path, end: float):
@@ -361,27 +369,58 @@ def drained(read: int, pid: int, deadline: float) -> tuple[bytes, str]:
     return b"".join(chunks), why
 
 
-def judge_side(handout: Path, grader: Path, names, held: Path, end: float) -> dict:
-    """{name: row} from the judge's process (grader/sides.py --judge) run in the handout,
-    on the student's records (student_side's folder `held`), until `end` at most."""
-    rows = {}
+def at_once(user: str | None) -> bool:
+    """Whether the judge's process starts with the student's (judge_side's `early`)."""
+    return user is None and GRADE_MB >= BOTH_MB
+
+
+@contextlib.contextmanager
+def judge_side(handout: Path, grader: Path, names, held: Path, end: float, early: bool):
+    """The judge's process (grader/sides.py --judge) run in the handout. Yields verdicts():
+    {name: row} judged on the records in `held` once the student's side has written them,
+    until `end` at most. early: the process starts now and imports its libraries while the
+    student's side runs (a grade 10 s shorter on two cores), where memory allows both
+    (at_once). The process is stopped on the way out."""
     with tempfile.TemporaryDirectory() as tmp:
         token, results = secrets.token_hex(16), Path(tmp) / "results.jsonl"
         env = os.environ | {"PYTHONPATH": os.pathsep.join([str(grader), str(handout)])}
+        argv = [sys.executable, str(grader / SIDES), "--judge", *names]
+        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        started = []
+
+        def judge():  # the process, started at the first call
+            if not started:
+                started.append(subprocess.Popen(argv, cwd=handout, env=env, text=True, **pipes))
+            return started[0]
+
+        if early:
+            judge()
+
+        def verdicts() -> dict:
+            proc = judge()
+            try:
+                _, err = proc.communicate(
+                    f"{token} {results}\n{held}\n", timeout=max(1.0, end - time.monotonic())
+                )
+                why = (err.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"])[0]
+            except subprocess.TimeoutExpired:
+                why = "timed out"
+            lines = results.read_text().splitlines() if results.exists() else []
+            return rows_of(lines, token, names, why)
+
         try:
-            done = subprocess.run(
-                [sys.executable, str(grader / SIDES), "--judge", *names],
-                cwd=handout,
-                env=env,
-                input=f"{token} {results}\n{held}\n",
-                capture_output=True,
-                text=True,
-                timeout=max(1.0, end - time.monotonic()),
-            )
-            why = (done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"])[0]
-        except subprocess.TimeoutExpired:
-            why = "timed out"
-        lines = results.read_text().splitlines() if results.exists() else []
+            yield verdicts
+        finally:
+            for proc in started:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate()
+
+
+def rows_of(lines: list[str], token: str, names, why: str) -> dict:
+    """{name: row} of the judge's lines that carry its token; a grader row saying `why`
+    for each name it left."""
+    rows = {}
     for row in map(json.loads, lines):
         if row.pop("token", None) == token:
             rows[row["name"]] = row

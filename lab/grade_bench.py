@@ -11,6 +11,7 @@ whole grade's deadline (grader/processes.py DEADLINE).
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,8 @@ def pss_mb(pid: int) -> float:
 def measured(command: list[str], cwd: Path) -> tuple[float, float, int]:
     """(seconds, peak MB summed over the command's processes, its exit code)."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL)
+    env = os.environ | {"MINBERT_GRADE_MB": str(MEMORY_MB)}  # as Gradescope: one at a time
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
     peak, done = [0.0], threading.Event()
 
     def sample():

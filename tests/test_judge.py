@@ -47,6 +47,43 @@ def test_past_the_grades_deadline_the_rest_is_charged_not_waited_on(monkeypatch)
     assert {n: rows[n]["result"] for n in names} == dict.fromkeys(names, "grader")
 
 
+def judges_running() -> list[str]:
+    """The command lines of this process's children that are a grade's judge."""
+    lines = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            line = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == os.getpid() and "--judge" in line:
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_judge_starts_beside_the_student_only_where_memory_allows(monkeypatch):
+    """A local grade starts its judge with the student's side (it imports meanwhile); one
+    whose memory is Gradescope's (MINBERT_GRADE_MB=768) or whose student's code runs as
+    another user starts it after, and both grade alike."""
+    seen, student_side = [], processes.student_side
+
+    def watched(*args):
+        seen.append(judges_running())
+        return student_side(*args)
+
+    monkeypatch.setattr(processes, "student_side", watched)
+    names = ["pearson", "auc"]
+    files = {n: ["evaluation.py"] for n in names}
+    rows = [processes.grade(REPO, REPO / "grader", names, files)]
+    monkeypatch.setattr(processes, "GRADE_MB", 768.0)
+    rows.append(processes.grade(REPO, REPO / "grader", names, files))
+    assert [len(judges) for judges in seen] == [1, 0]
+    assert "--judge pearson auc" in seen[0][0]
+    assert [{n: r[n]["result"] for n in names} for r in rows] == [dict.fromkeys(names, "pass")] * 2
+    assert not processes.at_once("minbert-student")
+
+
 def test_what_the_student_hands_back_is_data():
     """Values through JSON and back: every dtype, a meta tensor's shape, requires_grad,
     lists and dicts; a record the grader cannot read is the student's error, never the

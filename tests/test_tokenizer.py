@@ -120,9 +120,15 @@ def assert_same_in_packs(ours, fast, texts, sep, group):
 # ---- the project's data, against the Rust tokenizer ----------------------------------------
 
 
+SLOW_FILES = ("snli", "-train")  # SNLI and every train file: make test's, not make check's
+
+
 @pytest.mark.parametrize(
     "file_name",
-    [pytest.param(f, marks=pytest.mark.slow) if f.startswith("snli") else f for f in DATA_FILES],
+    [
+        pytest.param(f, marks=pytest.mark.slow) if any(s in f for s in SLOW_FILES) else f
+        for f in DATA_FILES
+    ],
 )
 def test_matches_hf_on_data(file_name, ours, fast):
     """Every distinct sentence, untruncated (eight to a text, see assert_same_in_packs). Pairs truncated to 16 tokens (odd budget 13, to
