@@ -45,7 +45,7 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 test: dev
 	$(PY) -m pytest -n auto --dist worksteal
 
-# A student's edit loop, a minute or two (docs/tests.md): the lesson's tests (model, tokenizer, AdamW, losses,
+# A student's edit loop, about a minute (docs/tests.md): the lesson's tests (model, tokenizer, AdamW, losses,
 # SMART, SimCSE, metrics; not the slow end-to-end ones), sanity_check.py, the exercises.
 # A student's copy has no test files (only tests/reference/): there it runs the other two.
 LESSON_TESTS := $(wildcard $(addprefix tests/test_,bert.py tokenizer.py optimizer.py \
