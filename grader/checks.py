@@ -9,7 +9,6 @@ is graded, so each exercise passes or fails on its own body. Nothing here import
 exercise's module before its check runs: an open exercise stops only its own check.
 """
 
-import copy
 import functools
 
 import torch
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import definitions as D
-from harness import Part, check, part, references, student
+from harness import Part, cached, check, judging, part, references, student
 from setups import (
     P_DROP,
     additive,
@@ -28,17 +27,15 @@ from setups import (
     first_steps,
     gen,
     grads,
-    hf_attention_in,
     logits_in_training,
-    ours_like,
     padded,
     second_tensor_first_step,
     seeded_heads,
     stand_in_classifier,
     stand_in_table,
-    tiny_hf,
     tiny_self_attention,
 )
+from tiny_bert import attention_in, ours_like, tiny_hf, tiny_weights
 
 R = references()
 
@@ -138,63 +135,63 @@ def self_attention():
     """BertSelfAttention (queries, keys and values projected and split into heads by the
     given transform, attended, merged back) against Hugging Face's BertSelfAttention with
     the same weights, padded rows aside."""
-    hf = tiny_hf()
-    theirs = hf.encoder.layer[0].attention.self
+    weights = tiny_weights()
     _, _, keep = padded()
     x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
     w = torch.randn(3, 7, 32, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
 
     def mine():
-        ours = ours_like(hf).bert_layers[0].self_attention
+        ours = ours_like(weights).bert_layers[0].self_attention
         ours.kind = "manual"
         out = ours(x, additive(keep, f64))
         shaped = torch.is_tensor(out) and out.shape == w.shape  # else the output's part fails
         return out, grads(out, x, w) if shaped else None
 
     out, got = student(mine)
-    ref = theirs(x, attention_mask=additive(keep, f64))[0]
+    theirs = cached(  # the judge's: Hugging Face's attention of the same weights
+        lambda: tiny_hf(weights).encoder.layer[0].attention.self(x, additive(keep, f64))[0]
+    )
     rows = keep.bool()
-    if torch.is_tensor(out) and out.shape == ref.shape:
-        yield part("BertSelfAttention's output", out[rows], lambda: ref[rows])
+    if torch.is_tensor(out) and out.shape == w.shape:
+        yield part("BertSelfAttention's output", out[rows], lambda: theirs()[rows])
     else:
-        yield part("BertSelfAttention's output (B, T, H)", out, lambda: ref)
-    yield part("BertSelfAttention's input gradient", got, lambda: grads(ref, x, w))
+        yield part("BertSelfAttention's output (B, T, H)", out, theirs)
+    yield part("BertSelfAttention's input gradient", got, lambda: grads(theirs(), x, w))
 
 
-def tiny_layer(hf):
-    """bert.py's BertLayer 0 with hf's weights (the student's side), Hugging Face's
-    attention standing in for the attention exercise."""
-    ours = ours_like(hf)
-    hf_attention_in(ours, hf)
+def tiny_layer(weights):
+    """bert.py's BertLayer 0 holding `weights` (the student's side), StandInAttention
+    answering for the attention exercise."""
+    ours = ours_like(weights)
+    attention_in(ours, weights)
     return ours.bert_layers[0]
 
 
-def hooked_reference(theirs, x, keep):
-    """Hugging Face's layer output on x, and what its sublayers handed on: `a`, the
-    attention's close (the feed-forward's input), `hf`, the feed-forward's activation."""
-    seen = {}
+def hooked_reference(weights, x, keep):
+    """Hugging Face's layer 0 of `weights` (the judge's side), its output on x, and what its
+    sublayers handed on: `a`, the attention's close (the feed-forward's input), `hf`, the
+    feed-forward's activation."""
+    theirs, seen = tiny_hf(weights).encoder.layer[0], {}
     theirs.output.dense.register_forward_pre_hook(lambda m, a: seen.update(hf=a[0]))
     theirs.intermediate.dense.register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
     ref = theirs(x, attention_mask=additive(keep, f64))
-    return (ref[0] if isinstance(ref, tuple) else ref), seen
+    return theirs, (ref[0] if isinstance(ref, tuple) else ref), seen
 
 
 @check(1e-9, stands_in=("attention",))
 def layer():
     """BertLayer (add_norm, forward) against Hugging Face's BertLayer with the same weights,
     values and gradients, its feed-forward's exact GELU at inputs where tanh's differs; in
-    training, add_norm's dropout on the dense output before the residual. Hugging Face's
-    attention stands in for the attention exercise."""
-    hf = tiny_hf()
-    theirs = hf.encoder.layer[0]
-    with torch.no_grad():  # pre-activations of a few units: where the two GELUs differ
-        theirs.intermediate.dense.weight.mul_(20)
+    training, add_norm's dropout on the dense output before the residual. The attention
+    exercise's stand-in (StandInAttention) answers for it."""
+    weights = tiny_weights()  # pre-activations of a few units: where the two GELUs differ
+    weights["encoder.layer.0.intermediate.dense.weight"].mul_(20)
     _, _, keep = padded()
     x = torch.randn(3, 7, 32, generator=gen(1), dtype=f64).requires_grad_()
     w = torch.randn(3, 7, 32, generator=gen(2), dtype=f64) * keep[..., None]  # padding unread
 
     def mine():
-        layer, seen = tiny_layer(hf), {}
+        layer, seen = tiny_layer(weights), {}
         layer.attention_layer_norm.register_forward_hook(lambda m, a, o: seen.update(ln=o))
         layer.interm_dense.register_forward_pre_hook(lambda m, a: seen.update(a=a[0]))
         layer.out_dense.register_forward_pre_hook(lambda m, a: seen.update(ours=a[0]))
@@ -204,66 +201,78 @@ def layer():
         return out, hooked, grads(out, [x, *params], w)
 
     out, (normed, closed, activation), got = student(mine)
-    ref, seen = hooked_reference(theirs, x, keep)
+    found = cached(lambda: hooked_reference(weights, x, keep))  # (layer, output, seen)
     rows = keep.bool()
-    hf_closed = seen["a"][rows]  # the sublayers in order: the attention's close comes first
+    hf_closed = lambda: found()[2]["a"][rows]  # noqa: E731  (the attention's close: first)
     if normed is not None:  # a body calling F.layer_norm on the weights skips the hook
-        yield part("the attention sublayer's add_norm", normed[rows], lambda: hf_closed)
+        yield part("the attention sublayer's add_norm", normed[rows], hf_closed)
     if closed is not None:
-        yield part("the feed-forward's input (interm_dense's)", closed[rows], lambda: hf_closed)
+        yield part("the feed-forward's input (interm_dense's)", closed[rows], hf_closed)
     if activation is not None:  # a body calling F.linear on the weights skips the hook
-        hf_act = seen["hf"][rows]
-        yield part("the feed-forward's activation", activation[rows], lambda: hf_act, tol=1e-6)
-    yield part("output", out[rows], lambda: ref[rows])
-    hf_p = [p for n, p in theirs.named_parameters() if ".self." not in n]
-    yield part("gradients", got, lambda: grads(ref, [x, *hf_p], w))
+        hf_act = lambda: found()[2]["hf"][rows]  # noqa: E731
+        yield part("the feed-forward's activation", activation[rows], hf_act, tol=1e-6)
+    yield part("output", out[rows], lambda: found()[1][rows])
 
-    def run(dtype, device):  # both models moved, the stand-in attention bound anew
-        h = copy.deepcopy(hf).to(dtype=dtype, device=device)
-        o = ours_like(hf).to(dtype=dtype, device=device)
-        hf_attention_in(o, h)
+    def expected():
+        theirs, ref, _ = found()
+        return grads(ref, [x, *(p for n, p in theirs.named_parameters() if ".self." not in n)], w)
+
+    yield part("gradients", got, expected)
+
+    def run(dtype, device):  # the model and its stand-in attention moved together
+        o = ours_like(weights).to(dtype=dtype, device=device)
+        attention_in(o, weights)
         inputs = x.detach().to(dtype=dtype, device=device)
         return o.bert_layers[0](inputs, additive(keep, dtype).to(device))
 
     yield from as_run("output", run, out)
-    yield from add_norm_dropout(hf)
-    yield from layer_in_training(hf, x, keep)
+    yield from add_norm_dropout(weights)
+    yield from layer_in_training(weights, x, keep)
 
 
-def layer_in_training(hf, x, keep, n: int = 1000):
+def layer_in_training(weights, x, keep, n: int = 1000):
     """The layer in training against Hugging Face's over n draws of their dropout, one
     sublayer's dropout at p = P_DROP and the other's off, then the other way: each output's
     mean (in standard errors) and variance (the mean ratio). Any inverted dropout passes
     (nn.Dropout, F.dropout, torch.dropout, a mask by hand); a dropout added, left out or
-    moved does not. The attention's own dropout is off; the sublayers' dense weights are
-    scaled up so that what they add is as large as the residual."""
-    theirs = hf.encoder.layer[0]
-    theirs.attention.self.dropout.p = 0.0  # the stand-in attention both layers share
-    with torch.no_grad():
-        theirs.attention.output.dense.weight.mul_(25), theirs.output.dense.weight.mul_(25)
+    moved does not. The attention's own dropout is off (the stand-in's, Hugging Face's);
+    the sublayers' dense weights are scaled up so that what they add is as large as the
+    residual."""
+    weights = {k: v.clone() for k, v in weights.items()}
+    at = "encoder.layer.0."
+    for name in ("attention.output.dense.weight", "output.dense.weight"):
+        weights[at + name].mul_(25)
     X = x.detach().repeat(n, 1, 1)  # (n * B, T, H)
     mask, rows = additive(keep.repeat(n, 1), f64), keep.bool()
     for i, what in enumerate(("the attention's", "the feed-forward's")):
         p = [P_DROP if k == i else 0.0 for k in range(2)]
-        theirs.attention.output.dropout.p, theirs.output.dropout.p = p
 
         def mine(p=p):
-            layer = tiny_layer(hf)
+            layer = tiny_layer(weights)
             layer.attention_dropout.p, layer.out_dropout.p = p
             torch.manual_seed(0)
             with torch.no_grad():
                 return layer.train()(X, mask).view(n, *x.shape)[:, rows]  # (n, kept, H)
 
-        out = student(mine)
-        with torch.no_grad():
+        def theirs(p=p):  # the judge's: Hugging Face's layer, the same dropouts
+            layer = tiny_hf(weights).encoder.layer[0].train()
+            layer.attention.self.dropout.p = 0.0
+            layer.attention.output.dropout.p, layer.output.dropout.p = p
             torch.manual_seed(1)
-            ref = theirs.train()(X, attention_mask=mask)
-            ref = (ref[0] if isinstance(ref, tuple) else ref).view(n, *x.shape)[:, rows]
-        yield from drawn(out, ref, n, f"training, {what} dropout only")
+            with torch.no_grad():
+                ref = layer(X, attention_mask=mask)
+            return (ref[0] if isinstance(ref, tuple) else ref).view(n, *x.shape)[:, rows]
+
+        yield from drawn(student(mine), cached(theirs), n, f"training, {what} dropout only")
 
 
 def drawn(out, ref, n: int, what: str):
-    """Two layers' outputs over n draws, (n, kept tokens, H): their means and variances."""
+    """Two layers' outputs over n draws, (n, kept tokens, H), the reference's computed by
+    `ref()` (the judge's: the student's side yields nothing here): their means and
+    variances."""
+    if not judging():
+        return
+    ref = ref()
     se = ((out.var(0) + ref.var(0)) / n).sqrt().clamp(min=1e-12)
     z = (out.mean(0) - ref.mean(0)) / se
     yield part(f"{what}: each output's mean, in standard errors", z, torch.zeros_like(z), tol=6.0)
@@ -271,7 +280,7 @@ def drawn(out, ref, n: int, what: str):
     yield part(f"{what}: the outputs' variance / Hugging Face's", ratio, 1.0, tol=0.1)
 
 
-def add_norm_dropout(hf):
+def add_norm_dropout(weights):
     """add_norm in training at p = P_DROP with an identity dense layer and a real LayerNorm
     that only centres each row (eps 1e12, weight 1e6: y - mean(y), to 1e-11), so a body may
     call the modules or F.linear / F.layer_norm with their parameters. The input's first
@@ -286,7 +295,7 @@ def add_norm_dropout(hf):
     x[..., 0] = 0.0
 
     def mine():
-        layer = tiny_layer(hf).train()
+        layer = tiny_layer(weights).train()
         torch.manual_seed(0)
         return layer.add_norm(residual, x, dense, nn.Dropout(P_DROP), norm)
 
@@ -302,13 +311,13 @@ def embeddings():
     against Hugging Face's embeddings with the same weights: token types all 0, as the
     handout's, then a pair's, which the given tk_type_embeds holds while `token_types` does;
     values and gradients; in training, dropout after the LayerNorm."""
-    hf = tiny_hf()
+    weights = tiny_weights()
     ids, types, _ = padded()
     w = torch.randn(3, 7, 32, generator=gen(1), dtype=f64)
     tables = ("word_embedding", "pos_embedding", "tk_type_embedding", "embed_layer_norm")
 
     def mine():
-        ours = ours_like(hf)
+        ours = ours_like(weights)
         out = ours.embed(ids)
         with ours.token_types(types):
             pair = ours.embed(ids)
@@ -318,19 +327,20 @@ def embeddings():
         return out, pair, got, ours.embed(ids), ours.eval().embed(ids[:1]).detach()
 
     out, pair, got, dropped, one = student(mine)
-    ref = hf.embeddings(ids, token_type_ids=torch.zeros_like(ids))
-    yield part("output, token types 0", out, lambda: ref)
-    yield part("a batch of one: (1, T, H)", one, lambda: ref[:1].detach())
-    ref_pair = hf.embeddings(ids, token_type_ids=types)
-    yield part("output, a pair's token types (tk_type_embeds)", pair, lambda: ref_pair)
+    hf = cached(lambda: tiny_hf(weights).embeddings)  # the judge's
+    ref = cached(lambda: hf()(ids, token_type_ids=torch.zeros_like(ids)))
+    yield part("output, token types 0", out, ref)
+    yield part("a batch of one: (1, T, H)", one, lambda: ref()[:1].detach())
+    ref_pair = cached(lambda: hf()(ids, token_type_ids=types))
+    yield part("output, a pair's token types (tk_type_embeds)", pair, ref_pair)
     yield part(
         "gradients of the tables and LayerNorm",
         got,
-        lambda: grads(ref_pair, list(hf.embeddings.parameters()), w),
+        lambda: grads(ref_pair(), list(hf().parameters()), w),
     )
 
     def run(dtype, device):
-        model = ours_like(hf).to(dtype=dtype, device=device)
+        model = ours_like(weights).to(dtype=dtype, device=device)
         return model.embed(ids.to(device))
 
     yield from as_run("output", run, out)

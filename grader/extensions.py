@@ -20,7 +20,7 @@ from ascent import (
     stand_in_divergence,
 )
 from checks import ADAM, R, adamw_parts
-from harness import cached, check, part, student
+from harness import cached, check, judging, part, student
 from setups import (
     as_run,
     f64,
@@ -50,13 +50,10 @@ def wordpiece_texts(vocab: list[str], n: int = 400) -> list[str]:
 def wordpiece():
     """The tokenizer against Hugging Face's BertTokenizer on MiniLM's vocabulary, word by
     word over 421 words (greedy longest match first)."""
-    import transformers
-
     from base_bert import resolve_model_dir
 
     folder = resolve_model_dir("minilm")
-    ref = transformers.BertTokenizer.from_pretrained(str(folder))  # the Rust tokenizers
-    vocab = sorted(ref.vocab, key=ref.vocab.get)  # the file's order, the same on both sides
+    vocab = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()  # the file's order
     words = [w for t in wordpiece_texts(vocab) for w in t.split()]
 
     def mine():
@@ -66,6 +63,11 @@ def wordpiece():
         return [ours.encode_text(w) for w in words]
 
     got = student(mine)
+    if not judging():
+        return  # Hugging Face's tokenizer is the judge's
+    import transformers
+
+    ref = transformers.BertTokenizer.from_pretrained(str(folder))  # the Rust tokenizers
     wrong = [g != ref.encode(w, add_special_tokens=False) for g, w in zip(got, words, strict=True)]
     first = words[wrong.index(True)] if any(wrong) else ""
     label = f"words tokenized otherwise (the first: {first!r})" if first else "words"

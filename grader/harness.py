@@ -167,6 +167,11 @@ class StudentError(Exception):
 SIDE: list = [None]  # the process's side: a Recorder (the student's) or a Replay (the judge's)
 
 
+def judging() -> bool:
+    """Whether this is the judge's process (a check's references are computed there only)."""
+    return isinstance(SIDE[0], Replay)
+
+
 def student(fn: Callable, *args, **kwargs):
     """The student's half of a check: every call into the student's code goes through here.
     In the student's process fn(*args) runs and what it returns is written down; in the
@@ -525,7 +530,7 @@ def student_main(names: list[str]) -> None:
     sys.modules.update({m: stand_in_module(m, why) for m, why in broken.items()})
     torch.set_num_threads(1)  # tiny tensors: one thread is faster
     signal.signal(signal.SIGALRM, on_alarm)
-    libraries_first()  # imported once, not in every fork
+    libraries_first(STUDENT_LIBRARIES)  # imported once, not in every fork
     with open(fd, "w", buffering=1, closefd=True) as out:
         for name in names:
             out.write(json.dumps({"name": name, "start": True}) + "\n")
@@ -539,18 +544,23 @@ def student_main(names: list[str]) -> None:
             out.write(json.dumps({"name": name, "end": True}) + "\n")
 
 
-# what the checks import of the references' libraries (not of the student's copy)
-LIBRARIES_FIRST = (
+# what the checks import of the references' libraries (not of the student's copy), once
+# in each process rather than in every fork: the judge's all of them; the student's those
+# whose functions out_of_reach swaps, and torch._dynamo, which torch.optim.Optimizer's
+# methods import at their first call (3 s a fork); the BERT checks' weights and stand-ins
+# there are torch's alone (tiny_bert.py)
+JUDGE_LIBRARIES = (
     "transformers.models.bert.modeling_bert",
     "transformers.models.bert.tokenization_bert",
     "scipy.stats",
     "sklearn.metrics",
 )
+STUDENT_LIBRARIES = ("scipy.stats", "sklearn.metrics", "torch._dynamo")
 
 
-def libraries_first() -> None:
-    """Import LIBRARIES_FIRST (those missing: each check that needs one says so)."""
-    for library in LIBRARIES_FIRST:
+def libraries_first(libraries: tuple[str, ...]) -> None:
+    """Import these libraries (those missing: each check that needs one says so)."""
+    for library in libraries:
         with contextlib.suppress(ModuleNotFoundError):
             __import__(library)
 
@@ -560,7 +570,7 @@ def judge_main(names: list[str]) -> None:
     runs, then read `TOKEN PATH` and the student's records' file on stdin; judge each name
     on its records and append its line, with the token, to PATH. No student code runs
     here: what it imports is the handout's."""
-    libraries_first()
+    libraries_first(JUDGE_LIBRARIES)
     token, path = sys.stdin.readline().split(maxsplit=1)
     held = Path(sys.stdin.readline().strip())
     sys.stdin.close()

@@ -36,8 +36,8 @@ PREDICT = {"sst": "predict_sentiment", "para": "predict_paraphrase", "sts": "pre
 
 @check(1e-6, stands_in=("attention", "layer", "embeddings"))
 def multitask():
-    """The handout's MultitaskBERT, built by its own __init__ on a tiny real BERT (Hugging
-    Face's, standing in for bert.py's): the three predict_*'s shapes (a pair's one output
+    """The handout's MultitaskBERT, built by its own __init__ on a tiny real encoder
+    (tiny_bert.StandInEncoder, torch's own modules, standing in for bert.py's BertModel): the three predict_*'s shapes (a pair's one output
     each, (B,) or (B, 1)) and dtypes, in float64, float32 and on another device; outputs
     unchanged by more padding, by the batch around an example and by a second call in
     eval; the gradient reaching BERT, along a random direction of every parameter against

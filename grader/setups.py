@@ -13,6 +13,7 @@ from torch import nn
 
 import definitions as D
 from harness import part, student
+from tiny_bert import TinyLoader, tiny_config
 
 f64 = torch.float64
 
@@ -27,35 +28,6 @@ KEPT = 1 / (1 - P_DROP)  # each kept value's scale: 1.6
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def tiny_config(**overrides):
-    """A 2-layer BERT of hidden size 32, small enough to check in milliseconds."""
-    from base_bert import BertConfig
-
-    sizes = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
-    return BertConfig(**sizes, intermediate_size=64, max_position_embeddings=64, **overrides)
-
-
-def tiny_hf():
-    """Hugging Face's BertModel of the tiny config, its random weights seeded, in eval
-    mode: the reference every BERT check builds on both sides."""
-    import transformers
-
-    torch.manual_seed(0)
-    fields = {k: v for k, v in tiny_config().to_dict().items() if k != "attention"}
-    hf = transformers.BertModel(transformers.BertConfig(**fields, attn_implementation="eager"))
-    return hf.double().eval()
-
-
-def ours_like(hf):
-    """bert.py's BertModel with hf's weights, in eval mode (the student's side only)."""
-    from base_bert import hf_to_ours
-    from bert import BertModel
-
-    ours = BertModel(tiny_config()).double()
-    ours.load_state_dict({hf_to_ours(k): v for k, v in hf.state_dict().items() if hf_to_ours(k)})
-    return ours.eval()
 
 
 def padded(B=3, T=7, vocab=100, seed=0):
@@ -161,20 +133,6 @@ def tiny_self_attention(p: float = 0.0):
     return BertSelfAttention(tiny_config(attention_probs_dropout_prob=p)).double().eval()
 
 
-def hf_attention_in(ours, hf, i: int = 0):
-    """Layer i's BertSelfAttention of ours answered by Hugging Face's (same weights): the
-    attention exercise's stand-in while another is graded."""
-    theirs = hf.encoder.layer[i].attention.self
-
-    def forward(hidden_states, attention_mask):
-        if not torch.is_tensor(attention_mask):  # Hugging Face's reads None as no mask
-            kind = type(attention_mask).__name__
-            raise TypeError(f"the attention's mask must be a tensor, got {kind}")
-        return theirs(hidden_states, attention_mask=attention_mask)[0]
-
-    ours.bert_layers[i].self_attention.forward = forward
-
-
 def tiny_multitask(tasks, dropout=0.1, heads=None):
     """sbert.py's SentenceBERT on a tiny BertModel; `heads` ({task: a Linear}) loaded into
     its heads (the student's side only)."""
@@ -188,41 +146,9 @@ def tiny_multitask(tasks, dropout=0.1, heads=None):
     return model
 
 
-class HFBert(nn.Module):
-    """BERT for MultitaskBERT's check: Hugging Face's tiny BertModel behind bert.py's
-    BertModel's interface (forward, embed, encode, config), so a design that calls any of
-    them runs on a real BERT that none of the student's other exercises answer for."""
-
-    def __init__(self):
-        super().__init__()
-        self.hf = tiny_hf().float().train()
-        self.config = tiny_config()
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        return self.encode(self.embed(input_ids, token_type_ids), attention_mask)
-
-    def embed(self, input_ids, token_type_ids=None):
-        return self.hf.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-
-    def encode(self, hidden_states, attention_mask):
-        mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
-        mask = mask if attention_mask is None else attention_mask
-        keep = additive(mask, hidden_states.dtype)  # (B, 1, 1, T): 0 kept, dtype's min padded
-        last = self.hf.encoder(hidden_states, attention_mask=keep).last_hidden_state
-        return {"last_hidden_state": last, "pooler_output": self.hf.pooler(last)}
-
-
-class TinyLoader:
-    """multitask_classifier.py's BertModel while MultitaskBERT's __init__ runs:
-    from_pretrained gives HFBert."""
-
-    def from_pretrained(self, *args, **kwargs):
-        return HFBert()
-
-
 def handout_multitask():
     """multitask_classifier.py's MultitaskBERT built by its own __init__ from the handout's
-    config (hidden_dropout_prob = P_DROP, fine-tuned) on HFBert, all of it seeded; the
+    config (hidden_dropout_prob = P_DROP, fine-tuned) on StandInEncoder, all of it seeded; the
     handout's BERT_HIDDEN_SIZE set to the tiny width, as a run sets it (the student's side
     only)."""
     import multitask_classifier as handout
@@ -232,7 +158,7 @@ def handout_multitask():
     loader, handout.BertModel = handout.BertModel, TinyLoader()
     handout.BERT_HIDDEN_SIZE = hidden
     try:
-        torch.manual_seed(0)  # BERT's weights (tiny_hf seeds them too), then the heads'
+        torch.manual_seed(0)  # the heads' weights (the stand-in seeds its own)
         return handout.MultitaskBERT(config)
     finally:
         handout.BertModel = loader

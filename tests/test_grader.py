@@ -93,13 +93,35 @@ def restore(saved: list[tuple[object, dict]]) -> None:
                 setattr(space, name, value)
 
 
+class NoTransformers:
+    """A finder that refuses transformers: the student's process never imports it."""
+
+    def find_spec(self, fullname, *args):
+        if fullname.split(".")[0] == "transformers":
+            raise ImportError(f"{fullname}: the student's side imports no transformers")
+
+
+@contextmanager
+def without_transformers():
+    """transformers out of reach (its modules hidden, an import of it refused), then back."""
+    hidden = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "transformers"}
+    finder = NoTransformers()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.update(hidden)
+
+
 def grade_here(name: str) -> dict:
     """Both sides of one exercise in this process, as the grader's two processes run them:
-    the student's run, what its body replaced in torch or numpy put back (a fork of its
-    own drops it there), its values through JSON, judged."""
+    the student's run, without transformers, what its body replaced in torch or numpy put
+    back (a fork of its own drops it there), its values through JSON, judged."""
     saved = snapshot()
     try:
-        records = harness.run_student(name)
+        with without_transformers():
+            records = harness.run_student(name)
     finally:
         restore(saved)
     return harness.judged(name, json.loads(json.dumps(records)))

@@ -4,13 +4,12 @@ it through. Each pair is called on the same hostile inputs; both raise, or neith
 tests/slips_*.py holds a slip that only this strictness catches, for each one a body can
 reach."""
 
-import copy
-
 import torch
 
 import ascent  # grader/ is on pytest's path
 import setups
 import smart
+import tiny_bert
 from bert import BertModel, BertSelfAttention
 
 
@@ -81,9 +80,8 @@ def test_the_scalers_and_the_attentions_stand_ins_refuse_what_they_stand_for():
         assert not runs(scaling.unscale_, optimizer)
         scaling.step(optimizer), scaling.update()
         assert runs(scaling.unscale_, optimizer)  # a new step
-    hf = setups.tiny_hf()
-    ours = copy.deepcopy(BertModel(setups.tiny_config())).double()
-    setups.hf_attention_in(ours, hf.double())
+    ours = BertModel(tiny_bert.tiny_config()).double()
+    tiny_bert.attention_in(ours, tiny_bert.tiny_weights())
     stand_in = ours.bert_layers[0].self_attention
     real = BertSelfAttention(setups.tiny_config()).double().eval()
     x, mask = (
