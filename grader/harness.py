@@ -544,21 +544,22 @@ def student_main(names: list[str]) -> None:
             out.write(json.dumps({"name": name, "end": True}) + "\n")
 
 
-# what the checks import of the references' libraries (not of the student's copy), once
-# in each process rather than in every fork: the judge's all of them; the student's those
-# whose functions out_of_reach swaps, and torch._dynamo, which torch.optim.Optimizer's
-# methods import at their first call (3 s a fork); the BERT checks' weights and stand-ins
-# there are torch's alone (tiny_bert.py)
-JUDGE_LIBRARIES = (
-    "transformers.models.bert.modeling_bert",
-    "transformers.models.bert.tokenization_bert",
-    "scipy.stats",
-    "sklearn.metrics",
-)
+# the references' libraries, imported once in each process rather than in every fork or
+# check: the judge's those of the checks it judges (while the student's side runs; one
+# missing here is imported when its check first reads it), the student's those whose
+# functions out_of_reach swaps, and torch._dynamo, which torch.optim.Optimizer's methods
+# import at their first call (3 s a fork); the BERT checks' weights and stand-ins there
+# are torch's alone (tiny_bert.py)
+JUDGE_LIBRARIES = {  # library: the checks whose references it holds
+    "transformers.models.bert.modeling_bert": ("attention", "layer", "embeddings"),
+    "transformers.models.bert.tokenization_bert": ("wordpiece",),
+    "scipy.stats": ("pearson",),
+    "sklearn.metrics": ("auc",),
+}
 STUDENT_LIBRARIES = ("scipy.stats", "sklearn.metrics", "torch._dynamo")
 
 
-def libraries_first(libraries: tuple[str, ...]) -> None:
+def libraries_first(libraries) -> None:
     """Import these libraries (those missing: each check that needs one says so)."""
     for library in libraries:
         with contextlib.suppress(ModuleNotFoundError):
@@ -570,7 +571,7 @@ def judge_main(names: list[str]) -> None:
     runs, then read `TOKEN PATH` and the student's records' file on stdin; judge each name
     on its records and append its line, with the token, to PATH. No student code runs
     here: what it imports is the handout's."""
-    libraries_first(JUDGE_LIBRARIES)
+    libraries_first([lib for lib, used in JUDGE_LIBRARIES.items() if set(used) & set(names)])
     token, path = sys.stdin.readline().split(maxsplit=1)
     held = Path(sys.stdin.readline().strip())
     sys.stdin.close()
