@@ -164,7 +164,7 @@ def run_on(dtype, device, sides):
 # Tiny tasks each head learns, as the handout trains them: ten sentences of SST's five
 # classes; four pairs of sentences a or b then c or d, the paraphrase (a, c) alone, STS's
 # scores the sum of each side's (a: 2.5, c: 2.5). Neither side alone tells them apart.
-LEARN_STEPS, LEARN_LR = 30, 2e-3  # tests/variants.py's worst: r 0.935, cross-entropy 0.35
+LEARN_STEPS, LEARN_LR = 30, 2e-3  # tests/variants.py's worst: r 0.944, cross-entropy 0.43
 # softmax probabilities taken as logits reach at best log(1 + 4 / e) = 0.9 on five classes
 CE_AT_MOST, R_AT_LEAST = 0.7, 0.9
 

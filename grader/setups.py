@@ -13,9 +13,7 @@ from torch import nn
 
 import definitions as D
 from harness import part, student
-from tiny_bert import TinyLoader, tiny_config
-
-f64 = torch.float64
+from tiny_bert import TinyLoader, f64, tiny_config
 
 STEP = ("sst", "para", "sts")  # the multitask step's tasks
 

@@ -89,7 +89,8 @@ class StandInAttention(nn.Module):
 
     def __init__(self, weights: dict, i: int = 0):
         super().__init__()
-        H, self.heads = tiny_config().hidden_size, tiny_config().num_attention_heads
+        c = tiny_config()
+        H, self.heads = c.hidden_size, c.num_attention_heads
         self.projections = nn.ModuleList(nn.Linear(H, H, dtype=f64) for _ in range(3))
         for linear, name in zip(self.projections, ("query", "key", "value"), strict=True):
             at = f"encoder.layer.{i}.attention.self.{name}"
