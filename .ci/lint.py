@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 # presets.py is the one table of every preset and its settings, lab/bench.py the one bench
-# (a section per measurement), engine/flags.py every setting's flag and help: each grows
-# a row, a section or a flag at a time, within these (about 10% above their size)
-LINES = {"presets.py": 640, "lab/bench.py": 620, "engine/flags.py": 650}
+# (a section per measurement): each grows a row or a section at a time, within these
+LINES = {"presets.py": 640, "lab/bench.py": 620}
 LINES_DEFAULT = 650
 LESSON_LINES, LESSON_TOTAL = 500, 5_900  # a top-level module, and all of them: the lesson
 FUNCTION_LINES, PARAMETERS, FMT_SKIPS, README_BYTES = 50, 8, 10, 12_000

@@ -10,7 +10,8 @@ Its core imports no lesson module (make lint checks it):
 The files that build a run from flags out of the lesson's pieces (.ci/lint.py's BUILDERS):
 - command.py: `python multitask_classifier.py`: its flags, a preset under them, the data a
   plan reads, --resume, --predict, --score, --estimate; classify.py: `python
-  classifier.py`, the handout's Part 1; cli.py: one line for a user's slip
+  classifier.py`, the handout's Part 1; cli.py: the command line, flags
+  parsed and one line for a user's slip
 - flags.py: every setting as a dataclass field, its flag, its check; JSON in and out
 - checks.py: what a run's flags cannot do, refused before the run folder is made
 - show.py: `--show`, a preset's settings, tasks and stages; handout.py: the handout's flags

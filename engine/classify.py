@@ -14,7 +14,7 @@ import torch
 import datasets as data
 from base_bert import load_config, resolve_model_dir
 from classifier import BertSentimentClassifier
-from engine import checkpoint, flags
+from engine import checkpoint, cli, flags
 from engine.checks import check_compile
 from engine.command import run_runtime
 from engine.flags import (
@@ -102,7 +102,7 @@ def main(argv=None):
     if typed_2024_full_model_lr(raw):
         print(LR_2024)
     argv = handout_argv(raw, HANDOUT)
-    cfg, _, _ = flags.parse(
+    cfg, _, _ = cli.parse(
         ClassifierConfig(),
         argv,
         "Sentiment classification with a frozen or fine-tuned BERT.",

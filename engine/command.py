@@ -30,7 +30,7 @@ import trainer
 from base_bert import BertConfig, read_json_object
 from bert import BertLayer, BertModel
 from datasets import CONTRASTIVE
-from engine import checkpoint, checks, flags, handout, outputs
+from engine import checkpoint, checks, cli, flags, handout, outputs
 from engine.checks import check_loading, check_run
 from engine.cli import out_of_memory
 from engine.estimate import estimate_plans, fit_sizes, scoring_seconds
@@ -90,7 +90,7 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
     'estimate': True or None})."""
     argv = sys.argv[1:] if argv is None else argv
     argv = handout.handout_argv(argv, MULTITASK_HANDOUT, handout.MULTITASK_DEFAULTS)
-    cfg, typed, folders = flags.parse(
+    cfg, typed, folders = cli.parse(
         RunConfig(),
         argv,
         DESCRIPTION,
@@ -106,7 +106,7 @@ def parse_args(argv=None) -> tuple[RunConfig, dict]:
         saved = load_run_config(folder)
         free = MACHINE | (SCORING if name == "predict" else set())  # sampling is not the model
         cfg = flags.replace_paths(saved, {p: v for p, v in typed.items() if p in free})
-        if changed := flags.changed_flags(saved, typed, free):  # the same ones may stay
+        if changed := cli.changed_flags(saved, typed, free):  # the same ones may stay
             raise SystemExit(f"--{name} {folder}: the run was made otherwise: {changed}")
     check_run(cfg, PRESETS[cfg.preset].plans_of(cfg))  # before any folder is made
     return cfg, folders

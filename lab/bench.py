@@ -24,7 +24,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,7 +41,7 @@ import datasets as data
 import trainer
 from base_bert import BertConfig, ours_to_hf, resolve_model_dir
 from bert import BertLayer, BertModel, mean_pool
-from engine import cli, flags, runtime
+from engine import cli, runtime
 from engine.command import PROBE_TOKENS
 from engine.flags import OptimConfig, option
 from engine.runtime import (
@@ -53,6 +53,7 @@ from engine.runtime import (
     native_bf16,
     pick_precision,
 )
+from lab.measures import padding_efficiency, random_batches, train_step_flops
 from lab.timing import (
     Row,
     Skip,
@@ -198,33 +199,6 @@ def own_step(ctx: Context, B: int, precision=None, model=None, smart=None, compi
     stage = Stage(("sst",), lr=1e-5, batch_size=B, smart=smart or SmartConfig.off())
     optimizer = model.configure_optimizers(OptimConfig(1e-5, foreach_adamw=ctx.cuda))
     return partial(train_step, model, optimizer, stage, [("sst", batch)], step, torch.Generator())
-
-
-def padding_efficiency(batches: Iterable[Sequence[int]]) -> float:
-    """Real / padded tokens when each batch is padded to its longest sequence.
-
-    batches: the sequence lengths of each batch; [[2, 4]] -> 6 / 8 = 0.75.
-    """
-    real = padded = 0
-    for lengths in batches:
-        real, padded = real + sum(lengths), padded + len(lengths) * max(lengths, default=0)
-    if padded == 0:
-        raise ValueError("padding_efficiency: no tokens in the batches")
-    return real / padded
-
-
-def random_batches(n: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
-    """Shuffled indices 0..n-1 cut into batches: a plain DataLoader(shuffle=True)."""
-    order = torch.randperm(n, generator=generator).tolist()
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
-
-
-def train_step_flops(config: BertConfig, B: int, T: int) -> float:
-    """FLOPs of a training step: 6 x non-embedding parameters x tokens (forward 2, backward
-    4 per weight and token) plus attention's two (T x T) products, 12 x layers x B x T^2 x H."""
-    L, H, inter = config.num_hidden_layers, config.hidden_size, config.intermediate_size
-    per_layer = 4 * H * H + 2 * H * inter  # q, k, v, output; the FFN's two (biases aside)
-    return 6 * L * per_layer * B * T + 12 * L * B * T * T * H
 
 
 # ---------------------------------------------------------------------------------------
@@ -516,7 +490,7 @@ class BenchConfig:
 def main(argv=None) -> int:
     import transformers
 
-    args, _, _ = flags.parse(BenchConfig(), argv, __doc__)
+    args, _, _ = cli.parse(BenchConfig(), argv, __doc__)
     rt = make_runtime(args.device, args.precision)  # as training would pick it
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -23,7 +23,7 @@ import torch
 import batches
 import datasets as data
 import evaluation
-from engine import cli, command, flags, runtime
+from engine import cli, command, runtime
 from engine.outputs import format_table, prediction_path, write_predictions
 from engine.runtime import make_runtime
 from evaluation import MULTITASK, TASKS, TaskResult
@@ -116,7 +116,7 @@ def scored(outputs: dict, split: str = "dev") -> dict[str, TaskResult]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog=flags.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (their best models)")
     parser.add_argument("--out", type=Path, default=Path("runs/ensemble"), help="output folder")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

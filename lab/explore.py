@@ -52,7 +52,7 @@ from datasets import (
     read_task,
     subset,
 )
-from engine import cli, command, flags, runtime
+from engine import cli, command, runtime
 from engine.checkpoint import BEST, atomic_write
 from engine.outputs import format_table, prediction_path, read_predictions
 from engine.runtime import make_runtime
@@ -444,7 +444,7 @@ def label(cfg, model, rt, lines) -> None:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=flags.prog(),
+        prog=cli.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -249,7 +249,7 @@ def push(folder: Path, repo: str) -> str:
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(
-        prog=flags.prog(),
+        prog=cli.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -37,8 +37,7 @@ from datasets import (
     read_task,
     task_file,
 )
-from engine.cli import run_cli
-from engine.flags import prog
+from engine.cli import prog, run_cli
 
 HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
 

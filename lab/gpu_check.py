@@ -36,7 +36,7 @@ import torch
 
 import datasets as data
 from base_bert import embedded_model_dir
-from engine import cli, flags
+from engine import cli
 from engine.checkpoint import read_rows
 from engine.flags import option
 from evaluation import kept_row
@@ -287,7 +287,7 @@ def pack_minilm(package: Path) -> None:
 
 
 def main(argv=None) -> int:
-    cfg, _, _ = flags.parse(GpuCheckConfig(), argv, __doc__)
+    cfg, _, _ = cli.parse(GpuCheckConfig(), argv, __doc__)
     if cfg.pack:
         size = pack(Path(cfg.pack))
         print(f"packed {cfg.pack}: {size / 2**20:.1f} MiB; there: python -m lab.gpu_check")

@@ -16,7 +16,7 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import cli, flags
+from engine import cli
 from engine.checkpoint import atomic_write
 
 # part: (what it is, [(file, what it holds)]); the arrows say who uses whom
@@ -79,6 +79,7 @@ HOUSE = {
             ("lab/reports.py", "the reports' tables"),
             ("lab/bench.py", "speed and memory"),
             ("lab/timing.py", "bench's timings and table"),
+            ("lab/measures.py", "bench's FLOPs, padding"),
             ("lab/grade_bench.py", "a grade's time, memory"),
             ("lab/gpu_check.py", "what a GPU runs"),
             ("lab/house.py", "this picture"),
@@ -127,7 +128,7 @@ def svg() -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(prog=flags.prog(), description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=cli.prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "house.svg", help="the SVG")
     args = parser.parse_args(argv)
     atomic_write(svg(), args.out)

@@ -43,7 +43,7 @@ try:
 except ImportError:  # training never draws: a Python with requirements.txt's torch alone
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
-from engine import checkpoint, cli, flags
+from engine import checkpoint, cli
 from engine.checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 
@@ -356,7 +356,7 @@ def compare_runs(recipes: dict[str, list[list[dict]]]) -> str:
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(
-        prog=flags.prog(),
+        prog=cli.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

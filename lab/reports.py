@@ -28,7 +28,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evaluation
-from engine import checkpoint, cli, flags
+from engine import checkpoint, cli
 from evaluation import MULTITASK
 from presets import PRESETS
 
@@ -189,7 +189,7 @@ def make_table(name: str, args) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        prog=flags.prog(),
+        prog=cli.prog(),
         description=__doc__.split("\n")[0],
         epilog="tables:\n" + "\n".join(f"  {k:<16} {t.source}" for k, t in TABLES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -19,8 +19,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 from datasets import data_dir, expected_files
 from engine.checkpoint import atomic_write
-from engine.cli import run_cli
-from engine.flags import prog
+from engine.cli import prog, run_cli
 
 
 def records(path: Path) -> Iterator[str]:

@@ -419,7 +419,7 @@ def open_study(optuna, sweep_dir: Path, settings: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog=flags.prog(),
+        prog=cli.prog(),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,7 +11,7 @@ import torch
 from base_bert import BertConfig
 from bert import BertModel
 from engine import runtime
-from lab import bench
+from lab import bench, measures
 from lab.bench import TARGETS
 from lab.timing import Row, markdown, passed, ratios, time_interleaved, timed_row
 
@@ -198,18 +198,18 @@ def naive_padding_efficiency(batches) -> float:
 
 
 def test_padding_efficiency():
-    assert bench.padding_efficiency([[2, 4]]) == pytest.approx(6 / 8, abs=1e-12)
-    assert bench.padding_efficiency([[2, 4], [3, 3, 3]]) == pytest.approx(15 / 17, abs=1e-12)
-    assert bench.padding_efficiency([[5], [7, 7]]) == 1.0
+    assert measures.padding_efficiency([[2, 4]]) == pytest.approx(6 / 8, abs=1e-12)
+    assert measures.padding_efficiency([[2, 4], [3, 3, 3]]) == pytest.approx(15 / 17, abs=1e-12)
+    assert measures.padding_efficiency([[5], [7, 7]]) == 1.0
     rng = random.Random(0)
     batches = [[rng.randint(1, 60) for _ in range(rng.randint(1, 32))] for _ in range(50)]
-    assert bench.padding_efficiency(batches) == pytest.approx(naive_padding_efficiency(batches))
+    assert measures.padding_efficiency(batches) == pytest.approx(naive_padding_efficiency(batches))
     with pytest.raises(ValueError, match="no tokens"):
-        bench.padding_efficiency([])
+        measures.padding_efficiency([])
 
 
 def test_random_batches_cover_every_index_once():
-    batches = bench.random_batches(10, 4, torch.Generator().manual_seed(0))
+    batches = measures.random_batches(10, 4, torch.Generator().manual_seed(0))
     assert [len(b) for b in batches] == [4, 4, 2]
     assert sorted(i for b in batches for i in b) == list(range(10))
 
@@ -226,7 +226,7 @@ def test_a_step_is_counted_six_flops_per_weight_and_token_plus_attention():
     B, T = 3, 5
     attention_flops = 2 * 2 * B * T * T * 8  # Q K^T and P V, 2 FLOPs a multiply-add, per layer
     expected = 2 * (6 * weights * B * T + 3 * attention_flops)  # 2 layers; backward twice forward
-    assert bench.train_step_flops(cfg, B, T) == expected
+    assert measures.train_step_flops(cfg, B, T) == expected
 
 
 def test_step_shares_split_a_profile_by_kind_of_work():

@@ -3,7 +3,7 @@
 import torch
 
 import classifier
-from engine import classify
+from engine import classify, cli
 from engine.flags import ModelConfig
 from engine.handout import model_config
 from helpers import tiny_flags, weights
@@ -24,7 +24,7 @@ def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):
 
 
 def test_the_frozen_option_has_its_own_learning_rate_unless_one_is_given():
-    parse = classify.flags.parse
+    parse = cli.parse
     frozen = ["--option", "last-linear-layer"]
     assert (
         parse(classify.ClassifierConfig(), frozen, overrides=classify.frozen_lr)[0].optim.lr == 1e-3

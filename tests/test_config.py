@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 import presets
-from engine import command, flags
+from engine import cli, command, flags
 from engine.flags import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_defaults_come_from_the_dataclasses():
-    cfg, typed, extras = flags.parse(RunConfig(), [])
+    cfg, typed, extras = cli.parse(RunConfig(), [])
     assert cfg == RunConfig() and typed == {} and extras == {}
     assert cfg.optim.lr == 1e-5 and cfg.smart.lambda_sst == 10.0 and cfg.device.amp
 
@@ -37,7 +37,7 @@ def test_a_preset_sets_values_under_the_flags_the_user_typed():
 
 
 def test_switches_and_lists_parse():
-    cfg, typed, _ = flags.parse(
+    cfg, typed, _ = cli.parse(
         RunConfig(),
         [
             "--no_amp",
@@ -79,7 +79,7 @@ def test_switches_and_lists_parse():
 )
 def test_out_of_range_values_name_the_flag(argv, message):
     with pytest.raises(SystemExit, match=message):
-        flags.parse(RunConfig(), argv)
+        cli.parse(RunConfig(), argv)
 
 
 def test_json_round_trip_and_settings_added_since():
