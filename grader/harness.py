@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import resource
+import select
 import signal
 import sys
 import sysconfig
@@ -545,8 +546,9 @@ def student_main(names: list[str]) -> None:
 
 
 # the references' libraries, imported once in each process rather than in every fork or
-# check: the judge's those of the checks it judges (while the student's side runs; one
-# missing here is imported when its check first reads it), the student's those whose
+# check: the judge's those of the checks it judges (while the student's side runs, or
+# before a check with values to judge; one missing here is imported when its check first
+# reads it), the student's those whose
 # functions out_of_reach swaps, and torch._dynamo, which torch.optim.Optimizer's methods
 # import at their first call (3 s a fork); the BERT checks' weights and stand-ins there
 # are torch's alone (tiny_bert.py)
@@ -567,11 +569,14 @@ def libraries_first(libraries) -> None:
 
 
 def judge_main(names: list[str]) -> None:
-    """The judge's process: import the references' libraries while the student's side
-    runs, then read `TOKEN PATH` and the student's records' file on stdin; judge each name
-    on its records and append its line, with the token, to PATH. No student code runs
-    here: what it imports is the handout's."""
-    libraries_first([lib for lib, used in JUDGE_LIBRARIES.items() if set(used) & set(names)])
+    """The judge's process: while the student's side runs, import the references'
+    libraries; then read `TOKEN PATH` and the student's records' file on stdin; judge each
+    name on its records and append its line, with the token, to PATH. Started once the
+    student's side has ended (stdin already written), it imports an exercise's libraries
+    only where its code handed back a value to judge. No student code runs here: what it
+    imports is the handout's."""
+    if not select.select([sys.stdin], [], [], 0)[0]:  # the student's side still runs
+        libraries_first(libraries_of(names))
     token, path = sys.stdin.readline().split(maxsplit=1)
     held = Path(sys.stdin.readline().strip())
     sys.stdin.close()
@@ -579,5 +584,12 @@ def judge_main(names: list[str]) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
-            row = judged(name, records_of(held, name))  # one exercise's records at a time
-            out.write(json.dumps({"token": token} | row) + "\n")
+            records = records_of(held, name)  # one exercise's records at a time
+            if any("value" in r for r in records):  # imported here, not in the check's time
+                libraries_first(libraries_of([name]))
+            out.write(json.dumps({"token": token} | judged(name, records)) + "\n")
+
+
+def libraries_of(names: list[str]) -> list[str]:
+    """The references' libraries of these checks (JUDGE_LIBRARIES)."""
+    return [lib for lib, used in JUDGE_LIBRARIES.items() if set(used) & set(names)]

@@ -2,6 +2,7 @@
 with the TA's grader, the autograder archive unpacked and run as Gradescope runs it, and
 the student's user where the grader is root."""
 
+import functools
 import json
 import os
 import pwd
@@ -20,13 +21,19 @@ from grader import gradescope, processes
 REPO = exercises.HERE
 
 
+@functools.cache
+def ours_regions() -> dict:
+    """This checkout's exercises, read once: a test writes copies, never the checkout."""
+    return exercises.exercises(REPO)
+
+
 def write_body(copy: Path, name: str, body: list[str]) -> None:
     """The exercise's last region written with `body`, the others with the solution's."""
     regions = exercises.exercises(copy)[name]
     for i, region in enumerate(regions):
         region = exercises.exercises(copy)[name][i]  # read again: lines moved
         lines = (copy / region.file).read_text().splitlines(keepends=True)
-        ours = exercises.exercises(REPO)[name][i]
+        ours = ours_regions()[name][i]
         solved = (REPO / ours.file).read_text().splitlines(keepends=True)[ours.begin + 1 : ours.end]
         lines[region.begin + 1 : region.end] = body if i == len(regions) - 1 else solved
         (copy / region.file).write_text("".join(lines))
@@ -72,9 +79,11 @@ def run_autograder(root: Path, python: Path, **env: str) -> dict:
     return json.loads((root / "results" / "results.json").read_text())
 
 
+@functools.cache
 def student_user_missing() -> str:
     """Why gradescope.STUDENT cannot run this Python's torch here ('' where it can): it
-    needs root, the user (.ci/run makes it) and the folders above the interpreter open."""
+    needs root, the user (.ci/run makes it) and the folders above the interpreter open.
+    Asked once a process: the answer holds for the session."""
     if os.geteuid() != 0:
         return "needs root"
     try:
