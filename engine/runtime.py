@@ -245,6 +245,22 @@ def compile_layers(bert):
     return bert
 
 
+OPTIMIZER_WRAPPED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+
+
+def eager_optimizers() -> None:
+    """Let these methods of torch.optim.Optimizer run as written. torch wraps them to keep
+    torch.compile from tracing into them, and the wrapper imports torch._dynamo at their
+    first call: 3 s of every run's start on a 2-core CPU. No run here compiles its
+    optimizer (--compile compiles the encoder's layers), so there is nothing to keep out;
+    the update is the same either way."""
+    for name in OPTIMIZER_WRAPPED:
+        method = getattr(torch.optim.Optimizer, name)
+        written = getattr(method, "__wrapped__", None)  # none where torch stops wrapping it
+        if written is not None:
+            written.__dict__.setdefault("__dynamo_disable", written)  # what the wrapper calls
+
+
 def make_runtime(
     device_arg: str, precision: str = "auto", timeout_minutes=30.0, probe=layer_times
 ) -> Runtime:
@@ -253,6 +269,7 @@ def make_runtime(
     one's pick); under torchrun (WORLD_SIZE > 1) also joins the process group: nccl on GPUs (one per process,
     LOCAL_RANK), gloo on the CPU; a process that waits for the others longer than
     timeout_minutes stops with an error."""
+    eager_optimizers()
     device = pick_device(device_arg)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:

@@ -1,7 +1,10 @@
 """Device and precision decided once, and each process's share of a batch (engine/runtime.py)."""
 
+import subprocess
+import sys
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +12,8 @@ import torch
 from engine import checks, runtime
 from engine.flags import DeviceConfig
 from helpers import run, sentence_batch
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -221,3 +226,31 @@ def test_to_device_moves_tensors_only():
     moved = runtime.to_device(batch, "meta")
     assert moved["input_ids"].device.type == "meta"
     assert moved["ids"] is batch["ids"]
+
+
+def test_a_run_never_imports_torchs_compiler_for_its_optimizer():
+    """torch wraps four of Optimizer's methods to keep torch.compile out, importing
+    torch._dynamo at the first call (3 s); after make_runtime they run as written: a fresh
+    process steps, zeroes, saves and loads AdamW without it, to the same update."""
+    for name in runtime.OPTIMIZER_WRAPPED:  # torch still wraps them: else this is no help
+        assert hasattr(getattr(torch.optim.Optimizer, name), "__wrapped__"), name
+    code = """if True:
+        import sys, torch
+        from engine.runtime import make_runtime
+        from optimizer import AdamW
+        make_runtime("cpu", "fp32")
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = AdamW([w], lr=0.5)
+        w.grad = torch.tensor([1.0, -2.0, 0.0])
+        opt.step()
+        opt.zero_grad()
+        opt.load_state_dict(opt.state_dict())
+        print("torch._dynamo" in sys.modules, *w.tolist())
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported, *weights = done.stdout.split()
+    first_step = [1 - 0.5, 1 + 0.5, 1.0]  # Adam's first step: lr x sign(g), up to eps
+    assert imported == "False" and [round(float(x), 5) for x in weights] == first_step
