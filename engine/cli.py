@@ -25,15 +25,18 @@ import torch
 from base_bert import ModelError
 from engine.checkpoint import CheckpointError
 from engine.flags import check, flag_of, leaves, replace_paths
+from engine.runtime import eager_optimizers
 from engine.tsv import DataError
 
 USER_ERRORS = (DataError, ModelError, CheckpointError, FileNotFoundError)
 
 
 def run_cli(main, argv=None):
-    """Run a command's main(argv): a mistake in the user's files or flags prints one line
-    (what, where, what was expected) and exits 1; --debug shows the traceback instead."""
+    """Run a command's main(argv), its optimizers eager (runtime.eager_optimizers): a
+    mistake in the user's files or flags prints one line (what, where, what was expected)
+    and exits 1; --debug shows the traceback instead."""
     argv = sys.argv[1:] if argv is None else argv
+    eager_optimizers()
     try:
         return main(argv)
     except USER_ERRORS as e:

@@ -269,7 +269,6 @@ def make_runtime(
     one's pick); under torchrun (WORLD_SIZE > 1) also joins the process group: nccl on GPUs (one per process,
     LOCAL_RANK), gloo on the CPU; a process that waits for the others longer than
     timeout_minutes stops with an error."""
-    eager_optimizers()
     device = pick_device(device_arg)
     rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:

@@ -230,22 +230,26 @@ def test_to_device_moves_tensors_only():
 
 def test_a_run_never_imports_torchs_compiler_for_its_optimizer():
     """torch wraps four of Optimizer's methods to keep torch.compile out, importing
-    torch._dynamo at the first call (3 s); after make_runtime they run as written: a fresh
-    process steps, zeroes, saves and loads AdamW without it, to the same update."""
+    torch._dynamo at the first call (3 s); under run_cli (every command's main) they run as
+    written: a fresh process steps, zeroes, saves and loads AdamW without it, to the same
+    update."""
     for name in runtime.OPTIMIZER_WRAPPED:  # torch still wraps them: else this is no help
         assert hasattr(getattr(torch.optim.Optimizer, name), "__wrapped__"), name
     code = """if True:
         import sys, torch
-        from engine.runtime import make_runtime
+        from engine.cli import run_cli
         from optimizer import AdamW
-        make_runtime("cpu", "fp32")
-        w = torch.nn.Parameter(torch.ones(3))
-        opt = AdamW([w], lr=0.5)
-        w.grad = torch.tensor([1.0, -2.0, 0.0])
-        opt.step()
-        opt.zero_grad()
-        opt.load_state_dict(opt.state_dict())
-        print("torch._dynamo" in sys.modules, *w.tolist())
+
+        def main(argv):
+            w = torch.nn.Parameter(torch.ones(3))
+            opt = AdamW([w], lr=0.5)
+            w.grad = torch.tensor([1.0, -2.0, 0.0])
+            opt.step()
+            opt.zero_grad()
+            opt.load_state_dict(opt.state_dict())
+            print("torch._dynamo" in sys.modules, *w.tolist())
+
+        run_cli(main, [])
     """
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
