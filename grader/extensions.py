@@ -474,7 +474,6 @@ def pearson():
     """evaluation.pearson_r against scipy.stats.pearsonr, and nan for a constant input; to
     float32's rounding (a metric: torch.corrcoef in float32 is as good)."""
     import numpy as np
-    from scipy.stats import pearsonr
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=50)
@@ -487,6 +486,8 @@ def pearson():
         return [pearson_r(a.copy(), b.copy()) for a, b in inputs]
 
     r, negative, constant, shifted = student(mine)
+    from scipy.stats import pearsonr  # the reference: read once a value is there to judge
+
     yield part("r", r, lambda: pearsonr(x, y).statistic)
     yield part("r of a negative correlation", negative, lambda: pearsonr(x, -y).statistic)
     yield part("r of a constant input (nan)", constant, lambda: math.nan)
@@ -497,7 +498,6 @@ def pearson():
 def auc():
     """evaluation.roc_auc against sklearn's roc_auc_score, on scores with ties."""
     import numpy as np
-    from sklearn.metrics import roc_auc_score
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, size=80)
@@ -509,5 +509,7 @@ def auc():
         return roc_auc(scores.copy(), labels.copy()), roc_auc(np.ones(80), labels.copy())
 
     got, tied = student(mine)
+    from sklearn.metrics import roc_auc_score  # the reference: read once a value is there
+
     yield part("AUC", got, lambda: roc_auc_score(labels, scores))
     yield part("AUC of all-tied scores", tied, lambda: 0.5)

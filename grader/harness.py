@@ -585,7 +585,7 @@ def judge_main(names: list[str]) -> None:
     with open(path.strip(), "a", buffering=1) as out:
         for name in names:
             records = records_of(held, name)  # one exercise's records at a time
-            if any("value" in r for r in records):  # imported here, not in the check's time
+            if any(isinstance(r, dict) and "value" in r for r in records):  # not in its time
                 libraries_first(libraries_of([name]))
             out.write(json.dumps({"token": token} | judged(name, records)) + "\n")
 

@@ -230,7 +230,7 @@ def test_to_device_moves_tensors_only():
 
 def test_a_run_never_imports_torchs_compiler_for_its_optimizer():
     """torch wraps four of Optimizer's methods to keep torch.compile out, importing
-    torch._dynamo at the first call (3 s); under run_cli (every command's main) they run as
+    torch._dynamo at the first call (3 s); under run_cli (the project's commands) they run as
     written: a fresh process steps, zeroes, saves and loads AdamW without it, to the same
     update."""
     for name in runtime.OPTIMIZER_WRAPPED:  # torch still wraps them: else this is no help
