@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from handed import decode, encode
+from libraries import STUDENT_LIBRARIES, libraries_first, libraries_of
 from out_of_reach import ANSWERS, out_of_reach
 from processes import PROCESSES, SECONDS, bounded, forked, records_of, tasks_now
 
@@ -545,29 +546,6 @@ def student_main(names: list[str]) -> None:
             out.write(json.dumps({"name": name, "end": True}) + "\n")
 
 
-# the references' libraries, imported once in each process rather than in every fork or
-# check: the judge's those of the checks it judges (while the student's side runs, or
-# before a check with values to judge; one missing here is imported when its check first
-# reads it), the student's those whose
-# functions out_of_reach swaps, and torch._dynamo, which torch.optim.Optimizer's methods
-# import at their first call (3 s a fork); the BERT checks' weights and stand-ins there
-# are torch's alone (tiny_bert.py)
-JUDGE_LIBRARIES = {  # library: the checks whose references it holds
-    "transformers.models.bert.modeling_bert": ("attention", "layer", "embeddings"),
-    "transformers.models.bert.tokenization_bert": ("wordpiece",),
-    "scipy.stats": ("pearson",),
-    "sklearn.metrics": ("auc",),
-}
-STUDENT_LIBRARIES = ("scipy.stats", "sklearn.metrics", "torch._dynamo")
-
-
-def libraries_first(libraries) -> None:
-    """Import these libraries (those missing: each check that needs one says so)."""
-    for library in libraries:
-        with contextlib.suppress(ModuleNotFoundError):
-            __import__(library)
-
-
 def judge_main(names: list[str]) -> None:
     """The judge's process: while the student's side runs, import the references'
     libraries; then read `TOKEN PATH` and the student's records' file on stdin; judge each
@@ -588,8 +566,3 @@ def judge_main(names: list[str]) -> None:
             if any(isinstance(r, dict) and "value" in r for r in records):  # not in its time
                 libraries_first(libraries_of([name]))
             out.write(json.dumps({"token": token} | judged(name, records)) + "\n")
-
-
-def libraries_of(names: list[str]) -> list[str]:
-    """The references' libraries of these checks (JUDGE_LIBRARIES)."""
-    return [lib for lib, used in JUDGE_LIBRARIES.items() if set(used) & set(names)]

@@ -55,8 +55,8 @@ LATE = "timed out: the grade's deadline passed before this exercise ran"
 STUDENT_SIDE = tuple(
     f"{m}.py"
     for m in "ascent assignment checks definitions extensions gradescope handed harness "
-    "leaderboard markers multitask_checks out_of_reach points processes scorecard setups sides "
-    "student_copy tiny_bert".split()
+    "leaderboard libraries markers multitask_checks out_of_reach points processes scorecard "
+    "setups sides student_copy tiny_bert".split()
 )
 SIDES = "sides.py"  # the entry of both processes
 # the student's process: no address space reserved for threads it does not need (FORK_MB),
