@@ -88,6 +88,7 @@ class Run:
     select_by: str = ""  # a task whose dev metric keeps the best model ("": the overall score)
     last_save: float = field(default_factory=time.monotonic)  # when the state was written
     unsaved_best: tuple | None = None  # (CPU weights, config, row) not yet on disk
+    kept_dev: dict | None = None  # the kept model's dev results, where this process scored it
 
     def evaluate(self, model, task_data, split="dev"):
         return self.evaluated(model, task_data, split)[0]
@@ -115,15 +116,19 @@ class Run:
     # Only the main process scores and writes; these methods are where that is decided.
 
     def score(self, model, task_data, train=False) -> dict:
-        """The dev row of a trained (or untouched) model, cosine read-outs fit first, with
-        the training split's scores under 'train' when asked; {} on the other processes."""
+        return self.scored(model, task_data, train)[0]
+
+    def scored(self, model, task_data, train=False) -> tuple[dict, dict | None]:
+        """(the dev row of a trained (or untouched) model, cosine read-outs fit first, with
+        the training split's scores under 'train' when asked; the dev results it was scored
+        from), ({}, None) on the other processes."""
         if not self.rt.main:
-            return {}
+            return {}, None
         evaluation.fit_thresholds(model, task_data, self.rt, self.eval_batch_size)
-        row = self.evaluate(model, task_data)
+        row, dev = self.evaluated(model, task_data)
         if train:
             row["train"] = self.evaluate(model, task_data, "train")
-        return row
+        return row, dev
 
     def select(self, row: dict) -> float:
         """The score that keeps a stage's model as the best (nan elsewhere: never kept)."""
@@ -322,5 +327,6 @@ def finish(model, rows, best, task_data, run: Run, test: bool, wall: float):
         best_path = run.run_dir / checkpoint.BEST
         print(f"best stage: {best['stage']} (score {best['score']:.4f}), kept in {best_path}")
         checkpoint.load_model(model, best_path)
-    out_dir = write_prediction_files(model, task_data, run, test)
+    dev = None if best["index"] is None else run.kept_dev  # None: scored again (a resumed run)
+    out_dir = write_prediction_files(model, task_data, run, test, dev)
     print(f"predictions of the best model: {out_dir}")

@@ -31,25 +31,25 @@ class BestEpoch:
     def __init__(self, model, task_data, run: Run, by_sts: bool):
         self.model, self.task_data, self.run, self.by_sts = model, task_data, run, by_sts
         self.r, self.state, self.epoch = -math.inf, None, -1
-        self.row = None  # the kept epoch's dev row (by the run's score): the stage's row
+        self.row = self.dev = None  # the kept epoch's dev row (by the run's score) and results
 
-    def score(self) -> tuple[float, dict | None]:
+    def score(self) -> tuple[float, dict | None, dict | None]:
         if self.by_sts:
             results = evaluate_split(self.model, self.task_data, "dev", ("sts",), self.run)
-            return results["sts"].metrics["pearson"], None
-        row = self.run.score(self.model, self.task_data)
-        return self.run.select(row), row
+            return results["sts"].metrics["pearson"], None, None
+        row, dev = self.run.scored(self.model, self.task_data)
+        return self.run.select(row), row, dev
 
     def after_epoch(self, epoch: int) -> bool:
         """Keep this epoch if it is the best so far; whether the stage stops here."""
-        r = row = None
+        r = row = dev = None
         if self.run.rt.main:  # scores once; every process keeps the same epoch
-            r, row = self.score()
+            r, row, dev = self.score()
             what = "STS dev Pearson of the cosine" if self.by_sts else "dev score"
             tqdm.write(f"  epoch {epoch + 1}: {what} {r:.4f}")
         r = from_main(r, self.run.rt)
         if r > self.r:
-            self.r, self.epoch, self.row = r, epoch, row
+            self.r, self.epoch, self.row, self.dev = r, epoch, row, dev
             self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         stop = not self.by_sts and runfolder.patience_ran_out(self.run.patience, epoch, self.epoch)
         if stop and self.run.rt.main:
@@ -64,7 +64,8 @@ class BestEpoch:
 
 
 def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress: Progress):
-    """Train stage k = progress.next_stage; returns its row of the forgetting table.
+    """Train stage k = progress.next_stage; returns its row of the forgetting table and
+    the dev results it was scored from.
     progress: the run's before the stage (what a checkpoint inside it keeps), with the
     position of such a checkpoint as `within` when the stage resumes from one."""
     k, resume = progress.next_stage, progress.within
@@ -103,11 +104,14 @@ def run_stage(model, optimizer, stage: Stage, task_data, run: Run, ctx, progress
         row = {"stage": stage.name, "index": k, "kind": stage.kind, "tasks": list(stage.tasks)}
         row |= {"train_loss": train_loss, "seconds": time.time() - t0}
         with checkpoint.signals_caught() as stop:  # a stop here keeps the trained stage
-            kept = None if run.score_train else best_epoch.row  # scored when it was kept
-            row |= kept or run.score(model, task_data, train=run.score_train)
+            if best_epoch.row and not run.score_train:  # scored when it was kept
+                scored, dev = best_epoch.row, best_epoch.dev
+            else:
+                scored, dev = run.scored(model, task_data, train=run.score_train)
+            row |= scored
         if stop:
             within.save_end()
-    return row
+    return row, dev
 
 
 def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
@@ -133,10 +137,12 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     for k in range(progress.next_stage, len(plan)):
         at_start = progress.at_stage(k)  # with a resumed run's place inside its first stage
         try:
-            row = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
+            row, dev = run_stage(model, optimizer, plan[k], task_data, run, ctx, at_start)
         except trainer.NonFiniteLoss as e:
             raise SystemExit(f"stopped: {e}{runfolder.kept_best(run)}") from None
         progress = run.record(model, optimizer, row, k, progress, plan[k].candidate)
+        if progress.best["index"] == k:  # finish writes its dev predictions from these
+            run.kept_dev = dev
         if progress.stopped:
             break
     return model, progress.rows, progress.best

@@ -58,8 +58,8 @@ def test_patience_stops_a_stage_of_several_epochs_and_keeps_its_best_epoch(
         return 1.0 - len(calls) / 100
 
     monkeypatch.setattr(runfolder.Run, "select", falling)
-    scored, score = [], runfolder.Run.score
-    monkeypatch.setattr(runfolder.Run, "score", lambda *a, **k: scored.append(1) or score(*a, **k))
+    scored, score = [], runfolder.Run.scored
+    monkeypatch.setattr(runfolder.Run, "scored", lambda *a, **k: scored.append(1) or score(*a, **k))
     flags = "--preset individual --batch_size 8 --lr 1e-3 --max_length 64 --individual_epochs"
     command.main(tiny_flags(tiny_env, tmp_path / "patient", flags, "3", "--patience", "1"))
     assert len(scored) == 3 * 3  # per task: the start and two epochs; the kept one not again

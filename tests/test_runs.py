@@ -15,7 +15,7 @@ import datasets as data
 import evaluation
 import sbert
 import trainer
-from engine import checkpoint, command, estimate, runner, runtime
+from engine import checkpoint, command, estimate, runfolder, runner, runtime
 from evaluation import MULTITASK
 from helpers import (
     run,
@@ -213,6 +213,32 @@ def test_the_defended_preset_sets_its_tools_and_keeps_the_forgetting_measures(ti
     kept = json.loads((tmp_path / "run" / "forgetting.json").read_text())
     assert kept == evaluation.forgetting(rows, MULTITASK)
     assert set(kept) == {"sst", "para", "sts", "overall"}
+
+
+@pytest.mark.parametrize(
+    "flags, scorings",
+    [("--loops 1", 1 + 4), ("--preset sequential --sequential_epochs 2 1 2 --patience 5", 1 + 5)],
+)
+def test_the_kept_models_dev_predictions_come_from_the_scoring_that_kept_it(
+    tiny_env, tmp_path, monkeypatch, flags, scorings
+):
+    """Dev is scored before training and after every stage (or every epoch of a stage of
+    several with --patience), and not again for the kept model's dev predictions: they are
+    the scoring that kept it, the same files as --predict writes when it scores that model
+    again."""
+    splits, scored = [], runfolder.evaluate_split
+
+    def counted(model, task_data, split, *rest):
+        splits.append(split)
+        return scored(model, task_data, split, *rest)
+
+    monkeypatch.setattr(runfolder, "evaluate_split", counted)
+    run(tiny_env, tmp_path / "run", *flags.split())
+    assert (splits.count("dev"), splits.count("test")) == (scorings, 1)
+    folder = tmp_path / "run" / "predictions"
+    written = {p.name: p.read_bytes() for p in folder.glob("*-dev-output.csv")}
+    command.main(["--predict", str(tmp_path / "run")])
+    assert len(written) == 3 and written == {p.name: p.read_bytes() for p in folder.glob("*-dev-*")}
 
 
 @pytest.mark.parametrize("loss", ["bce", "contrastive", "mnrl"])

@@ -240,7 +240,7 @@ def test_a_stop_during_the_stage_evaluation_keeps_the_trained_stage(
     tiny_env, tmp_path, monkeypatch, flags
 ):
     straight = run(tiny_env, tmp_path / "straight", *flags)
-    sigterm_on_call(monkeypatch, runfolder.Run, "evaluate", 2)  # 1: the start row; 2: stage 1's
+    sigterm_on_call(monkeypatch, runfolder.Run, "evaluated", 2)  # 1: the start row; 2: stage 1's
     with pytest.raises(SystemExit):
         run(tiny_env, tmp_path / "resumed", *flags)
     monkeypatch.undo()
@@ -319,7 +319,7 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     import sbert
     from engine import runfolder
 
-    constant, calls, score = [False], [], runfolder.Run.score
+    constant, calls, score = [False], [], runfolder.Run.scored
 
     def scored(self, model, task_data, train=False):
         calls.append(1)
@@ -330,7 +330,7 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
             constant[0] = False
 
     to_score = sbert.cosine_to_score
-    monkeypatch.setattr(runfolder.Run, "score", scored)
+    monkeypatch.setattr(runfolder.Run, "scored", scored)
     monkeypatch.setattr(
         sbert, "cosine_to_score", lambda c: to_score(c) * 0 + 2.5 if constant[0] else to_score(c)
     )
