@@ -11,7 +11,7 @@ The other defaults are the handout's classifier.py's: 10 epochs, batch 8 (CFIMDB
 most 8), dropout 0.3, up to 512 tokens, seed 11711; the handout trains in float32, this
 command in --precision (auto: bf16 where the device multiplies it natively, the first line
 says which). The
-command (engine/classify.py) trains it with the one training loop, one stage per epoch, the
+command (commands/classify.py) trains it with the one training loop, one stage per epoch, the
 best dev accuracy kept. As the handout's command does, one run trains SST, then CFIMDB (`--task` picks one),
 and writes predictions/{option}-{sst|cfimdb}-{dev|test}-out.csv, named by the word typed
 (2023: pretrain, finetune; 2024: last-linear-layer, full-model), into each task's run
@@ -25,8 +25,8 @@ import torch  # noqa: F401  (the handout's import: the exercise's body may use i
 from torch import nn
 
 from bert import BertModel
-from engine.flags import OptimConfig
 from optimizer import AdamW
+from settings import OptimConfig
 
 
 class BertSentimentClassifier(nn.Module):
@@ -84,8 +84,8 @@ class BertSentimentClassifier(nn.Module):
         )
 
 
-if __name__ == "__main__":  # the command: flags, run folder (engine/classify.py)
-    from engine.classify import main
-    from engine.cli import run_cli
+if __name__ == "__main__":  # the command: flags, run folder (commands/classify.py)
+    from commands.classify import main
+    from commands.cli import run_cli
 
     run_cli(main)

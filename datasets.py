@@ -332,7 +332,7 @@ def load_task_data(
 ) -> dict[str, TaskData]:
     """Read and tokenize each task's splits once; the ids are reused every epoch.
 
-    cfg: config.DataConfig. Training sets are read only for `train_tasks` (None: every
+    cfg: settings.DataConfig. Training sets are read only for `train_tasks` (None: every
     task), so a run that trains one task, or only the encoder, does not tokenize the others
     for nothing. cross: pair tasks encoded as one [CLS] a [SEP] b [SEP] sequence. With
     cfg.heldout_size, also the held-out pairs under HELDOUT (load_heldout).

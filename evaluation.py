@@ -146,7 +146,7 @@ RULES = {
 
 MULTITASK = ("sst", "para", "sts")  # the tasks of the overall score
 # The task table: every task, its files, its metric (by its kind) and its losses. The head
-# a loss implies is engine.show.head_of's; `--show` prints the table for a run.
+# a loss implies is commands.show.head_of's; `--show` prints the table for a run.
 TASKS = {
     spec.name: spec
     for spec in (

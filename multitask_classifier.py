@@ -11,7 +11,7 @@ This project's own model, on the same encoder, is Sentence-BERT (sbert.py); ever
 preset trains that one.
 
 Training is a plan: a list of stages (presets.Stage), each trained by trainer.train_stage;
-the command (engine/command.py: flags, run folder, --resume) runs a preset's plans.
+the command (commands/command.py: flags, run folder, --resume) runs a preset's plans.
 Each preset (presets.py) is a named plan; the thesis ("SMART-SBERT with SimCSE: a robust
 defense against catastrophic forgetting") trains sequentially: one QQP epoch, then loops of
 STS -> SST -> a fresh 3% of QQP, keeping the model with the best overall dev score. After
@@ -30,8 +30,8 @@ import torch.nn.functional as F  # noqa: F401  (the handout's import: your bodie
 from torch import nn
 
 from bert import BertModel
-from engine.flags import OptimConfig
 from optimizer import AdamW
+from settings import OptimConfig
 
 BERT_HIDDEN_SIZE = 768  # the handout's: bert-base's width (a run sets its checkpoint's)
 N_SENTIMENT_CLASSES = 5
@@ -124,8 +124,8 @@ class MultitaskBERT(nn.Module):
         )
 
 
-if __name__ == "__main__":  # the command: flags, run folder, resume (engine/command.py)
-    from engine.cli import run_cli
-    from engine.command import main
+if __name__ == "__main__":  # the command: flags, run folder, resume (commands/command.py)
+    from commands.cli import run_cli
+    from commands.command import main
 
     run_cli(main)

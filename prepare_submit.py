@@ -19,51 +19,14 @@
 4. A run that started from MiniLM is refused: it was trained on Quora and NLI pairs, and
    the handout allows no outside pre-trained model. --allow_outside_pretraining says you
    know (the offline demo).
-5. cs224n_default_final_project_submission.zip holds every top-level .py, engine/*.py (the
-   code imports it) and the checked prediction files, as the handout's zipper writes them.
+5. cs224n_default_final_project_submission.zip holds every top-level .py, engine/*.py and
+   commands/*.py (the code imports them) and the checked prediction files, as the handout's zipper writes them.
 """
 
-import argparse
-import shutil
 import sys
-from pathlib import Path
 
-from engine.cli import run_cli
-from engine.submission import gather, write_archive
+if __name__ == "__main__":  # the command: its flags, checks and zip (commands/submission.py)
+    from commands.cli import run_cli
+    from commands.submission import main
 
-ARCHIVE = "cs224n_default_final_project_submission.zip"  # the handout's name
-
-
-def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "run_dir", type=Path, nargs="?", help="a multitask_classifier.py run folder"
-    )
-    parser.add_argument("--part1", type=Path, nargs="*", default=[], help="classifier.py runs")
-    parser.add_argument(
-        "--allow_outside_pretraining",
-        action="store_true",
-        help="submit a model trained from MiniLM anyway (against the handout's rules)",
-    )
-    parser.add_argument("--data_dir", help="the handout's data (default $MINBERT_DATA, else data/)")
-    args = parser.parse_args(argv)
-    if args.part1 and args.run_dir is None:
-        parser.error("--part1 joins a RUN_DIR's files; name the multitask run too")
-    out = Path.cwd() / "predictions"
-    part2, part1, source = gather(args, out)
-    files = {name: path for name, (path, *_) in (part2 | part1).items()}
-    out.mkdir(exist_ok=True)
-    for name, path in files.items():
-        if path.resolve() != (out / name).resolve():
-            shutil.copy2(path, out / name)
-    names = write_archive(Path.cwd() / ARCHIVE, Path.cwd(), sorted(files))
-    if left := sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in files):
-        print(f"left out of the zip, not named: predictions/{', predictions/'.join(left)}")
-    print(f"{ARCHIVE}: {len(names)} files, the predictions of {source}")
-    return Path.cwd() / ARCHIVE
-
-
-if __name__ == "__main__":
     run_cli(main, sys.argv[1:])

@@ -1,7 +1,7 @@
 """The schedules: what a run trains, stage by stage, and every experiment as one named row.
 
 A `Stage` is one part of a schedule (one task, several at once, or the encoder alone on
-sentence tuples); a plan is a list of stages, run in order by engine/runner.run_plan and scored
+sentence tuples); a plan is a list of stages, run in order by commands/runner.run_plan and scored
 after each. The builders make the plans: the thesis's loops (`thesis_plan`), sequential,
 multitask, SimCSE first, heads on a frozen encoder. A preset (`PRESETS`) names a plan and
 the settings it overrides (typed flags win); a report's row adds the sizes `--scale`
@@ -15,17 +15,17 @@ shrinks and the scores the report printed. To add a preset, add a row to PRESETS
     ),
 
 `--preset NAME --show` prints what a row resolves to; how typed flags combine with it, the
-data a plan reads and what flags cannot do are the engine's (engine/).
+data a plan reads and what flags cannot do are the commands' (commands/).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from datasets import CONTRASTIVE
-from engine.flags import MultitaskConfig, RunConfig, SimCSEConfig
 from evaluation import MULTITASK, TASKS
 from losses import TASK_LOSSES
 from optimizer import WEIGHTINGS
+from settings import MultitaskConfig, RunConfig, SimCSEConfig
 from smart import SmartConfig
 
 # ---------------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ class Preset:
     def plans_of(self, cfg: RunConfig) -> Plans:
         """Sub-run name -> its stages (Plans); '' is the one model scored on all three
         tasks. With --freeze_encoder every stage trains the heads only, at --head_lr (what
-        that cannot do is engine.checks.check_frozen's)."""
+        that cannot do is commands.checks.check_frozen's)."""
         plan = self.plan(cfg)
         plans = Plans(plan if isinstance(plan, dict) else {"": plan})
         if not cfg.model.freeze_encoder:

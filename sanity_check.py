@@ -24,7 +24,6 @@ import torch
 
 from base_bert import load_config, resolve_model_dir
 from bert import BertModel
-from engine.cli import run_cli
 from optimizer import AdamW
 from optimizer_test import fit, handout_folders
 from tokenizer import BertTokenizer
@@ -202,5 +201,7 @@ def main(argv=None):
     sys.exit(1 if failed else 0)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # one line for a slip in the paths (commands/cli.py)
+    from commands.cli import run_cli
+
     run_cli(main)

@@ -18,11 +18,11 @@ from torch import nn
 
 import simcse
 from bert import BertModel, mean_pool
-from engine.flags import OptimConfig, RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import cosine_to_score, loss_of
 from optimizer import AdamW
 from presets import loss_choices
+from settings import OptimConfig, RunConfig
 
 
 class SentenceBERT(nn.Module):

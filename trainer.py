@@ -6,13 +6,13 @@ step, with the run's GradScaler (float16's; a no-op otherwise). The heads' excep
 one named call each below it: a pair loss or a contrastive stage's objective
 (`embedding_loss`), distillation, the added SimCSE term, PCGrad. `train_stage` repeats
 the step over a stage's batches with its learning-rate schedule. A plan's stages run in
-order, scored after each, in a run folder: engine/runner.py's run_plan.
+order, scored after each, in a run folder: commands/runner.py's run_plan.
 
 Each batch of a step is the global one: this process trains on its pieces (the engine's
 `shares`: its share under torchrun, in pieces with --accumulate), each loss weighted by
 its task's weight and its share of the batch, and the gradients are summed over the
 processes before the update, as DistributedDataParallel would. Device, precision,
-processes, the run folder and resume are the engine's (engine/).
+processes and resume are the engine's (engine/), the run folder the commands' (commands/).
 """
 
 import copy
@@ -29,7 +29,6 @@ import batches
 import simcse
 from datasets import CONTRASTIVE
 from engine import checkpoint
-from engine.flags import OptimConfig
 from engine.resume import InStage
 from engine.runtime import (
     Runtime,
@@ -42,6 +41,7 @@ from evaluation import TASKS
 from losses import loss_of
 from optimizer import l2_sp, loss_weights, lr_factor, pcgrad_backward
 from presets import Stage
+from settings import OptimConfig
 from smart import EMATeacher, RngSnapshot, SmartConfig, passes_in_float32, smart_loss
 
 # ---------------------------------------------------------------------------------------

@@ -249,8 +249,8 @@ def multitask_step():
             p.add_(0.1 * torch.randn(p.shape, generator=gen(1)))
 
     def mine():
-        from engine.flags import MultitaskConfig
         from presets import Stage
+        from settings import MultitaskConfig
 
         multitask = MultitaskConfig(weighting="random")
         stage = Stage(STEP, 1e-3, 5, kind="multitask", multitask=multitask)
@@ -298,8 +298,8 @@ def step_context(reference, scaled: bool = True):
     from dataclasses import replace
 
     import trainer
-    from engine.flags import OptimConfig
     from engine.runtime import make_runtime
+    from settings import OptimConfig
 
     scaler = ScaleBy8() if scaled else torch.amp.GradScaler("cpu", enabled=False)
     rt = replace(make_runtime("cpu", "fp32"), scaler=scaler)

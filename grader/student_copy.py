@@ -25,7 +25,15 @@ ASSIGNED = "exercises-assigned.txt"  # in a student's copy: the exercises make o
 # backup or any file not named here never reaches a copy, whatever lies in the tree.
 FOR_STUDENTS = (
     *("*.py", "*.md", "*.ipynb", "Makefile", ".gitignore", "pyproject.toml", "requirements*.txt"),
-    *("engine/*.py", "lab/*.py", "docs/*.md", "docs/*.png", "docs/*.svg", "data/README.md"),
+    *(
+        "engine/*.py",
+        "commands/*.py",
+        "lab/*.py",
+        "docs/*.md",
+        "docs/*.png",
+        "docs/*.svg",
+        "data/README.md",
+    ),
     *("tests/reference/*", "tests/test_assignment.py"),  # sanity_check.py's outputs, its tests
     *(f"{GRADER}/{name}" for name in STUDENT_SIDE),
 )

@@ -41,9 +41,9 @@ import datasets as data
 import trainer
 from base_bert import BertConfig, ours_to_hf, resolve_model_dir
 from bert import BertLayer, BertModel, mean_pool
-from engine import cli, runtime
-from engine.command import PROBE_TOKENS
-from engine.flags import OptimConfig, option
+from commands import cli
+from commands.command import PROBE_TOKENS
+from engine import runtime
 from engine.runtime import (
     AUTOCAST,
     PRECISIONS,
@@ -69,6 +69,7 @@ from lab.timing import (
 from optimizer import AdamW
 from presets import PRESETS, Stage
 from sbert import SentenceBERT
+from settings import OptimConfig, option
 from smart import EMATeacher, SmartConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext, train_step
@@ -337,7 +338,7 @@ def bench_precision(ctx: Context) -> list[Row]:
 def demo_qqp_steps(ctx: Context):
     """The demo's model in float32 on the CPU, its first stage (one QQP epoch) and that
     stage's steps as the run draws them: (model, stage, step context, iterator of steps)."""
-    from engine import command  # the run's own construction
+    from commands import command  # the run's own construction
 
     if ctx.cuda or ctx.model == RANDOM_BASE:
         raise Skip("the demo's step: a checkpoint (--model) on the CPU")

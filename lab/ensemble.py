@@ -23,8 +23,9 @@ import torch
 import batches
 import datasets as data
 import evaluation
-from engine import cli, command, runtime
-from engine.outputs import format_table, prediction_path, write_predictions
+from commands import cli, command
+from commands.outputs import format_table, prediction_path, write_predictions
+from engine import runtime
 from engine.runtime import make_runtime
 from evaluation import MULTITASK, TASKS, TaskResult
 from tokenizer import BertTokenizer

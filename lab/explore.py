@@ -42,6 +42,8 @@ import torch
 import evaluation
 from batches import make_loader
 from bert import BertModel
+from commands import cli, command
+from commands.outputs import format_table, prediction_path, read_predictions
 from datasets import (
     DataError,
     PairDataset,
@@ -52,9 +54,8 @@ from datasets import (
     read_task,
     subset,
 )
-from engine import cli, command, runtime
+from engine import runtime
 from engine.checkpoint import BEST, atomic_write
-from engine.outputs import format_table, prediction_path, read_predictions
 from engine.runtime import make_runtime
 from lab import plots
 from tokenizer import BertTokenizer

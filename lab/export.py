@@ -28,12 +28,12 @@ from safetensors.torch import save
 
 import datasets as data
 from base_bert import ours_to_hf
-from engine import cli, command, flags, outputs
+from commands import cli, command, flags, outputs
 from engine.checkpoint import atomic_write, read_rows, write_tensors
-from engine.flags import RunConfig
 from engine.runtime import make_runtime
 from evaluation import MULTITASK
 from presets import PRESETS
+from settings import RunConfig
 from tokenizer import BertTokenizer
 
 

@@ -28,6 +28,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 
 from tqdm import tqdm
 
+from commands.cli import prog, run_cli
 from datasets import (
     FILE_STEMS,
     SPLITS,
@@ -37,7 +38,6 @@ from datasets import (
     read_task,
     task_file,
 )
-from engine.cli import prog, run_cli
 
 HANDOUT_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
 

@@ -36,10 +36,10 @@ import torch
 
 import datasets as data
 from base_bert import embedded_model_dir
-from engine import cli
+from commands import cli
 from engine.checkpoint import read_rows
-from engine.flags import option
 from evaluation import kept_row
+from settings import option
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 PACK_LIMIT = 64 * 2**20  # bytes: what a GPU machine of this workplace takes along

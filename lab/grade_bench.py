@@ -23,7 +23,7 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import exercises
-from engine.cli import prog
+from commands.cli import prog
 from grader.processes import DEADLINE
 
 MEMORY_MB = 768  # Gradescope's default memory for an autograder

@@ -1,5 +1,5 @@
-"""The picture of the house in the README: the lesson, the engine, the lab, and the files
-of each, drawn as one SVG (plain text, no package needed).
+"""The picture of the house in the README: the engine, the lesson, the commands, the lab,
+and the files of each, drawn as one SVG (plain text, no package needed).
 
     python -m lab.house                 # writes docs/house.svg
     python -m lab.house --out FILE
@@ -16,11 +16,22 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import cli
+from commands import cli
 from engine.checkpoint import atomic_write
 
-# part: (what it is, [(file, what it holds)]); the arrows say who uses whom
+# part: (what it is, [(file, what it holds)]), left to right: each part uses the one on
+# its left (make lint checks that engine/ imports no lesson module and no command, and that
+# no lesson module imports a command)
 HOUSE = {
+    "the engine": (
+        "below the lesson: engine/",
+        [
+            ("engine/runtime.py", "device, precision, processes"),
+            ("engine/checkpoint.py", "safe files, resume"),
+            ("engine/resume.py", "a stage stopped and resumed"),
+            ("engine/tsv.py", "data files read tolerantly"),
+        ],
+    ),
     "the lesson": (
         "what a student reads and writes",
         [
@@ -36,6 +47,7 @@ HOUSE = {
             ("optimizer.py", "AdamW, PCGrad, schedules"),
             ("trainer.py", "one step; one stage"),
             ("presets.py", "stages; named plans"),
+            ("settings.py", "every setting, once"),
             ("datasets.py", "readers, tokenized sets"),
             ("batches.py", "length buckets, task mixing"),
             ("evaluation.py", "metrics, forgetting table"),
@@ -45,25 +57,21 @@ HOUSE = {
             ("prepare_submit.py", "the leaderboard's zip"),
         ],
     ),
-    "the engine": (
-        "what makes runs robust: engine/",
+    "the commands": (
+        "what the scripts run: commands/",
         [
-            ("engine/runtime.py", "device, precision, processes"),
-            ("engine/checkpoint.py", "safe files, resume"),
-            ("engine/resume.py", "a stage stopped and resumed"),
-            ("engine/tsv.py", "data files read tolerantly"),
-            ("engine/command.py", "the multitask command"),
-            ("engine/classify.py", "the Part 1 command"),
-            ("engine/cli.py", "one line for a user's slip"),
-            ("engine/flags.py", "every setting, once; its flag"),
-            ("engine/checks.py", "what cannot work, refused"),
-            ("engine/show.py", "--show: a preset resolved"),
-            ("engine/handout.py", "the handout's flags"),
-            ("engine/runner.py", "a plan run in a folder"),
-            ("engine/runfolder.py", "what a run writes"),
-            ("engine/outputs.py", "printed tables, predictions"),
-            ("engine/submission.py", "a submission's checks, zip"),
-            ("engine/estimate.py", "--estimate: minutes ahead"),
+            ("commands/command.py", "the multitask command"),
+            ("commands/classify.py", "the Part 1 command"),
+            ("commands/cli.py", "one line for a user's slip"),
+            ("commands/flags.py", "each setting's flag, JSON"),
+            ("commands/checks.py", "what cannot work, refused"),
+            ("commands/show.py", "--show: a preset resolved"),
+            ("commands/handout.py", "the handout's flags"),
+            ("commands/runner.py", "a plan run in a folder"),
+            ("commands/runfolder.py", "what a run writes"),
+            ("commands/outputs.py", "printed tables, predictions"),
+            ("commands/submission.py", "a submission's checks, zip"),
+            ("commands/estimate.py", "--estimate: minutes ahead"),
         ],
     ),
     "the lab": (
@@ -86,13 +94,18 @@ HOUSE = {
         ],
     ),
 }
-COLORS = {"the lesson": "#dbeafe", "the engine": "#dcfce7", "the lab": "#fef3c7"}
+COLORS = {
+    "the engine": "#dcfce7",
+    "the lesson": "#dbeafe",
+    "the commands": "#fce7f3",
+    "the lab": "#fef3c7",
+}
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 WIDTH, ROW, TOP, GAP = 360, 21, 74, 50  # a part's width, a file's line, where files start
 
 
 def svg() -> str:
-    """The three parts side by side, the lab and the engine pointing at what they use."""
+    """The four parts side by side, each pointing at the part on its left, which it uses."""
     rows = max(len(files) for _, files in HOUSE.values())
     height = TOP + rows * ROW + 24
     total = len(HOUSE) * WIDTH + (len(HOUSE) - 1) * GAP + 20

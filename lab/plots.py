@@ -43,7 +43,8 @@ try:
 except ImportError:  # training never draws: a Python with requirements.txt's torch alone
     raise SystemExit("lab/plots.py draws with matplotlib: pip install matplotlib") from None
 
-from engine import checkpoint, cli
+from commands import cli
+from engine import checkpoint
 from engine.checkpoint import METRICS, STEPS
 from evaluation import MULTITASK, TASKS, forgetting, kept_row, kept_stage, main_score
 

@@ -28,7 +28,8 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evaluation
-from engine import checkpoint, cli
+from commands import cli
+from engine import checkpoint
 from evaluation import MULTITASK
 from presets import PRESETS
 

@@ -17,9 +17,9 @@ from pathlib import Path
 if not __package__:  # run as python lab/NAME.py: the course's modules are one folder up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from commands.cli import prog, run_cli
 from datasets import data_dir, expected_files
 from engine.checkpoint import atomic_write
-from engine.cli import prog, run_cli
 
 
 def records(path: Path) -> Iterator[str]:

@@ -39,9 +39,10 @@ if not __package__:  # run as python lab/NAME.py: the course's modules are one f
 import torch
 
 import evaluation
-from engine import checkpoint, cli, command, flags
+from commands import cli, command, flags
+from engine import checkpoint
 from engine.checkpoint import METRICS, STATE, atomic_write
-from engine.flags import RunConfig
+from settings import RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 SETTINGS = "sweep.json"  # the sweep's own arguments, for --resume

@@ -12,10 +12,11 @@ import torch
 import batches
 import datasets as data
 import trainer
-from engine import checkpoint, command, runtime
-from engine.flags import DataConfig, ModelConfig, MultitaskConfig
+from commands import command
+from engine import checkpoint, runtime
 from evaluation import MULTITASK
 from presets import Stage
+from settings import DataConfig, ModelConfig, MultitaskConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext
 
@@ -223,12 +224,13 @@ def batch_loss(model, task, batch, stage, ctx) -> torch.Tensor:
 
 
 def a_clone(tmp_path) -> Path:
-    """A folder holding the repository's code (the top-level modules and engine/), where a
+    """A folder holding the repository's code (the top-level modules, engine/ and commands/), where a
     student runs the handout's commands and prepare_submit.py."""
     repo = Path(__file__).resolve().parents[1]
     folder = tmp_path / "clone"
     folder.mkdir()
     for f in repo.glob("*.py"):
         shutil.copy2(f, folder / f.name)
-    shutil.copytree(repo / "engine", folder / "engine", ignore=shutil.ignore_patterns("__py*"))
+    for package in ("engine", "commands"):
+        shutil.copytree(repo / package, folder / package, ignore=shutil.ignore_patterns("__py*"))
     return folder

@@ -221,7 +221,7 @@ def test_standardized_indices_sample_or_repeat():
 
 
 def test_only_trained_tasks_read_their_training_sets(tiny_env):
-    from engine.flags import DataConfig
+    from settings import DataConfig
     from tokenizer import BertTokenizer
 
     bert_dir, data_dir = tiny_env

@@ -3,10 +3,10 @@
 import torch
 
 import classifier
-from engine import classify, cli
-from engine.flags import ModelConfig
-from engine.handout import model_config
+from commands import classify, cli
+from commands.handout import model_config
 from helpers import tiny_flags, weights
+from settings import ModelConfig
 
 
 def test_classifier_frozen_option_trains_only_the_head(tiny_env, tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import presets
-from engine import cli, command, flags
-from engine.flags import RunConfig
+from commands import cli, command, flags
+from settings import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 

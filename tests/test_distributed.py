@@ -18,8 +18,8 @@ import torch
 from torch import distributed
 
 from base_bert import BertConfig
+from commands import command
 from conftest import write_tiny_checkpoint, write_tiny_data
-from engine import command
 from helpers import tiny_flags, weights
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import evaluation
-from engine import command, outputs, runtime
+from commands import command, outputs
+from engine import runtime
 from helpers import run
 from lab import ensemble
 
@@ -70,7 +71,7 @@ def test_members_that_cannot_be_averaged_are_refused(tiny_env, tmp_path):
 
 
 def test_a_member_with_its_data_moved_or_best_model_gone_is_one_line(tiny_env, tmp_path):
-    from engine.cli import run_cli
+    from commands.cli import run_cli
 
     run(tiny_env, tmp_path / "a", "--loops", "0")
     moved = tiny_env[1].rename(tmp_path / "moved")

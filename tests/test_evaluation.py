@@ -10,7 +10,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score
 
 import evaluation as E
-from engine import outputs
+from commands import outputs
 from helpers import RecordedBar
 
 TOL = 1e-12

@@ -14,9 +14,9 @@ from matplotlib.image import imread
 from scipy.stats import spearmanr
 
 import datasets as data
+from commands import command, flags, outputs
+from commands.cli import run_cli
 from datasets import read_task
-from engine import command, flags, outputs
-from engine.cli import run_cli
 from helpers import run, tiny_model_and_data
 from lab import explore
 

@@ -6,7 +6,8 @@ import torch
 
 import datasets as data
 from bert import BertModel
-from engine import checkpoint, command, runtime
+from commands import command
+from engine import checkpoint, runtime
 from helpers import (
     run,
     sentence_batch,

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import datasets as D
+from commands import command
 from conftest import write_tiny_data
-from engine import command
 from helpers import tiny_flags
 from lab import fetch
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from engine import command, estimate
+from commands import command, estimate
 from helpers import tiny_flags
 
 FLAGS = "--preset demo --loops 1 --max_length 64 --batch_size 8 --seed 0 --no_test_predictions"

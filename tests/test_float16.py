@@ -9,8 +9,8 @@ import torch
 import sbert
 import trainer
 from bert import BertModel
-from engine import checkpoint, command, runtime
-from engine.flags import OptimConfig
+from commands import command
+from engine import checkpoint, runtime
 from helpers import (
     assert_same_run,
     batch_loss,
@@ -24,6 +24,7 @@ from helpers import (
 )
 from optimizer import flatten_grads, pcgrad_backward
 from presets import Stage
+from settings import OptimConfig
 from smart import EMATeacher, SmartConfig
 from trainer import StepContext
 

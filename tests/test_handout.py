@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from commands import classify, command, submission
+from commands.handout import MULTITASK_HANDOUT, handout_argv, handout_help
+from commands.outputs import read_predictions
 from conftest import add_real_bad_rows
 from datasets import DataError
-from engine import classify, command
-from engine.handout import MULTITASK_HANDOUT, handout_argv, handout_help
-from engine.outputs import read_predictions
 from helpers import a_clone, tiny_flags
 from presets import PRESETS
 
@@ -97,8 +97,8 @@ def test_the_handouts_commands_write_its_files_and_both_zippers_agree(tiny_env, 
         pytest.skip(f"no handout zipper at {PREPARE}")
     (clone / ARCHIVE).unlink()
     script_run(clone, PREPARE)
-    engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
-    assert ours == sorted(zipped(clone) + engine)
+    packages = [f"{d}/{p.name}" for d in submission.PACKAGES for p in (REPO / d).glob("*.py")]
+    assert ours == sorted(zipped(clone) + packages)
 
 
 def test_a_run_on_the_real_files_bad_rows_is_submitted(tiny_env, tmp_path):

@@ -15,7 +15,8 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 import datasets as data
-from engine import command, runtime
+from commands import command
+from engine import runtime
 from evaluation import MULTITASK
 from helpers import run
 from lab import export

@@ -21,9 +21,9 @@ from sklearn.metrics import accuracy_score
 import datasets as data
 import exercises
 import leaderboard as lb
+from commands import command
+from commands.outputs import read_predictions
 from conftest import tiny_bert_config, write_tiny_checkpoint, write_tiny_data
-from engine import command
-from engine.outputs import read_predictions
 from helpers import tiny_flags
 
 ROWS = 40  # rows of each mirror dev file in the gold set

@@ -11,15 +11,16 @@ import torch.nn.functional as F
 import evaluation
 import losses
 import sbert
+import settings
 import simcse
 import smart
 import trainer
 from base_bert import BertConfig
 from bert import BertModel
-from engine import flags, runtime
-from engine.flags import OptimConfig, SimCSEConfig
+from engine import runtime
 from helpers import batch_loss, first_batch, sentence_batch, tiny_model_and_data, two_sets
 from presets import Stage
+from settings import OptimConfig, SimCSEConfig
 from smart import EMATeacher, RngSnapshot, SmartConfig
 from trainer import StepContext
 
@@ -223,15 +224,15 @@ def test_task_losses_on_hand_made_inputs():
 def test_the_loss_table_drives_flags_heads_and_checks():
     """Every task has a table; --para_loss / --sts_loss, the cosine read-out and the in-batch
     checks are read from it, so a new entry reaches them all."""
-    from engine.flags import MultitaskConfig
+    from settings import MultitaskConfig
 
     assert set(losses.TASK_LOSSES) == set(evaluation.TASKS)
     for task in ("para", "sts"):
         meta = MultitaskConfig.__dataclass_fields__[f"{task}_loss"].metadata
         assert meta["choices"] == tuple(losses.TASK_LOSSES[task])
-        assert meta["help"] == flags.loss_help(task)
+        assert meta["help"] == settings.loss_help(task)
         for name, loss in losses.TASK_LOSSES[task].items():
-            assert f"{name} ({loss.help})" in flags.loss_help(task)
+            assert f"{name} ({loss.help})" in settings.loss_help(task)
     cosine = {n for n, x in losses.TASK_LOSSES["sts"].items() if x.cosine}
     assert cosine == {"cosine_mse", "cosine_sbert", "mnrl"}
     assert losses.loss_of("para", "mnrl").in_batch and not losses.loss_of("para", None).in_batch

@@ -11,8 +11,8 @@ import datasets as data
 import sbert
 from base_bert import BertConfig
 from bert import BertModel, mean_pool
-from engine import command, runtime
-from engine.flags import ModelConfig
+from commands import command
+from engine import runtime
 from evaluation import MULTITASK
 from helpers import (
     batch_loss,
@@ -22,6 +22,7 @@ from helpers import (
 )
 from presets import Stage
 from sbert import concat_tasks, cosine_tasks
+from settings import ModelConfig
 from smart import SmartConfig
 from trainer import StepContext
 

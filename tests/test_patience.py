@@ -6,7 +6,8 @@ import json
 
 import torch
 
-from engine import checkpoint, command, runfolder
+from commands import command, runfolder
+from engine import checkpoint
 from helpers import (
     run,
     tiny_flags,

@@ -145,8 +145,8 @@ def test_a_folder_without_metrics_is_a_one_line_error(tmp_path):
 
 
 def test_a_metrics_file_cut_short_or_without_a_stage_is_one_line(tmp_path):
+    from commands.cli import run_cli
     from engine.checkpoint import CheckpointError
-    from engine.cli import run_cli
 
     start = json.dumps({"stage": "start (no training)", "index": -1} | scores(0.2, 0.5, 0.8))
     metrics = tmp_path / "run" / "metrics.jsonl"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import presets
-from engine import checks, command, show
-from engine.flags import OptimConfig
+from commands import checks, command, show
 from helpers import run
 from lab import reports
+from settings import OptimConfig
 from tokenizer import BertTokenizer
 
 GOLDEN = Path(__file__).parent / "golden" / "presets.txt"

@@ -7,7 +7,7 @@ import pytest
 
 import datasets as data
 from base_bert import ModelError
-from engine import command
+from commands import command
 from helpers import (
     no_training,
     run,
@@ -78,7 +78,7 @@ def test_an_unlabeled_heldout_file_stops_before_training(tiny_env, tmp_path, mon
 
 
 def test_user_errors_are_one_line_and_debug_shows_the_traceback(tiny_env, tmp_path):
-    from engine.cli import run_cli
+    from commands.cli import run_cli
 
     config_json = tiny_env[0] / "config.json"
     config_json.write_text(config_json.read_text()[:-3])

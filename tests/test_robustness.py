@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import trainer
-from engine import checkpoint, command, outputs
+from commands import command, outputs
+from engine import checkpoint
 from helpers import (
     interrupt_stage,
     no_training,
@@ -18,7 +19,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes(tiny_env, tmp_path, monkeyp
     import errno
     import os
 
-    from engine.cli import run_cli
+    from commands.cli import run_cli
 
     def full(*a, **k):  # the predictions, written after the last stage's checkpoint
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

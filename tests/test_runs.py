@@ -15,7 +15,8 @@ import datasets as data
 import evaluation
 import sbert
 import trainer
-from engine import checkpoint, command, estimate, runfolder, runner, runtime
+from commands import command, estimate, runfolder, runner
+from engine import checkpoint, runtime
 from evaluation import MULTITASK
 from helpers import (
     run,
@@ -348,12 +349,12 @@ def test_score_scores_the_untrained_model_as_a_run_starts_and_makes_no_folder(
 
 
 def test_the_estimates_dev_scoring_is_timed_on_samples_and_scaled(monkeypatch):
-    """engine.estimate.scoring_seconds scores two samples of each dev set, never the whole
+    """commands.estimate.scoring_seconds scores two samples of each dev set, never the whole
     sets, and splits a fixed part from a per-example part: on a clock where a scoring takes
     3 s plus 0.01 s an example, it gives the whole sets' 3 + 0.01 * N."""
     from types import SimpleNamespace
 
-    from engine import estimate
+    from commands import estimate
 
     clock, seen = [0.0], []
 

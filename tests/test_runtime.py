@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import checks, runtime
-from engine.flags import DeviceConfig
+from commands import checks
+from engine import runtime
 from helpers import run, sentence_batch
+from settings import DeviceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -237,7 +238,7 @@ def test_a_run_never_imports_torchs_compiler_for_its_optimizer():
         assert hasattr(getattr(torch.optim.Optimizer, name), "__wrapped__"), name
     code = """if True:
         import sys, torch
-        from engine.cli import run_cli
+        from commands.cli import run_cli
         from optimizer import AdamW
 
         def main(argv):

@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 import datasets as data
+from commands import command
 from conftest import add_real_bad_rows
-from engine import command
 from engine.tsv import DataWarning
 from evaluation import MULTITASK
 from helpers import a_clone, tiny_flags

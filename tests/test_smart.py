@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import mtdnn_smart
-from engine import command
+from commands import command
 from smart import (
     SmartConfig,
     adversarial_regularizer,

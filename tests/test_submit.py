@@ -12,14 +12,20 @@ from pathlib import Path
 import pytest
 
 import datasets as data
-import prepare_submit
-from engine import classify, command, submission
-from engine.outputs import read_predictions, write_predictions
+from commands import classify, command, submission
+from commands.outputs import read_predictions, write_predictions
 from evaluation import MULTITASK
 from helpers import a_clone, tiny_flags
 from presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def packages() -> list[str]:
+    """The code's own packages in the zip, beside the top level the handout's zipper takes."""
+    return [f"{d}/{p.name}" for d in submission.PACKAGES for p in sorted((REPO / d).glob("*.py"))]
+
+
 PREPARE = REPO.parent / "shared" / "reference" / "prepare_submit.py"  # the handout's zipper
 TINY = "--batch_size 8 --lr 1e-3 --seed 0 --loops 1 --max_length 64 --preset thesis"
 
@@ -48,16 +54,15 @@ def test_a_run_becomes_the_handouts_archive_with_every_test_id(tiny_env, tmp_pat
             assert set(ids) == set(submission.file_ids(data.task_file(tiny_env[1], task, split)))
     qqp = (clone / "predictions" / "para-test-output.csv").read_text().splitlines()[1:]
     assert {line.split(",")[1].strip() for line in qqp} <= {"1.0", "0.0"}  # the handout's
-    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+    with zipfile.ZipFile(clone / submission.ARCHIVE) as z:
         ours = sorted(z.namelist())
     if not PREPARE.is_file():
         pytest.skip(f"no handout zipper at {PREPARE}")
-    (clone / prepare_submit.ARCHIVE).unlink()
+    (clone / submission.ARCHIVE).unlink()
     subprocess.run([sys.executable, str(PREPARE)], cwd=clone, check=True, capture_output=True)
-    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
-        theirs = sorted(z.namelist())  # the top level only: ours adds the engine package
-    engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
-    assert ours == sorted(theirs + engine) and "prepare_submit.py" in ours
+    with zipfile.ZipFile(clone / submission.ARCHIVE) as z:
+        theirs = sorted(z.namelist())  # the top level only: ours adds the code's packages
+    assert ours == sorted(theirs + packages()) and "prepare_submit.py" in ours
 
 
 def test_a_sampled_run_is_refused_until_predict_writes_every_row(tiny_env, tmp_path):
@@ -76,11 +81,9 @@ def test_minilm_is_refused_unless_told(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text(json.dumps({"model": {"bert": "minilm"}}))
     with pytest.raises(SystemExit, match="MiniLM, which was trained on Quora and NLI pairs"):
-        prepare_submit.main([str(tmp_path / "run")])
+        submission.main([str(tmp_path / "run")])
     with pytest.raises(SystemExit, match="missing data file"):  # on to the next check
-        prepare_submit.main(
-            [str(tmp_path / "run"), "--allow_outside_pretraining", "--data_dir", "no"]
-        )
+        submission.main([str(tmp_path / "run"), "--allow_outside_pretraining", "--data_dir", "no"])
 
 
 def test_the_handouts_part1_command_writes_its_file_names(tiny_env, tmp_path):
@@ -131,7 +134,7 @@ def test_what_is_zipped_is_read_first_and_a_gap_names_its_command(tiny_env, tmp_
     assert "Part 1 pretrain is missing" in done.stdout and "left out of the zip" in done.stdout
     assert (
         "predictions/old-sst-dev-output.csv"
-        not in zipfile.ZipFile(clone / prepare_submit.ARCHIVE).namelist()
+        not in zipfile.ZipFile(clone / submission.ARCHIVE).namelist()
     )
     refused = submit_in(clone, run_dir, "--part1", part1, "--data_dir", tiny_env[1])
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
@@ -218,16 +221,15 @@ def test_the_2024_handouts_part1_names_are_checked_and_zipped(tiny_env, tmp_path
     done = submit_in(clone, "--data_dir", tiny_env[1])
     assert done.returncode == 0, done.stderr
     assert "is missing" not in done.stdout and "left out of the zip" not in done.stdout
-    with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+    with zipfile.ZipFile(clone / submission.ARCHIVE) as z:
         ours = sorted(z.namelist())
     assert sum(n.startswith("predictions/") for n in ours) == 6 + 8
     if PREPARE.is_file():  # the 2024 handout's prepare_submit.py zips as the 2023 one
-        (clone / prepare_submit.ARCHIVE).unlink()
+        (clone / submission.ARCHIVE).unlink()
         subprocess.run([sys.executable, str(PREPARE)], cwd=clone, check=True, capture_output=True)
-        with zipfile.ZipFile(clone / prepare_submit.ARCHIVE) as z:
+        with zipfile.ZipFile(clone / submission.ARCHIVE) as z:
             theirs = sorted(z.namelist())
-        engine = sorted(f"engine/{p.name}" for p in (REPO / "engine").glob("*.py"))
-        assert ours == sorted(theirs + engine)
+        assert ours == sorted(theirs + packages())
     (part1 / "predictions").mkdir(parents=True)
     (part1 / "config.json").write_text("{}")
     part1_by_2024_names(part1 / "predictions", tiny_env[1], ("last-linear-layer",), ("sst",))
@@ -240,5 +242,5 @@ def test_the_2024_handouts_part1_names_are_checked_and_zipped(tiny_env, tmp_path
     assert done.returncode == 0, done.stderr
     assert "Part 1 pretrain is missing" not in done.stdout
     assert "Part 1 finetune is missing: no finetune-*-out.csv (nor full-model-*" in done.stdout
-    zipped = zipfile.ZipFile(clone / prepare_submit.ARCHIVE).namelist()
+    zipped = zipfile.ZipFile(clone / submission.ARCHIVE).namelist()
     assert sum(n.startswith("predictions/last-linear-layer-") for n in zipped) == 4

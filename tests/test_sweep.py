@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import command
+from commands import command
 from lab import sweep
 
 optuna = pytest.importorskip("optuna")  # an optional package

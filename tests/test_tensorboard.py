@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import trainer
-from engine import command
+from commands import command
 from helpers import (
     run,
     sigterm_on_call,

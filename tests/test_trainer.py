@@ -14,8 +14,8 @@ import losses
 import sbert
 import trainer
 from bert import BertModel
-from engine import checkpoint, command, runfolder, runner, runtime
-from engine.flags import DataConfig, MultitaskConfig, OptimConfig
+from commands import command, runfolder, runner
+from engine import checkpoint, runtime
 from evaluation import MULTITASK
 from helpers import (
     assert_same_run,
@@ -27,6 +27,7 @@ from helpers import (
     weights,
 )
 from presets import Stage
+from settings import DataConfig, MultitaskConfig, OptimConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext
 
@@ -317,7 +318,7 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     Pearson r is nan (as scipy's), the table prints nan, the overall score is nan, and the
     kept stage is another."""
     import sbert
-    from engine import runfolder
+    from commands import runfolder
 
     constant, calls, score = [False], [], runfolder.Run.scored
 

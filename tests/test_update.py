@@ -14,7 +14,6 @@ import trainer
 from base_bert import hf_to_ours
 from bert import BertModel
 from engine import runtime
-from engine.flags import OptimConfig
 from helpers import (
     batch_loss,
     first_batch,
@@ -27,6 +26,7 @@ from helpers import (
 )
 from optimizer import flatten_grads, pcgrad, pcgrad_backward
 from presets import Stage
+from settings import OptimConfig
 from trainer import StepContext
 
 

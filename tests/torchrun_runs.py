@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
-from engine import command
-from engine.cli import run_cli
+from commands import command
+from commands.cli import run_cli
 
 if __name__ == "__main__":
     for i, argv in enumerate(json.loads(sys.argv[1])):

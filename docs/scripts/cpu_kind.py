@@ -26,9 +26,9 @@ import torch  # noqa: E402
 
 from base_bert import load_config, resolve_model_dir  # noqa: E402
 from bert import BertLayer  # noqa: E402
+from commands.command import PROBE_TOKENS  # noqa: E402
 from datasets import data_dir  # noqa: E402
 from engine import runtime  # noqa: E402
-from engine.command import PROBE_TOKENS  # noqa: E402
 from lab.bench import Context, demo_qqp_steps  # noqa: E402
 from lab.timing import time_interleaved  # noqa: E402
 from trainer import train_step  # noqa: E402

@@ -22,10 +22,11 @@ from smart_rs import sst_batch  # noqa: E402  (docs/scripts, this file's folder)
 
 import simcse  # noqa: E402
 import trainer  # noqa: E402
-from engine import command, runtime  # noqa: E402
-from engine.flags import ModelConfig, OptimConfig  # noqa: E402
+from commands import command
+from engine import runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from presets import Stage  # noqa: E402
+from settings import ModelConfig, OptimConfig  # noqa: E402
 from smart import RngSnapshot  # noqa: E402
 from trainer import StepContext  # noqa: E402
 

@@ -38,7 +38,8 @@ import torch  # noqa: E402
 import datasets as data  # noqa: E402
 import evaluation  # noqa: E402
 import sbert  # noqa: E402
-from engine import checkpoint, command  # noqa: E402
+from commands import command
+from engine import checkpoint  # noqa: E402
 from engine.runtime import make_runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402

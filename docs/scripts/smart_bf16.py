@@ -18,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 import torch  # noqa: E402
 from smart_rs import ASCENTS, measure, sst_batch  # noqa: E402  (docs/scripts, this folder)
 
-from engine import command, runtime  # noqa: E402
-from engine.flags import ModelConfig  # noqa: E402
+from commands import command
+from engine import runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
+from settings import ModelConfig  # noqa: E402
 from smart import SmartConfig, passes_in_float32  # noqa: E402
 
 

@@ -24,10 +24,11 @@ import batches  # noqa: E402
 import datasets as data  # noqa: E402
 import losses  # noqa: E402
 import trainer  # noqa: E402
-from engine import command, runtime  # noqa: E402
-from engine.flags import DataConfig, ModelConfig  # noqa: E402
+from commands import command
+from engine import runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from presets import Stage  # noqa: E402
+from settings import DataConfig, ModelConfig  # noqa: E402
 from smart import RngSnapshot, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 from trainer import StepContext  # noqa: E402

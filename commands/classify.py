@@ -12,26 +12,28 @@ from pathlib import Path
 import torch
 
 import datasets as data
+import settings
 from base_bert import load_config, resolve_model_dir
 from classifier import BertSentimentClassifier
-from engine import checkpoint, cli, flags
-from engine.checks import check_compile
-from engine.command import run_runtime
-from engine.flags import (
-    DataConfig,
-    DeviceConfig,
-    ModelConfig,
-    OptimConfig,
-    RunConfig,
-    ScheduleConfig,
-    refuse,
+from commands import cli, flags
+from commands.checks import check_compile
+from commands.command import run_runtime
+from commands.flags import refuse
+from commands.handout import (
+    HANDOUT_FLAGS,
+    MODES,
+    handout_argv,
+    handout_help,
+    model_config,
+    no_flags,
 )
-from engine.handout import HANDOUT_FLAGS, MODES, handout_argv, handout_help, model_config, no_flags
-from engine.runfolder import Run, finish
-from engine.runner import run_plan
+from commands.runfolder import Run, finish
+from commands.runner import run_plan
+from engine import checkpoint
 from engine.runtime import check_attention, compile_layers, fast_dropout
 from evaluation import TASKS
 from presets import Stage
+from settings import DataConfig, DeviceConfig, ModelConfig, OptimConfig, RunConfig, ScheduleConfig
 from tokenizer import BertTokenizer
 
 FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on a frozen encoder
@@ -41,22 +43,22 @@ FROZEN_LR = ScheduleConfig.head_lr  # the handout's learning rate for a head on 
 class ClassifierConfig:
     """what to run"""
 
-    task: str = flags.option(
+    task: str = settings.option(
         "both", "data set; both: SST, then CFIMDB", choices=("sst", "cfimdb", "both")
     )
-    option: str = flags.option(
+    option: str = settings.option(
         "pretrain",
         f"pretrain (2024: last-linear-layer): BERT frozen, train the head (--lr {FROZEN_LR} "
         "unless given); finetune (2024: full-model): train everything; the prediction files "
         "are named by the word typed",
         choices=("pretrain", "last-linear-layer", "finetune", "full-model"),
     )
-    epochs: int = flags.option(10, "passes over the training set", minimum=1)
-    seed: int = flags.option(RunConfig.seed, "random seed")
-    run_dir: str | None = flags.option(
+    epochs: int = settings.option(10, "passes over the training set", minimum=1)
+    seed: int = settings.option(RunConfig.seed, "random seed")
+    run_dir: str | None = settings.option(
         None, "output folder; unset: runs/<option>-<time>, a subfolder per task when both train"
     )
-    predictions_dir: str | None = flags.option(
+    predictions_dir: str | None = settings.option(
         "predictions", "also copy the prediction files here, where the handout's command writes"
     )
     data: DataConfig = field(default_factory=lambda: DataConfig(max_length=512))

@@ -1,7 +1,8 @@
 """The command `python multitask_classifier.py`: its flags, what it checks before a run
 folder is made, and what it runs: a preset's plans trained in a run folder, --resume,
 --predict, --show, --score, --estimate. It builds a run from the lesson's pieces
-(sbert.py's SentenceBERT, or the handout's MultitaskBERT; presets, trainer) and the engine's.
+(sbert.py's SentenceBERT, or the handout's MultitaskBERT; presets, trainer, settings) and
+the engine's.
 
 A preset under the flags the user typed (`settings_of`): the settings it overrides, its
 sizes under --scale, and the rules that keep a typed flag from being replaced without a
@@ -29,15 +30,17 @@ import simcse
 import trainer
 from base_bert import BertConfig, read_json_object
 from bert import BertLayer, BertModel
+from commands import checks, cli, flags, handout, outputs
+from commands.checks import check_loading, check_run
+from commands.cli import out_of_memory
+from commands.estimate import estimate_plans, fit_sizes, scoring_seconds
+from commands.flags import from_dict, refuse
+from commands.handout import MULTITASK_HANDOUT, model_config
+from commands.runfolder import Run, finish, write_prediction_files
+from commands.runner import run_plan
+from commands.show import show
 from datasets import CONTRASTIVE
-from engine import checkpoint, checks, cli, flags, handout, outputs
-from engine.checks import check_loading, check_run
-from engine.cli import out_of_memory
-from engine.estimate import estimate_plans, fit_sizes, scoring_seconds
-from engine.flags import ModelConfig, RunConfig, from_dict, refuse
-from engine.handout import MULTITASK_HANDOUT, model_config
-from engine.runfolder import Run, finish, write_prediction_files
-from engine.runner import run_plan
+from engine import checkpoint
 from engine.runtime import (
     Runtime,
     attention_line,
@@ -48,11 +51,11 @@ from engine.runtime import (
     layer_times,
     make_runtime,
 )
-from engine.show import show
 from engine.tsv import require
 from evaluation import MULTITASK, TASKS
 from presets import PRESETS, Preset, Stage
 from sbert import SentenceBERT, concat_tasks, cosine_tasks
+from settings import ModelConfig, RunConfig, ScheduleConfig
 from tokenizer import BertTokenizer
 
 # ---------------------------------------------------------------------------------------
@@ -154,7 +157,7 @@ def train_multitask(cfg: RunConfig, plans: dict, task_data: dict, run_dir: Path,
 
 
 def fitted(cfg: RunConfig, plans: dict, rt) -> RunConfig:
-    """--fit_minutes: the config at the sizes engine.estimate.fit_sizes picks here (the main
+    """--fit_minutes: the config at the sizes commands.estimate.fit_sizes picks here (the main
     process's), with that line printed; timed on a model of its own, before seeded_data
     seeds the run, which thus trains as one started at these sizes."""
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):  # said again below
@@ -171,7 +174,7 @@ def fitted(cfg: RunConfig, plans: dict, rt) -> RunConfig:
 
 def estimate(cfg: RunConfig, plans: dict, rt) -> float:
     """Print each stage's expected minutes and return the whole run's, before any run
-    folder exists (--estimate; lab/sweep.py asks it through main): engine.estimate.estimate_plans
+    folder exists (--estimate; lab/sweep.py asks it through main): commands.estimate.estimate_plans
     times a few real steps of each kind of stage, plus one dev scoring (scoring_seconds)."""
     task_data = seeded_data(cfg, plans)
     model = run_model(cfg, cfg.device.compile)().to(rt.device)
@@ -380,7 +383,7 @@ def settings_of(preset: Preset, typed: dict) -> dict:
     A typed --train_size or --dev_size turns --fit_minutes off unless it is typed too."""
     settings = preset.overrides
     if preset.scaled is not None:
-        scale = typed.get("schedule.scale", flags.ScheduleConfig.scale)
+        scale = typed.get("schedule.scale", ScheduleConfig.scale)
         shrunk = {k: max(1, round(v * scale)) for k, v in preset.scaled.items()}
         settings = settings | shrunk | {"data.train_share": scale}
     dev, heldout = typed.get("data.dev_size"), settings.get("data.heldout_size")
@@ -407,7 +410,7 @@ def overrides(typed: dict) -> dict:
     name = typed.get("preset", RunConfig().preset)
     if name not in PRESETS:
         raise SystemExit(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-    scaled = typed.get("schedule.scale", flags.ScheduleConfig.scale) != 1
+    scaled = typed.get("schedule.scale", ScheduleConfig.scale) != 1
     refuse(
         scaled and PRESETS[name].scaled is None,
         f"--scale shrinks the reports' presets; {name} is not one",

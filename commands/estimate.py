@@ -8,9 +8,9 @@ from dataclasses import replace
 import torch
 
 from datasets import head
-from engine.flags import OptimConfig
 from engine.runtime import to_device
 from presets import Stage
+from settings import OptimConfig
 from smart import EMATeacher
 from trainer import StepContext, prepare, stage_steps, train_step
 

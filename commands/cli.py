@@ -1,6 +1,6 @@
 """The command line: a config's fields as flags, and a command's way out.
 
-`build_parser` turns a config (engine/flags.py) into argparse flags named after its fields
+`build_parser` turns a config (settings.py) into argparse flags named after its fields
 (`--lr`, `--lambda_sst`, ...), one group per dataclass; `parse` applies a preset's
 overrides ("group.field" -> value) under the flags the user typed; `changed_flags` names
 what a resumed run was asked to change.
@@ -23,8 +23,8 @@ import traceback
 import torch
 
 from base_bert import ModelError
+from commands.flags import check, flag_of, leaves, replace_paths
 from engine.checkpoint import CheckpointError
-from engine.flags import check, flag_of, leaves, replace_paths
 from engine.runtime import eager_optimizers
 from engine.tsv import DataError
 

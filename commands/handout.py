@@ -8,10 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from base_bert import load_config, resolve_model_dir
+from commands.flags import refuse
+from commands.outputs import prediction_path
 from datasets import task_file
-from engine.flags import ModelConfig, refuse
-from engine.outputs import prediction_path
 from evaluation import MULTITASK
+from settings import ModelConfig
 
 # The handouts' two options, each with its 2024 name: True where BERT is frozen.
 MODES = {"pretrain": True, "last-linear-layer": True, "finetune": False, "full-model": False}

@@ -15,12 +15,13 @@ import torch
 from tqdm.auto import tqdm
 
 import trainer
-from engine import checkpoint, runfolder
-from engine.flags import OptimConfig
+from commands import runfolder
+from commands.runfolder import Run, evaluate_split
+from engine import checkpoint
 from engine.resume import InStage, Progress
-from engine.runfolder import Run, evaluate_split
 from engine.runtime import from_main, own_generators, same_start
 from presets import Stage
+from settings import OptimConfig
 
 
 class BestEpoch:
@@ -120,7 +121,7 @@ def run_plan(plan: list[Stage], model, task_data, optim: OptimConfig, run: Run):
     Files in run_dir: metrics.jsonl (one row per stage), steps.jsonl (one line per step:
     stage, epoch, step, tasks, loss, lr, grad_norm, examples_per_s), best.safetensors (the
     best model so far) and state.safetensors (everything needed to continue after the last
-    finished stage, or from inside a stage; engine/runfolder.py). A stage whose score is not a
+    finished stage, or from inside a stage; commands/runfolder.py). A stage whose score is not a
     number (e.g. the Pearson r of a constant prediction) is never the best.
     """
     run.plan_length = len(plan)

@@ -5,10 +5,11 @@ the flag.
 """
 
 from base_bert import load_config, missing_files, resolve_model_dir
+from commands.flags import refuse
 from datasets import CONTRASTIVE, CONTRASTIVE_SOURCES
-from engine.flags import ModelConfig, OptimConfig, RunConfig, refuse
 from losses import loss_of
 from presets import PRESETS, Plans, Stage, loss_choices
+from settings import ModelConfig, OptimConfig, RunConfig
 from simcse import OBJECTIVES
 
 

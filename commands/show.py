@@ -1,13 +1,13 @@
 """`--show`: what a preset resolves to, its settings and its stages, printed without
 loading anything."""
 
+from commands import flags
 from datasets import CONTRASTIVE
-from engine import flags
-from engine.flags import RunConfig
 from evaluation import MULTITASK, TASKS
 from losses import default_loss
 from presets import PRESETS, Stage, loss_choices
 from sbert import concat_tasks, cosine_tasks
+from settings import RunConfig
 
 
 def changed_settings(cfg: RunConfig) -> list[str]:

@@ -4,9 +4,11 @@ in range on every row, the data file's ids, every test id and every usable dev i
 MiniLM run refused without --allow_outside_pretraining, a gap named with the command that
 fills it; then the zip, as the handout's zipper writes it."""
 
+import argparse
 import functools
 import json
 import math
+import shutil
 import warnings
 import zipfile
 from collections import Counter
@@ -14,12 +16,14 @@ from functools import partial
 from pathlib import Path
 
 import datasets as data
-from engine.outputs import prediction_path
-from engine.runfolder import SOURCES
+import prepare_submit
+from commands.outputs import prediction_path
+from commands.runfolder import SOURCES
 from engine.tsv import require
 from evaluation import MULTITASK, TASKS
 
 SPLITS = ("dev", "test")
+PACKAGES = ("engine", "commands")  # the code's own, zipped beside the top level
 PART1_TASKS = ("sst", "cfimdb")
 # classifier.py's options by the 2023 handout's names (--option) and the 2024 handout's
 # (--fine-tune-mode): its files are named by the one typed
@@ -228,10 +232,11 @@ def in_predictions(out: Path, allow: bool) -> tuple[dict, dict]:
 
 
 def write_archive(out: Path, root: Path, predictions: list[str]) -> list[str]:
-    """Every top-level .py, the engine package the code imports (engine/*.py) and the named
-    prediction files, written as the handout writes them."""
+    """Every top-level .py, the packages the code imports (engine/*.py, commands/*.py) and
+    the named prediction files, written as the handout writes them."""
     names = sorted(p.name for p in root.glob("*.py"))
-    names += sorted(f"engine/{p.name}" for p in (root / "engine").glob("*.py"))
+    for package in PACKAGES:
+        names += sorted(f"{package}/{p.name}" for p in (root / package).glob("*.py"))
     names += sorted(f"predictions/{name}" for name in predictions)
     with zipfile.ZipFile(out, "w") as z:
         for name in names:
@@ -258,3 +263,37 @@ def gather(args, out: Path) -> tuple[dict, dict, str]:
     check_part2(part2, folder)
     check_part1(part1, folder, joined=args.run_dir is not None)
     return part2, part1, source
+
+
+ARCHIVE = "cs224n_default_final_project_submission.zip"  # the handout's name
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(
+        description=prepare_submit.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "run_dir", type=Path, nargs="?", help="a multitask_classifier.py run folder"
+    )
+    parser.add_argument("--part1", type=Path, nargs="*", default=[], help="classifier.py runs")
+    parser.add_argument(
+        "--allow_outside_pretraining",
+        action="store_true",
+        help="submit a model trained from MiniLM anyway (against the handout's rules)",
+    )
+    parser.add_argument("--data_dir", help="the handout's data (default $MINBERT_DATA, else data/)")
+    args = parser.parse_args(argv)
+    if args.part1 and args.run_dir is None:
+        parser.error("--part1 joins a RUN_DIR's files; name the multitask run too")
+    out = Path.cwd() / "predictions"
+    part2, part1, source = gather(args, out)
+    files = {name: path for name, (path, *_) in (part2 | part1).items()}
+    out.mkdir(exist_ok=True)
+    for name, path in files.items():
+        if path.resolve() != (out / name).resolve():
+            shutil.copy2(path, out / name)
+    names = write_archive(Path.cwd() / ARCHIVE, Path.cwd(), sorted(files))
+    if left := sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in files):
+        print(f"left out of the zip, not named: predictions/{', predictions/'.join(left)}")
+    print(f"{ARCHIVE}: {len(names)} files, the predictions of {source}")
+    return Path.cwd() / ARCHIVE

@@ -29,7 +29,8 @@ from pathlib import Path
 import batches
 import datasets as data
 import evaluation
-from engine import checkpoint, outputs
+from commands import outputs
+from engine import checkpoint
 from engine.resume import Progress
 from engine.runtime import Runtime, from_main
 
