@@ -108,16 +108,15 @@ def check(
     root: Path,
     names: list[str],
     ta: Path | None = None,
-    results: Path | None = None,
-    graded: str = "",
+    results: tuple[Path, str] | None = None,
     markers: Path | None = None,
     user: str | None = None,
     verbose: bool = False,
 ):
     """Grade the exercises in root with ta's grader (default: root's); print the scorecard
     (verbose: every failing part that needs no TA's reference) and the exercise to write next;
-    return how many did not pass (provisional ones pass here). results: also write
-    Gradescope's results.json there, `graded` (which files) at the top of its output.
+    return how many did not pass (provisional ones pass here). results: (where to write
+    Gradescope's results.json too, which files were graded: the top of its output).
     markers: the handout, where the exercises' markers are read (a submission may have
     broken its own) and the judge runs; user: who runs the student's code."""
     if importlib.util.find_spec("torch") is None:
@@ -139,9 +138,9 @@ def check(
     scores = {n: score(rows[n], docs[n]) for n in names}
     print_scorecard(rows, scores, names, markers or root, verbose, not (ta / ANSWERS[0]).is_file())
     if results:
-        gradescope.write_results(
-            results, [(n, rows[n], scores[n]) for n in names], graded, time.monotonic() - started
-        )
+        path, graded = results
+        each = [(n, rows[n], scores[n]) for n in names]
+        gradescope.write_results(path, each, graded, time.monotonic() - started)
     return sum(rows[n]["result"] not in ("pass", "provisional", "hidden") for n in names)
 
 
@@ -325,7 +324,8 @@ def main(argv=None) -> int:
     root = args.dir.resolve()
     if is_copy_of_ta(root):
         return ta_grade(root, args.names, args.grader, args.results)
-    return check(root, args.names, args.grader, args.results, verbose=args.verbose)
+    results = (args.results, "") if args.results else None
+    return check(root, args.names, args.grader, results, verbose=args.verbose)
 
 
 def is_copy_of_ta(root: Path) -> bool:

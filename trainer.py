@@ -1,10 +1,11 @@
 """The one training loop: a stage's steps, and a step's forward, losses and update.
 
 Read it top down: `train_step` is one update, on one screen: for each batch, the forward,
-the task's loss (losses.py) and SMART's term (smart.py), backward; then unscale, clip and
-step, with the run's GradScaler (float16's; a no-op otherwise). The heads' exceptions are
-one named call each below it: a pair loss or a contrastive stage's objective
-(`embedding_loss`), distillation, the added SimCSE term, PCGrad. `train_stage` repeats
+the task's loss (losses.py) and the terms the stage adds to it, backward; then unscale,
+clip and step, with the run's GradScaler (float16's; a no-op otherwise). What a stage adds
+is decided once, by `added_terms`: SMART's term (smart.py), distillation, the added SimCSE
+term, each one named function below; a plain stage adds none. A batch without a head (a
+pair loss, a contrastive stage's objective) is `embedding_loss`; PCGrad, `pcgrad_update`. `train_stage` repeats
 the step over a stage's batches with its learning-rate schedule. A plan's stages run in
 order, scored after each, in a run folder: commands/runner.py's run_plan.
 
@@ -42,7 +43,7 @@ from losses import loss_of
 from optimizer import l2_sp, loss_weights, lr_factor, pcgrad_backward
 from presets import Stage
 from settings import OptimConfig
-from smart import EMATeacher, RngSnapshot, SmartConfig, passes_in_float32, smart_loss
+from smart import EMATeacher, RngSnapshot, passes_in_float32, smart_loss
 
 # ---------------------------------------------------------------------------------------
 # A stage's batches
@@ -96,6 +97,7 @@ class StepContext:
     teacher: EMATeacher | None = None  # SMART's momentum teacher of the current stage
     reference: torch.nn.Module | None = None  # the untouched model: L2-SP and distillation
     gather: bool = False  # in-batch objectives see every process's rows (each step's own)
+    terms: dict | None = None  # {task: AddedTerms} of the current stage (added_terms)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -104,10 +106,12 @@ class NonFiniteLoss(RuntimeError):
 
 def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, schedule=1.0):
     """One update from [(task, global batch), ...]: for each piece of them this process
-    trains on, the forward, the task's loss and SMART's term, backward; then clip and step.
+    trains on, the forward, the task's loss and the stage's added terms, backward; then clip
+    and step.
     Returns the step's loss and the gradient's L2 norm before clipping (the module's
     docstring has more)."""
     rt, by_task, loss = ctx.rt, {}, 0.0
+    terms = ctx.terms or added_terms(stage, ctx.optim, rt)  # train_stage's, built once
     set_lr(optimizer, stage, schedule)  # the stage's lr times its schedule at this step
     optimizer.zero_grad(set_to_none=True)
     weights = task_weights(stage, step_batches, generator)  # {task: its weight in the sum}
@@ -116,18 +120,19 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     ctx = replace(ctx, gather=gather)  # in-batch objectives: every process's rows, or these
     for k, (task, batch, share) in enumerate(pieces):
         loss_fn = loss_of(task, stage.losses.get(task)) if task in TASKS else None
-        with rt.autocast(float32=in_float32(stage, loss_fn, rt)):  # SMART's may need it
+        added = terms[task]  # what the stage adds to the loss: in a plain stage, no term
+        with rt.autocast(float32=added.float32):
             if loss_fn is None or loss_fn.pair:  # no head: SimCSE's objectives, pair losses
-                part = embedding_loss(model, stage, task, batch, ctx)
+                part, clean = embedding_loss(model, stage, task, batch, ctx, added.replay)
             else:
-                rng = replayed_by(stage, ctx, rt)  # for the passes that replay its dropout
+                rng = RngSnapshot(rt.device) if added.replay else None  # a term replays it
                 embeds = model.embed(batch)  # (N, T, H) embedding output, kept for SMART
                 z = model.sentences(batch, embeds)  # (N, H) pooled sentences
                 out = model.readout(task, batch, z)  # the task's output
                 part = loss_fn.fn(out.float(), batch["labels"])  # the task's loss
-                part = part + smart_term(model, stage, task, batch, (embeds, out), rng, ctx)
-                part = part + distillation_term(model, stage, batch, z, rng, ctx)
-        part = part + simcse_term(model, stage, batch, ctx)  # Sicurello's added SimCSE
+                clean = Clean(task, batch, z, embeds, out, rng)
+            for term in added.terms:  # SMART's, distillation's, the added SimCSE's
+                part = part + term(model, stage, clean, ctx)
         if pcgrad:  # PCGrad's backward, below, takes each task's loss whole
             by_task[task] = by_task.get(task, 0.0) + share * part
             continue
@@ -177,31 +182,60 @@ def set_lr(optimizer, stage: Stage, factor: float = 1.0):
         group["lr"] = stage.lr * factor * scale
 
 
-def in_float32(stage: Stage, loss_fn, rt) -> bool:
-    """Whether a batch's passes leave the run's autocast: where SMART's passes need float32
-    (smart.passes_in_float32), and then the clean pass, whose graph R_s and D_Breg share
-    with the task loss, too, so no pass runs twice; and a contrastive stage's (no loss_fn),
-    which sets its own (contrastive_loss)."""
-    if loss_fn is None:
-        return True
-    smart = stage.smart if not loss_fn.pair else SmartConfig.off()
-    return passes_in_float32(smart, rt.amp_dtype)
+@dataclass
+class Clean:
+    """A batch's clean pass: what a stage's added terms start from."""
+
+    task: str
+    batch: dict
+    z: torch.Tensor  # (N, H) pooled sentences
+    embeds: torch.Tensor | None = None  # (N, T, H) embedding output, where the task has a head
+    out: torch.Tensor | None = None  # the task's output, where it has a head
+    rng: RngSnapshot | None = None  # the generators before the pass, where a term replays it
 
 
-def embedding_loss(model, stage: Stage, task, batch, ctx) -> torch.Tensor:
-    """The loss of a stage with no head: a contrastive stage's objective on (K, B, T)
-    sentence tuples, or a pair loss of the two sentence embeddings u, v (2, B, T), plus
-    the distillation term."""
+@dataclass(frozen=True)
+class AddedTerms:
+    """What a stage adds to one task's batches, decided once a stage (added_terms)."""
+
+    terms: tuple = ()  # each (model, stage, clean, ctx) -> a term of the batch's loss
+    replay: bool = False  # a term replays the clean pass's dropout masks (Clean.rng)
+    float32: bool = False  # the batch's passes leave the run's autocast
+
+
+def added_terms(stage: Stage, optim: OptimConfig, rt) -> dict[str, AddedTerms]:
+    """Each task's AddedTerms of this stage, in the order they add up: SMART's where the task
+    has a head, distillation's where the encoder trains on tasks, the added SimCSE's where
+    the stage weighs it. Float32 passes where SMART's need them (smart.passes_in_float32),
+    the clean pass too, whose graph R_s and D_Breg share with the task loss; a contrastive
+    stage's objective sets its own (contrastive_loss). Its generators are kept where SMART's
+    shared dropout or distillation's reference pass replays the clean pass's masks."""
+    distill = stage.trains_encoder_on_tasks and optim.distill != 0
+    added = stage.contrastive if stage.kind != CONTRASTIVE else None
+    simcse = added is not None and added.simcse_weight != 0
+    out = {CONTRASTIVE: AddedTerms(float32=True)}
+    for task in TASKS:  # every task's, whichever the stage's batches come from
+        smart = stage.smart.active and not loss_of(task, stage.losses.get(task)).pair
+        terms = (smart_term,) * smart + (distillation_term,) * distill + (simcse_term,) * simcse
+        shared = smart and stage.smart.dropout == "shared"
+        float32 = smart and passes_in_float32(stage.smart, rt.amp_dtype)
+        out[task] = AddedTerms(terms, shared or distill, float32)
+    return out
+
+
+def embedding_loss(model, stage: Stage, task, batch, ctx, replay: bool):
+    """The loss of a batch with no head and its clean pass: a contrastive stage's objective
+    on (K, B, T) sentence tuples (nothing is added to it), or a pair loss of the two
+    sentence embeddings u, v (2, B, T)."""
     if stage.kind == CONTRASTIVE:
-        return contrastive_loss(model, stage.contrastive, batch, ctx)
-    rng = replayed_by(stage, ctx, ctx.rt, smart=False)
+        return contrastive_loss(model, stage.contrastive, batch, ctx), None
+    rng = RngSnapshot(ctx.rt.device) if replay else None  # a term replays the pass's masks
     z = model.sentences(batch)  # (2B, H)
     u, v = z.float().view(2, -1, z.size(-1)).unbind(0)  # (B, H) each
     loss_fn, labels, weight = loss_of(task, stage.losses.get(task)), batch["labels"], 1.0
     if loss_fn.in_batch:  # the other examples are the negatives: the whole batch's
         (u, v, labels), weight = in_batch(ctx, u, v, labels)
-    loss = weight * loss_fn.fn(u, v, labels, TASKS[task].kind)
-    return loss + distillation_term(model, stage, batch, z, rng, ctx)
+    return weight * loss_fn.fn(u, v, labels, TASKS[task].kind), Clean(task, batch, z, rng=rng)
 
 
 def in_batch(ctx, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
@@ -210,28 +244,18 @@ def in_batch(ctx, *tensors: torch.Tensor) -> tuple[list[torch.Tensor], float]:
     return gather_rows(list(tensors), ctx.rt) if ctx.gather else (list(tensors), 1.0)
 
 
-def replayed_by(stage: Stage, ctx, rt, smart: bool = True) -> RngSnapshot | None:
-    """The random generators' state before a batch's clean pass, where a later pass replays
-    its dropout masks: SMART's with --smart_dropout shared (smart: the batch has a head),
-    distillation's reference pass; None where none does."""
-    shared = smart and stage.smart.active and stage.smart.dropout == "shared"
-    distilled = not stage.freeze_encoder and ctx.optim.distill != 0
-    return RngSnapshot(rt.device) if shared or distilled else None
-
-
-def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
+def smart_term(model, stage: Stage, clean: Clean, ctx):
     """SMART's lambda_s * R_s + mu * D_Breg for this batch (Jiang et al., 2020), the same code
-    for every task; 0 when the stage has no SMART."""
-    smart, (embeds, out) = stage.smart, clean
-    if not smart.active:
-        return 0.0
+    for every task with a head."""
+    smart, task, batch, rng = stage.smart, clean.task, clean.batch, clean.rng
+    embeds, out = clean.embeds, clean.out
     # clean: the clean pass's embedding output and task output, whose graphs R_s and D_Breg
     # share with the task loss. rng: the generators' state before that pass: with
     # --smart_dropout shared the perturbed and the teacher's passes replay its masks (the
     # state after the embedding is found by replaying the embedding); else masks of their
     # own. The reference variant perturbs an embedding output of its own, as mt-dnn's
     # SmartPerturbation runs the embedding again. Every pass runs in the caller's precision
-    # (in_float32).
+    # (added_terms).
     same_embed = same = None
     if smart.dropout == "shared":
         with torch.no_grad(), rng.replay():
@@ -257,13 +281,10 @@ def smart_term(model, stage: Stage, task, batch, clean: tuple, rng, ctx):
     return smart_loss(from_embeddings, embeds, out.float(), kind, teacher_out, smart, mask)
 
 
-def distillation_term(model, stage: Stage, batch, z, rng, ctx):
-    """--distill times the gap between the cosines of the examples' first sentences, z's
-    first B rows, and those the untouched model (ctx.reference) gives them; 0 without
-    --distill or with the encoder frozen."""
-    weight = 0.0 if stage.freeze_encoder else ctx.optim.distill
-    if weight == 0:
-        return 0.0
+def distillation_term(model, stage: Stage, clean: Clean, ctx):
+    """--distill times the gap between the cosines of the examples' first sentences, the
+    clean pass's first B rows, and those the untouched model (ctx.reference) gives them."""
+    batch, z, rng = clean.batch, clean.z, clean.rng
     # A pair's own cosine stays free. The reference runs the whole batch in the model's mode
     # with the dropout masks of the pass that made z (`rng` replays them), in the same
     # precision: at the loaded weights both passes are one computation, so the gap and its
@@ -274,7 +295,7 @@ def distillation_term(model, stage: Stage, batch, z, rng, ctx):
     with torch.no_grad(), rng.replay():
         z0 = ctx.reference.train(model.training).sentences(batch)[:B]  # (B, H)
     (z, z0), share = in_batch(ctx, z[:B].float(), z0.float())
-    return weight * share * simcse.similarity_distillation(z, z0)
+    return ctx.optim.distill * share * simcse.similarity_distillation(z, z0)
 
 
 def frozen_copy(model):
@@ -301,12 +322,11 @@ def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
     return weight * simcse.OBJECTIVES[cfg.simcse_loss][1](z.transpose(0, 1), cfg.temperature)
 
 
-def simcse_term(model, stage: Stage, batch, ctx):
+def simcse_term(model, stage: Stage, clean: Clean, ctx):
     """The stage's weight times unsupervised SimCSE of the batch's sentences (both sides of
-    pairs): two passes, two dropout masks (Sicurello adds it to the task losses); 0 without."""
-    term = stage.contrastive
-    if stage.kind == CONTRASTIVE or not term or term.simcse_weight == 0:
-        return 0.0
+    pairs): two passes of their own, two dropout masks (Sicurello adds it to the task
+    losses), in the run's precision; the loss itself in float32."""
+    term, batch = stage.contrastive, clean.batch
     with ctx.rt.autocast():
         z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
     ids = batch["input_ids"]
@@ -315,7 +335,8 @@ def simcse_term(model, stage: Stage, batch, ctx):
     by_example = (z.view(S, -1, z.size(-1)).transpose(0, 1) for z in (z1, z2))
     (z1, z2), weight = in_batch(ctx, *by_example)
     z1, z2 = (z.transpose(0, 1).reshape(-1, z.size(-1)) for z in (z1, z2))  # (S * N, H)
-    return term.simcse_weight * weight * simcse.unsup_simcse_loss(z1, z2, term.temperature)
+    with ctx.rt.autocast(float32=True):  # whatever precision the batch's passes ran in
+        return term.simcse_weight * weight * simcse.unsup_simcse_loss(z1, z2, term.temperature)
 
 
 def l2sp_pull(model, ctx) -> torch.Tensor | float:
@@ -362,16 +383,9 @@ def train_stage(model, optimizer, stage, steps, ctx: StepContext, hooks=None) ->
     within, total = hooks.within, stage.epochs * len(steps)
     prepare(model, stage)
     teacher = EMATeacher(model, stage.smart, total) if stage.smart.mu > 0 else None
-    ctx = replace(ctx, teacher=teacher)
+    ctx = replace(ctx, teacher=teacher, terms=added_terms(stage, ctx.optim, rt))
     done, running = within.restore(teacher)
-    bar = tqdm(
-        total=total,
-        initial=done,
-        desc=hooks.desc,
-        leave=False,
-        dynamic_ncols=True,
-        disable=not rt.main,
-    )
+    bar = tqdm(total=total, initial=done, desc=hooks.desc, leave=False, disable=not rt.main)
     model.train()
     step = 0
     with checkpoint.signals_caught() as within.stop, bar:

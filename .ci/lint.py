@@ -5,7 +5,8 @@ docstrings, formatter escapes, the README's size, the number of modules at the t
 grader's and the lab's included; the course never reaches into the lab; torch.distributed
 only in the engine; one layer per folder: engine/ below the lesson imports no lesson module
 and no command, and no lesson module imports a command but from its script block),
-lab/house.py's list of every module and the README's of the lesson's. A student's new
+lab/house.py's list of every module and the README's of the lesson's, and how much a
+student reads of one plain step (docs/scripts/step_lines.py's strict count). A student's new
 module or long function keeps `make test` green; the developers keep this green.
 
     python .ci/lint.py          # the repository this file sits in
@@ -13,6 +14,7 @@ module or long function keeps `make test` green; the developers keep this green.
 """
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -27,6 +29,9 @@ TOP_LEVEL = 24  # modules at the top level: the lesson; the other layers are pac
 # below the lesson; above it (the commands a script runs); the lab's tools
 PACKAGES = ("engine", "commands", "lab")
 HOUSE = "lab/house.py"  # its HOUSE names every module once: the one list of them
+# What a student reads of one plain step, counted strictly by this script (with the fields
+# of the dataclasses it reads): at most these many lines, in at most these many files
+STEP, STEP_LINES, STEP_FILES = "docs/scripts/step_lines.py", 185, 6
 
 
 def functions(tree: ast.AST) -> list[ast.FunctionDef]:
@@ -222,6 +227,20 @@ def lesson_size_problems(top: list[Path]) -> list[str]:
     return out
 
 
+def step_problems(root: Path) -> list[str]:
+    """STEP's strict count of a plain step's reading against its ceilings."""
+    if not (root / STEP).is_file():
+        return []
+    spec = importlib.util.spec_from_file_location("step_lines", root / STEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    per_file = module.counts(strict=True)
+    lines = sum(n for read in per_file.values() for _, n in read)
+    out = [f"{STEP}: a plain step reads {lines} lines, over {STEP_LINES}"] * (lines > STEP_LINES)
+    many = len(per_file) > STEP_FILES
+    return out + [f"{STEP}: a plain step reads {len(per_file)} files, over {STEP_FILES}"] * many
+
+
 def problems(root: Path) -> list[str]:
     top = sorted(root.glob("*.py"))
     modules = {p.stem: p for p in top}
@@ -249,7 +268,7 @@ def problems(root: Path) -> list[str]:
     if len(top) > TOP_LEVEL:
         out.append(f"{len(top)} modules at the top level, over {TOP_LEVEL}: move a tool into lab/")
     out += import_problems(trees, grader) + distributed_problems(trees) + direction_problems(trees)
-    out += house_problems(root, sorted(modules))
+    out += house_problems(root, sorted(modules)) + step_problems(root)
     out += readme_problems(root, [p.name for p in top])
     sources = [*modules.values(), *sorted((root / "tests").glob("*.py"))]
     if (n := sum(p.read_text().count("# fmt: skip") for p in sources)) > FMT_SKIPS:

@@ -33,8 +33,11 @@ def time_steps(model, optim: OptimConfig, stage: Stage, steps, reference, rt) ->
     return seconds / sum(b["input_ids"].numel() for step in steps for _, b in step)
 
 
-def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: float, probe=4):
-    """Print each stage's expected minutes and return the whole run's: `probe` real steps
+PROBE_STEPS = 4  # real steps timed of each kind of stage
+
+
+def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: float):
+    """Print each stage's expected minutes and return the whole run's: PROBE_STEPS real steps
     of each kind of stage on this device and precision, each run twice and timed the second
     time (kernels for a new shape are built on first use), give seconds per padded token,
     times the stage's tokens; plus `scoring` seconds of dev scoring after each epoch."""
@@ -47,7 +50,9 @@ def estimate_plans(plans: dict, model, task_data, cfg, reference, rt, scoring: f
             tokens = sum(b["input_ids"].numel() for step in steps for _, b in step)
             kind = repr(replace(stage, name="", fraction=1.0, epochs=1))
             if kind not in rates:  # seconds per token of this kind of stage
-                rates[kind] = time_steps(model, cfg.optim, stage, steps[:probe], reference, rt)
+                rates[kind] = time_steps(
+                    model, cfg.optim, stage, steps[:PROBE_STEPS], reference, rt
+                )
             n, seconds = len(steps) * stage.epochs, rates[kind] * tokens * stage.epochs
             examples = sum(b["input_ids"].shape[-2] for step in steps for _, b in step)
             label = f"{name}: {stage.name}" if name else stage.name

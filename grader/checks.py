@@ -511,11 +511,8 @@ def classifier():
             def expected(h=head, ins=ins, w=w[task]):
                 return grads(D.sentiment_logits(cls(), h), ins, w)
 
-            yield part(
-                f"{task}: gradients of BERT's output and the layer",
-                got[f"{task} gradients"],
-                expected,
-            )
+            name = f"{task}: gradients of BERT's output and the layer"
+            yield part(name, got[f"{task} gradients"], expected)
     head = heads["sst"]
     one = lambda: D.sentiment_logits(cls()[:1], head)  # noqa: E731
     yield part("a batch of one: (1, C) logits", got["one"], one)

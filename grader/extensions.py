@@ -275,13 +275,7 @@ def momentum_teacher():
     betas = (0.9, 0.5, 0.99)
 
     def mine():
-        from smart import EMATeacher
-
-        model = teacher_model(f64, "cpu")
-        teacher = EMATeacher(model)
-        for beta in betas:
-            moved(model)
-            teacher.update(model, beta=beta)
+        teacher, model = updated_teacher(betas, f64, "cpu")
         names = [n for n, _ in model.named_parameters()]
         got = [torch.cat([teacher.params[n].flatten() for n in names])]
         for beta in (1.0, 0.0):
@@ -309,16 +303,23 @@ def momentum_teacher():
     yield part("beta = 0 copies the model", copied, lambda: last)
 
     def run(dtype, device):
-        from smart import EMATeacher
-
-        model = teacher_model(dtype, device)
-        teacher = EMATeacher(model)
-        for beta in betas:
-            moved(model)
-            teacher.update(model, beta=beta)
+        teacher, model = updated_teacher(betas, dtype, device)
         return torch.cat([teacher.params[n].flatten() for n, _ in model.named_parameters()])
 
     yield from as_run("the teacher after three updates", run, got)
+
+
+def updated_teacher(betas, dtype, device):
+    """The student's EMATeacher of teacher_model after one update per beta, each after the
+    model moved; and the model."""
+    from smart import EMATeacher
+
+    model = teacher_model(dtype, device)
+    teacher = EMATeacher(model)
+    for beta in betas:
+        moved(model)
+        teacher.update(model, beta=beta)
+    return teacher, model
 
 
 def teacher_midpoint():

@@ -169,7 +169,7 @@ def run(root: Path, check) -> int:
         local = f"graded as the grader's own user ({LOCAL}=1): a TA's own run\n" * (user is None)
         graded = local + "\n".join(lines)
         handout = source / "handout"
-        return check(work, names, source / "ta", results, graded, handout, user)
+        return check(work, names, source / "ta", (results, graded), handout, user)
     except BaseException as e:  # noqa: BLE001  (results.json is written whatever happened)
         why = str(e).replace(str(root), "") or type(e).__name__
         said = why if isinstance(e, Refused) else f"the autograder stopped: {why}"

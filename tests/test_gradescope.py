@@ -246,7 +246,8 @@ def test_the_archive_fails_closed_without_its_user(tmp_path, monkeypatch, root_u
     graded = []
     gradescope.run(root, lambda *a: graded.append(a))
     assert graded and graded[0][-1] is None  # the student's code as the grader's user
-    assert graded[0][4].startswith("graded as the grader's own user (AUTOGRADER_LOCAL=1)")
+    _, written = graded[0][3]  # (where results.json goes, what was graded: its output's top)
+    assert written.startswith("graded as the grader's own user (AUTOGRADER_LOCAL=1)")
 
 
 def test_results_json_follows_gradescopes_fields(tmp_path):

@@ -131,3 +131,24 @@ def test_lint_keeps_one_layer_per_folder(tmp_path):
         "trainer.py imports commands/flags.py: no lesson module imports a command (a script "
         'may call its own from `if __name__ == "__main__":`)',
     ]
+
+
+def test_lint_holds_a_plain_steps_reading_to_its_ceiling(tmp_path):
+    """docs/scripts/step_lines.py's strict count, as the repository's script gives it: within
+    its ceilings it passes; over either, its lines and its files are each named."""
+    (tmp_path / "README.md").write_text("`trainer.py`\n")
+    (tmp_path / "trainer.py").write_text('"""The step."""\n')
+    script = tmp_path / "docs" / "scripts" / "step_lines.py"
+    script.parent.mkdir(parents=True)
+
+    def counted(files: int, lines: int):
+        per_file = {f"f{i}.py": [("x", lines // files)] for i in range(files)}
+        script.write_text(f'"""Counts."""\n\n\ndef counts(strict):\n    return {per_file!r}\n')
+        return lint(tmp_path)
+
+    assert counted(5, 170) == (0, [])
+    code, lines = counted(7, 210)
+    assert code == 1 and lines == [
+        "docs/scripts/step_lines.py: a plain step reads 210 lines, over 185",
+        "docs/scripts/step_lines.py: a plain step reads 7 files, over 6",
+    ]

@@ -29,12 +29,13 @@ def smart_value(model, batch, cfg, rt, teacher=None, task="sst"):
     """trainer.smart_term on one batch, its passes set up as train_step sets them up."""
     torch.manual_seed(0)
     stage = Stage((task,), 1e-5, 8, smart=cfg)
-    with rt.autocast(float32=trainer.in_float32(stage, losses.loss_of(task, None), rt)):
+    with rt.autocast(float32=trainer.added_terms(stage, OptimConfig(), rt)[task].float32):
         draws = RngSnapshot(rt.device)
         embeds = model.embed(batch)
         out = model(task, batch, embeds)
         ctx = StepContext(rt, teacher=teacher)
-        return trainer.smart_term(model, stage, task, batch, (embeds, out), draws, ctx).item()
+        clean = trainer.Clean(task, batch, None, embeds, out, draws)
+        return trainer.smart_term(model, stage, clean, ctx).item()
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -256,7 +256,9 @@ def test_the_reference_variant_in_training_is_smart_perturbation_step_for_step(t
         embeds = model.embed(batch)
         out = model.readout(task, batch, model.sentences(batch, embeds))
         stage = Stage((task,), 1e-5, 4, smart=cfg)
-        return trainer.smart_term(model, stage, task, batch, (embeds, out), draws, ctx)
+        return trainer.smart_term(
+            model, stage, trainer.Clean(task, batch, None, embeds, out, draws), ctx
+        )
 
     def theirs():
         clean = pairs(model(task, batch))  # the clean pass

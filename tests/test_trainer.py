@@ -27,7 +27,7 @@ from helpers import (
     weights,
 )
 from presets import Stage
-from settings import DataConfig, MultitaskConfig, OptimConfig
+from settings import DataConfig, MultitaskConfig, OptimConfig, SimCSEConfig
 from tokenizer import BertTokenizer
 from trainer import StepContext
 
@@ -345,21 +345,32 @@ def test_a_constant_sts_head_prints_nan_and_its_stage_is_never_kept(
     assert f"best stage: {kept['stage']}" in out
 
 
-def test_the_generators_are_kept_only_for_a_pass_that_replays_them():
-    """trainer.replayed_by: a snapshot where SMART's shared dropout or distillation's
-    reference pass replays the clean pass's masks; none for a plain step (nothing to
-    replay), nor for SMART with masks of its own or a frozen encoder's distillation."""
-    from smart import RngSnapshot, SmartConfig
+def test_a_stage_adds_only_its_active_terms_and_keeps_the_generators_where_one_replays():
+    """trainer.added_terms, built once a stage: a plain stage adds nothing, keeps no
+    generators and leaves the run's autocast alone; SMART's term only where the task has a
+    head (a pair loss has none), distillation's where the encoder trains, the added SimCSE's
+    where it is weighed, in that order. The generators are kept where SMART's shared
+    dropout or distillation's reference pass replays the clean pass's masks; none for
+    SMART with masks of its own or a frozen encoder's distillation."""
+    from smart import SmartConfig
 
-    rt = runtime.make_runtime("cpu", "fp32")
+    rt = runtime.make_runtime("cpu", "bf16")
 
-    def kept(smart=None, distill=0.0, freeze=False, headed=True):
+    def added(smart=None, distill=0.0, freeze=False, headed=True, simcse=0.0):
         smart = smart or SmartConfig.off()
-        stage = Stage(("sst",), 1e-3, 1, smart=smart, freeze_encoder=freeze)
-        ctx = StepContext(rt, OptimConfig(distill=distill))
-        return isinstance(trainer.replayed_by(stage, ctx, rt, smart=headed), RngSnapshot)
+        task, losses = ("sst", {}) if headed else ("para", {"para": "contrastive"})
+        contrastive = SimCSEConfig(simcse_weight=simcse) if simcse else None
+        stage = Stage((task,), 1e-3, 1, smart=smart, losses=losses, freeze_encoder=freeze)
+        stage.contrastive = contrastive  # a task stage's added SimCSE term
+        return trainer.added_terms(stage, OptimConfig(distill=distill), rt)[task]
 
     shared, own = SmartConfig(lambda_s=1.0), SmartConfig(lambda_s=1.0, dropout="independent")
-    assert not kept() and not kept(own) and not kept(distill=0.5, freeze=True)
-    assert kept(shared) and kept(distill=0.5) and kept(own, distill=0.5)
-    assert not kept(shared, headed=False) and kept(shared, distill=0.5, headed=False)
+    assert added() == trainer.AddedTerms((), False, False)
+    assert not any(added(s, d, f).replay for s, d, f in [(own, 0, 0), (None, 0.5, 1)])
+    assert all(added(s, d).replay for s, d in [(shared, 0), (None, 0.5), (own, 0.5)])
+    assert not added(shared, headed=False).replay and added(shared, 0.5, headed=False).replay
+    assert added(shared).float32 and not added(own).float32  # the paper's R_s under bf16
+    every = added(shared, 0.5, simcse=0.1).terms
+    assert every == (trainer.smart_term, trainer.distillation_term, trainer.simcse_term)
+    assert added(shared, 0.5, headed=False, simcse=0.1).terms == every[1:]
+    assert added(own, 0.5, freeze=True).terms == (trainer.smart_term,)

@@ -66,7 +66,7 @@ def main(argv=None):
             model.readout("sst", batch, z).float(), batch["labels"]
         ),
         "distillation, copy with the step's masks (now)": lambda z, same: trainer.distillation_term(
-            model, DISTILLED, batch, z, same, ctx
+            model, DISTILLED, trainer.Clean("sst", batch, z, rng=same), ctx
         ),
         "distillation, copy in eval mode (before 6cdc37e)": lambda z, same: (
             W * eval_copy_term(model, batch, same, ctx)(z)

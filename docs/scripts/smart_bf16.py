@@ -3,7 +3,7 @@
 The setting of docs/scripts/smart_rs.py (MiniLM's SST head drawn after torch.manual_seed(0),
 the first 16 SST training sentences, one ascent step, dropout on): each ascent's R_s with
 its passes in float32, and under bf16 autocast as a training step runs them
-(trainer.in_float32: float32 for the paper's ascent with shared masks, bf16 otherwise).
+(trainer.added_terms: float32 for the paper's ascent with shared masks, bf16 otherwise).
 
 Run from the repository root (under a minute on a 2-core CPU):
 

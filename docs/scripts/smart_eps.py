@@ -5,7 +5,7 @@ after torch.manual_seed(0), the first 16 SST training sentences, one ascent step
 on), with the ball's radius epsilon at 1e-5 (the paper's), 1e-3 and 1e-1 and the paper's
 ratios kept: the initial noise's sigma = epsilon, the ascent's step eta = 100 epsilon. It
 prints R_s with each pass's own dropout masks (the thesis's), and with shared masks in
-float32 and under bf16 autocast (where trainer.in_float32 runs the shared-mask passes in
+float32 and under bf16 autocast (where trainer.added_terms runs the shared-mask passes in
 float32 when sigma or epsilon is below bf16's resolution, about 8e-3).
 
 Run from the repository root (about a minute on a 2-core CPU):

@@ -22,13 +22,12 @@ import torch  # noqa: E402
 
 import batches  # noqa: E402
 import datasets as data  # noqa: E402
-import losses  # noqa: E402
 import trainer  # noqa: E402
 from commands import command
 from engine import runtime  # noqa: E402
 from evaluation import MULTITASK  # noqa: E402
 from presets import Stage  # noqa: E402
-from settings import DataConfig, ModelConfig  # noqa: E402
+from settings import DataConfig, ModelConfig, OptimConfig  # noqa: E402
 from smart import RngSnapshot, SmartConfig  # noqa: E402
 from tokenizer import BertTokenizer  # noqa: E402
 from trainer import StepContext  # noqa: E402
@@ -55,13 +54,14 @@ def measure(model, batch, cfg: SmartConfig, rt) -> tuple[float, float]:
     stage = Stage(("sst",), 1e-5, len(batch["labels"]), smart=cfg)
     try:
         torch.manual_seed(0)
-        float32 = trainer.in_float32(stage, losses.loss_of("sst", None), rt)
+        float32 = trainer.added_terms(stage, OptimConfig(), rt)["sst"].float32
         with rt.autocast(float32):  # as train_step
             draws = RngSnapshot(rt.device)
             embeds = model.embed(batch)  # (B, T, H)
             out = model("sst", batch, embeds)
             ctx = StepContext(rt)  # a step's context: no teacher
-            r_s = trainer.smart_term(model, stage, "sst", batch, (embeds, out), draws, ctx)
+            clean = trainer.Clean("sst", batch, None, embeds, out, draws)
+            r_s = trainer.smart_term(model, stage, clean, ctx)
     finally:
         trainer.smart_loss = smart_loss
     # the last pass is f(embeds + noise) with the final noise (both ascents end so)
