@@ -309,22 +309,22 @@ def leave_group() -> None:
         dist.destroy_process_group()
 
 
-def split_batch(batch: dict, parts: int) -> list[dict]:
-    """A batch cut into at most `parts` micro-batches of consecutive examples, for gradient
+def split_batch(batch: dict, n: int) -> list[dict]:
+    """A batch cut into at most `n` micro-batches of consecutive examples, for gradient
     accumulation: sentences (B, T) and sentence tuples (K, B, T) are cut along B; labels
     (B,) and ids along their only dimension. The last micro-batch may be smaller."""
     B = batch["input_ids"].shape[-2]
-    size = -(-B // parts)  # ceil(B / parts)
+    size = -(-B // n)  # ceil(B / n)
 
-    def cut(value, part):
+    def cut(value, rows):
         if isinstance(value, torch.Tensor) and value.dim() == 3:
-            return value[:, part].contiguous()  # (K, b, T)
-        return value[part]
+            return value[:, rows].contiguous()  # (K, b, T)
+        return value[rows]
 
     return [{k: cut(v, slice(i, i + size)) for k, v in batch.items()} for i in range(0, B, size)]
 
 
-def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:
+def my_pieces(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, float]]:
     """This process's micro-batches of a global batch, each with its share of the batch: the
     batch is cut into `world` shards (this process takes shard `rank`, maybe none when the
     batch is smaller than the world), each shard into `accumulate` micro-batches. Losses
@@ -337,11 +337,11 @@ def my_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> list[tuple[dict, 
     return [(m, m["input_ids"].shape[-2] / B) for m in micro]
 
 
-def even_parts(batch: dict, rt: Runtime, accumulate: int = 1) -> bool:
-    """True when my_parts gives every process the same number of micro-batches of this
+def even_pieces(batch: dict, rt: Runtime, accumulate: int = 1) -> bool:
+    """True when my_pieces gives every process the same number of micro-batches of this
     global batch, none left out: then every process makes the same gather calls, and
     in-batch objectives can see the whole batch (gather_rows). Cut as split_batch cuts:
-    chunks of ceil(B / parts)."""
+    chunks of ceil(B / n)."""
     B = batch["input_ids"].shape[-2]
     shard = -(-B // rt.world)
     shards = [min(shard, B - start) for start in range(0, B, shard)]  # rows per process
@@ -368,7 +368,7 @@ def gather_rows(tensors: list[torch.Tensor], rt: Runtime) -> tuple[list[torch.Te
     out = []
     for t in tensors:
         padded = torch.cat([t, t.new_zeros(max(sizes) - n, *t.shape[1:])])  # equal shapes
-        out.append(torch.cat([part[:k] for part, k in zip(all_gather(padded), sizes, strict=True)]))
+        out.append(torch.cat([got[:k] for got, k in zip(all_gather(padded), sizes, strict=True)]))
     return out, sum(sizes) / (rt.world * n)
 
 
@@ -435,7 +435,7 @@ def any_process(flags: list[bool], rt: Runtime) -> list[bool]:
 
 
 @dataclass
-class Part:
+class Piece:
     """One task's micro-batch on this process, with its share of the task's global batch."""
 
     task: str
@@ -443,17 +443,17 @@ class Part:
     share: float
 
 
-def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[list[Part]], bool]:
-    """This process's part of a step's global batches [(task, batch), ...], cut for
+def micro_batches(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[list[Piece]], bool]:
+    """This process's pieces of a step's global batches [(task, batch), ...], cut for
     accumulation: micro-batch k of every task that has one, in the step's order. Also
     whether in-batch objectives may gather the whole batch from the processes (each has
     its even share of every batch: gather_rows)."""
     mine = [
-        [Part(task, m, share) for m, share in my_parts(batch, rt, accumulate)]
+        [Piece(task, m, share) for m, share in my_pieces(batch, rt, accumulate)]
         for task, batch in step_batches
     ]
     micro = [[p[k] for p in mine if k < len(p)] for k in range(max(map(len, mine)))]
-    even = all(even_parts(batch, rt, accumulate) for _, batch in step_batches)
+    even = all(even_pieces(batch, rt, accumulate) for _, batch in step_batches)
     return micro, rt.world > 1 and even
 
 
@@ -463,11 +463,11 @@ def to_device(batch: dict, device: torch.device | str) -> dict:
 
 
 def shares(step_batches, rt: Runtime, accumulate: int = 1) -> tuple[list[tuple], bool]:
-    """This process's parts of a step's global batches, each on the device: [(task, batch,
+    """This process's pieces of a step's global batches, each on the device: [(task, batch,
     its share of the task's global batch)], micro-batch k of every task before k + 1; and
     whether in-batch objectives gather the whole batch (micro_batches)."""
     if rt.world == 1 and accumulate == 1:  # one process, no accumulation: each batch whole
         return [(task, to_device(batch, rt.device), 1.0) for task, batch in step_batches], False
     micro, gather = micro_batches(step_batches, rt, accumulate)
-    parts = [(p.task, to_device(p.batch, rt.device), p.share) for part in micro for p in part]
-    return parts, gather
+    pieces = [(p.task, to_device(p.batch, rt.device), p.share) for k in micro for p in k]
+    return pieces, gather

@@ -147,7 +147,7 @@ def test_the_shares_of_all_processes_cover_the_batch_once(world):
     seen, shares = [], 0.0
     for rank in range(world):
         rt = runtime.Runtime(torch.device("cpu"), None, None, rank=rank, world=world)
-        for part, share in runtime.my_parts(batch, rt, accumulate=2):
+        for part, share in runtime.my_pieces(batch, rt, accumulate=2):
             seen += part["labels"].tolist()
             shares += share
             assert share == pytest.approx(len(part["labels"]) / 7)
@@ -184,18 +184,18 @@ def test_more_processes_than_gpus_stop_with_one_line(monkeypatch):
 
 @pytest.mark.parametrize("B", [1, 2, 5, 7, 8, 12, 13])
 @pytest.mark.parametrize("world,accumulate", [(1, 1), (2, 1), (2, 2), (3, 2), (4, 1)])
-def test_even_parts_says_whether_every_process_gets_as_many_micro_batches(B, world, accumulate):
+def test_even_pieces_says_whether_every_process_gets_as_many_micro_batches(B, world, accumulate):
     batch = sentence_batch(B)
     counts = [
         len(
-            runtime.my_parts(
+            runtime.my_pieces(
                 batch, runtime.Runtime(torch.device("cpu"), None, None, r, world), accumulate
             )
         )
         for r in range(world)
     ]
     rt = runtime.Runtime(torch.device("cpu"), None, None, 0, world)
-    assert runtime.even_parts(batch, rt, accumulate) == (min(counts) > 0 and len(set(counts)) == 1)
+    assert runtime.even_pieces(batch, rt, accumulate) == (min(counts) > 0 and len(set(counts)) == 1)
 
 
 def test_every_process_but_the_main_one_draws_its_own_masks():
