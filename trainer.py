@@ -105,13 +105,9 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, schedule=1.0):
-    """One update from [(task, global batch), ...]: for each piece of them this process
-    trains on, the forward, the task's loss and the stage's added terms, backward; then clip
-    and step.
-    Returns the step's loss and the gradient's L2 norm before clipping (the module's
-    docstring has more)."""
+    """One update from [(task, global batch), ...]: each piece's forward, loss, added terms
+    and backward, then clip and step; returns the loss and the gradient's norm before clipping."""
     rt, by_task, loss = ctx.rt, {}, 0.0
-    terms = ctx.terms or added_terms(stage, ctx.optim, rt)  # train_stage's, built once
     set_lr(optimizer, stage, schedule)  # the stage's lr times its schedule at this step
     optimizer.zero_grad(set_to_none=True)
     weights = task_weights(stage, step_batches, generator)  # {task: its weight in the sum}
@@ -120,7 +116,7 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
     ctx = replace(ctx, gather=gather)  # in-batch objectives: every process's rows, or these
     for k, (task, batch, share) in enumerate(pieces):
         loss_fn = loss_of(task, stage.losses.get(task)) if task in TASKS else None
-        added = terms[task]  # what the stage adds to the loss: in a plain stage, no term
+        added = (ctx.terms or added_terms(stage, ctx.optim, rt))[task]  # a plain stage: none
         with rt.autocast(float32=added.float32):
             if loss_fn is None or loss_fn.pair:  # no head: SimCSE's objectives, pair losses
                 part, clean = embedding_loss(model, stage, task, batch, ctx, added.replay)
@@ -131,8 +127,10 @@ def train_step(model, optimizer, stage: Stage, step_batches, ctx, generator, sch
                 out = model.readout(task, batch, z)  # the task's output
                 part = loss_fn.fn(out.float(), batch["labels"])  # the task's loss
                 clean = Clean(task, batch, z, embeds, out, rng)
-            for term in added.terms:  # SMART's, distillation's, the added SimCSE's
+            for term in added.terms:  # SMART's, distillation's: in the batch's precision
                 part = part + term(model, stage, clean, ctx)
+        for term in added.after:  # the added SimCSE's: passes of its own, their own autocast
+            part = part + term(model, stage, clean, ctx)
         if pcgrad:  # PCGrad's backward, below, takes each task's loss whole
             by_task[task] = by_task.get(task, 0.0) + share * part
             continue
@@ -199,14 +197,15 @@ class AddedTerms:
     """What a stage adds to one task's batches, decided once a stage (added_terms)."""
 
     terms: tuple = ()  # each (model, stage, clean, ctx) -> a term of the batch's loss
+    after: tuple = ()  # the same, added after the batch's autocast (their own passes)
     replay: bool = False  # a term replays the clean pass's dropout masks (Clean.rng)
     float32: bool = False  # the batch's passes leave the run's autocast
 
 
 def added_terms(stage: Stage, optim: OptimConfig, rt) -> dict[str, AddedTerms]:
     """Each task's AddedTerms of this stage, in the order they add up: SMART's where the task
-    has a head, distillation's where the encoder trains on tasks, the added SimCSE's where
-    the stage weighs it. Float32 passes where SMART's need them (smart.passes_in_float32),
+    has a head, distillation's where the encoder trains on tasks; after them, the added
+    SimCSE's where the stage weighs it. Float32 passes where SMART's need them (smart.passes_in_float32),
     the clean pass too, whose graph R_s and D_Breg share with the task loss; a contrastive
     stage's objective sets its own (contrastive_loss). Its generators are kept where SMART's
     shared dropout or distillation's reference pass replays the clean pass's masks."""
@@ -216,10 +215,13 @@ def added_terms(stage: Stage, optim: OptimConfig, rt) -> dict[str, AddedTerms]:
     out = {CONTRASTIVE: AddedTerms(float32=True)}
     for task in TASKS:  # every task's, whichever the stage's batches come from
         smart = stage.smart.active and not loss_of(task, stage.losses.get(task)).pair
-        terms = (smart_term,) * smart + (distillation_term,) * distill + (simcse_term,) * simcse
+        terms, after = (
+            (smart_term,) * smart + (distillation_term,) * distill,
+            (simcse_term,) * simcse,
+        )
         shared = smart and stage.smart.dropout == "shared"
         float32 = smart and passes_in_float32(stage.smart, rt.amp_dtype)
-        out[task] = AddedTerms(terms, shared or distill, float32)
+        out[task] = AddedTerms(terms, after, shared or distill, float32)
     return out
 
 
@@ -325,7 +327,7 @@ def contrastive_loss(model, cfg, batch, ctx) -> torch.Tensor:
 def simcse_term(model, stage: Stage, clean: Clean, ctx):
     """The stage's weight times unsupervised SimCSE of the batch's sentences (both sides of
     pairs): two passes of their own, two dropout masks (Sicurello adds it to the task
-    losses), in the run's precision; the loss itself in float32."""
+    losses), in the run's precision."""
     term, batch = stage.contrastive, clean.batch
     with ctx.rt.autocast():
         z1, z2 = (model.sentences(batch).float() for _ in range(2))  # (N, H) each
@@ -335,8 +337,7 @@ def simcse_term(model, stage: Stage, clean: Clean, ctx):
     by_example = (z.view(S, -1, z.size(-1)).transpose(0, 1) for z in (z1, z2))
     (z1, z2), weight = in_batch(ctx, *by_example)
     z1, z2 = (z.transpose(0, 1).reshape(-1, z.size(-1)) for z in (z1, z2))  # (S * N, H)
-    with ctx.rt.autocast(float32=True):  # whatever precision the batch's passes ran in
-        return term.simcse_weight * weight * simcse.unsup_simcse_loss(z1, z2, term.temperature)
+    return term.simcse_weight * weight * simcse.unsup_simcse_loss(z1, z2, term.temperature)
 
 
 def l2sp_pull(model, ctx) -> torch.Tensor | float:

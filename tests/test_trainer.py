@@ -365,12 +365,13 @@ def test_a_stage_adds_only_its_active_terms_and_keeps_the_generators_where_one_r
         return trainer.added_terms(stage, OptimConfig(distill=distill), rt)[task]
 
     shared, own = SmartConfig(lambda_s=1.0), SmartConfig(lambda_s=1.0, dropout="independent")
-    assert added() == trainer.AddedTerms((), False, False)
+    assert added() == trainer.AddedTerms((), (), False, False)
     assert not any(added(s, d, f).replay for s, d, f in [(own, 0, 0), (None, 0.5, 1)])
     assert all(added(s, d).replay for s, d in [(shared, 0), (None, 0.5), (own, 0.5)])
     assert not added(shared, headed=False).replay and added(shared, 0.5, headed=False).replay
     assert added(shared).float32 and not added(own).float32  # the paper's R_s under bf16
-    every = added(shared, 0.5, simcse=0.1).terms
-    assert every == (trainer.smart_term, trainer.distillation_term, trainer.simcse_term)
-    assert added(shared, 0.5, headed=False, simcse=0.1).terms == every[1:]
+    every = added(shared, 0.5, simcse=0.1)
+    assert every.terms == (trainer.smart_term, trainer.distillation_term)
+    assert every.after == (trainer.simcse_term,)  # its own passes, outside the batch's autocast
+    assert added(shared, 0.5, headed=False, simcse=0.1).terms == every.terms[1:]
     assert added(own, 0.5, freeze=True).terms == (trainer.smart_term,)
