@@ -24,6 +24,8 @@ from optimizer import AdamW
 from presets import loss_choices
 from settings import OptimConfig, RunConfig
 
+READOUTS = ("cross", "cosine", "concat")  # a pair task's other ways than Sentence-BERT's
+
 
 class SentenceBERT(nn.Module):
     """A shared BERT with one small head per task.
@@ -41,17 +43,20 @@ class SentenceBERT(nn.Module):
         tasks=MULTITASK,
         pooling="mean",
         dropout=0.1,
-        cross=(),
-        cosine=(),
-        concat=(),
+        readouts=None,
         siamese="cosine",
     ):
-        """cross: pair tasks encoded as one sequence; cosine: binary pair tasks read out by
-        their siamese similarity against a threshold (their loss trains only the embeddings,
-        e.g. --para_loss contrastive): no head, evaluation.fit_thresholds; concat: pair tasks
-        with a Linear on [u, v] (Broadhurst & Maffezzoli); siamese: the score of pairs
-        without a head, the cosine or d = ||u - v|| (Auslin et al.; STS then outputs d)."""
+        """readouts: {pair task: how it is read out} where not Sentence-BERT's way: 'cross',
+        encoded as one sequence; 'cosine', a binary task read out by its siamese similarity
+        against a threshold (its loss trains only the embeddings, e.g. --para_loss
+        contrastive): no head, evaluation.fit_thresholds; 'concat', a Linear on [u, v]
+        (Broadhurst & Maffezzoli). siamese: the score of pairs without a head, the cosine or
+        d = ||u - v|| (Auslin et al.; STS then outputs d)."""
         super().__init__()
+        readouts = readouts or {}
+        if unknown := {t: r for t, r in readouts.items() if r not in READOUTS}:
+            raise ValueError(f"readouts must be among {READOUTS}, got {unknown}")
+        cross, cosine, concat = ([t for t, r in readouts.items() if r == k] for k in READOUTS)
         if pooling not in ("mean", "cls"):
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         if siamese not in simcse.DISTANCES:

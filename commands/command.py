@@ -319,19 +319,17 @@ def main(argv=None):
 
 
 def model_factory(
-    cfg: ModelConfig, tasks, cross=(), compile=False, cosine=(), concat=()
+    cfg: ModelConfig, tasks, readouts=None, compile=False
 ) -> Callable[[], SentenceBERT]:
     """Builds the model from a checkpoint when called (so its heads draw from the seeded RNG
-    at the same point of every run)."""
+    at the same point of every run); readouts: SentenceBERT's."""
 
     def make():
         bert = BertModel.from_pretrained(cfg.bert, attention=cfg.attention)
         check_attention(bert)  # torch's SDPA only where it computes what bert.py's does
         if compile:
             compile_layers(bert)
-        model = SentenceBERT(
-            bert, tasks, cfg.pooling, cfg.dropout, cross, cosine, concat, cfg.siamese
-        )
+        model = SentenceBERT(bert, tasks, cfg.pooling, cfg.dropout, readouts, cfg.siamese)
         return fast_dropout(model)
 
     return make
@@ -342,14 +340,9 @@ def run_model(cfg: RunConfig, compile=False) -> Callable[[], nn.Module]:
     model_factory with the run's cross-encoded, thresholded and concatenation-head tasks."""
     if PRESETS[cfg.preset].handout_model:
         return handout_factory(cfg, compile)
-    return model_factory(
-        cfg.model,
-        MULTITASK,
-        cfg.multitask.cross_encode,
-        compile,
-        cosine_tasks(cfg),
-        concat_tasks(cfg),
-    )
+    readouts = {t: "cross" for t in cfg.multitask.cross_encode}
+    readouts |= {t: "cosine" for t in cosine_tasks(cfg)} | {t: "concat" for t in concat_tasks(cfg)}
+    return model_factory(cfg.model, MULTITASK, readouts, compile)
 
 
 def handout_factory(cfg: RunConfig, compile=False) -> Callable[[], nn.Module]:

@@ -26,6 +26,8 @@ from settings import ModelConfig
 from smart import SmartConfig
 from trainer import StepContext
 
+CROSS, CONCAT = ({"para": how, "sts": how} for how in ("cross", "concat"))  # both pairs
+
 
 def tiny_model(tiny_config, dropout=0.0):
     torch.manual_seed(0)
@@ -89,7 +91,7 @@ def test_cross_encoded_pairs_carry_token_types_and_use_a_linear_head(tiny_config
     assert batch["input_ids"].tolist() == [[2, 10, 3, 20, 21, 3]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0, 1, 1, 1]]
     torch.manual_seed(0)
-    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, cross=("para", "sts")).eval()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, readouts=CROSS).eval()
     with torch.no_grad():
         pooled = mean_pool(
             model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[
@@ -112,7 +114,7 @@ class FakePairTok:
 
 def test_concatenation_heads_are_a_linear_on_u_and_v(tiny_config):
     torch.manual_seed(0)
-    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, concat=("para", "sts")).eval()
+    model = sbert.SentenceBERT(BertModel(tiny_config), dropout=0.0, readouts=CONCAT).eval()
     H = tiny_config.hidden_size
     assert model.heads["para"].in_features == model.heads["sts"].in_features == 2 * H
     batch = pair_batch()
@@ -127,7 +129,9 @@ def test_concatenation_heads_are_a_linear_on_u_and_v(tiny_config):
 def test_euclidean_siamese_outputs_the_distance_and_cuts_on_it(tiny_config):
     torch.manual_seed(0)
     bert = BertModel(tiny_config)
-    model = sbert.SentenceBERT(bert, dropout=0.0, cosine=("para",), siamese="euclidean").eval()
+    model = sbert.SentenceBERT(
+        bert, dropout=0.0, readouts={"para": "cosine"}, siamese="euclidean"
+    ).eval()
     model.para_threshold.fill_(0.7)
     batch = pair_batch()
     with torch.no_grad():
@@ -182,7 +186,7 @@ def test_compiled_layers_train_as_the_eager_ones(tiny_env):
     for compiled in (False, True):
         torch.manual_seed(0)
         models[compiled] = command.model_factory(
-            ModelConfig(bert=str(bert_dir)), MULTITASK, (), compiled
+            ModelConfig(bert=str(bert_dir)), MULTITASK, None, compiled
         )()
     grads, outs = {}, {}
     for compiled, model in models.items():

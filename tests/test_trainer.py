@@ -277,7 +277,9 @@ def test_a_euclidean_threshold_is_fit_on_distances(tiny_env, tiny_config):
     tokenizer = BertTokenizer.from_pretrained(str(bert_dir))
     task_data = data.load_task_data(DataConfig(data_dir=str(data_dir)), tokenizer, ("para",), 0)
     bert = BertModel.from_pretrained(str(bert_dir))
-    model = sbert.SentenceBERT(bert, ("para",), dropout=0.0, cosine=("para",), siamese="euclidean")
+    model = sbert.SentenceBERT(
+        bert, ("para",), dropout=0.0, readouts={"para": "cosine"}, siamese="euclidean"
+    )
     rt = runtime.make_runtime("cpu", "fp32")
     evaluation.fit_thresholds(model, task_data, rt, 16)
     pairs = task_data["para"].train
