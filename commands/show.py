@@ -84,10 +84,10 @@ def task_table(cfg: RunConfig) -> list[str]:
     """--show's lines on the tasks (evaluation.TASKS): files, metric, the run's loss of the
     ones it allows, and the head that loss implies."""
     chosen = loss_choices(cfg)
-    rows = [["task", "files", "metric", "loss (of the allowed)", "head"]]
+    rows = [["task", "files", "metric", "loss (--<task>_loss)", "head"]]
     for task in MULTITASK:
         spec = TASKS[task]
-        loss = f"{chosen.get(task) or default_loss(task)} (1 of {len(spec.losses)})"
+        loss = chosen.get(task) or default_loss(task)
         rows.append([task, f"{spec.files}-*.csv", spec.metric, loss, head_of(cfg, task)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = [

@@ -159,7 +159,7 @@ def test_what_a_sweep_refuses(tmp_path, capsys, monkeypatch):
     new = [str(tmp_path / "new"), "--no_estimate", "--preset"]
     for flags, message in [
         (["thesis-smart", "--search", "smart=true,false"], "smart: False cannot be run"),
-        (["thesis", "--search", "sts_loss=mse,huber"], "invalid choice: 'huber'"),
+        (["thesis", "--search", "sts_loss=mse,no_such_loss"], "invalid choice: 'no_such_loss'"),
         (["thesis", "--search", "lr=1e-5,3e-5", "--enqueue", "lr=2e-5"], "lr outside its search"),
         (["thesis", "--search", "lr=1e-6:1e-4", "--objective", "heldout"], "--heldout_size"),
         (["individual", "--search", "lr=1e-6:1e-4"], "keeps a model per task"),
